@@ -1,0 +1,132 @@
+"""Step-split PP against one device, measured side by side in one run (one thread per rank).
+
+    python benchmarks/step_split.py            # full table (~3 min on 2 cores)
+    python benchmarks/step_split.py --quick    # fewer repeats and requests (~1 min)
+
+(a) one request, P=2 vs one device: a lone request gains nothing from step split; it should
+    lose no more than its handoff. Target: P=2 <= 1.03 x (one device + handoffs).
+(b) R requests, P=2 pipeline-filled vs two single-device baselines: the same requests one at a
+    time, and all of them batched (batching alone is worth ~1.4x on this CPU). Target: filled
+    >= 95% of the ideal R P / (R + P - 1) over one-at-a-time; stream batch ahead of batched.
+(c) the handoff of the earlier report's (1, 8, 8, 32, 32) fp32 latent: ppdit's frame vs a bare
+    dist.send/recv of the same tensor, in the same run. Target: <= 1.2x bare.
+
+Every figure is a median over repeats; the ratios compare runs made minutes apart at most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from ppdit.analysis.trace_stats import handoff_latencies
+from ppdit.parallel.step_split import make_plan, run_side_by_side
+from ppdit.runtime import launch
+from ppdit.runtime.probes import handoff_pingpong, summarize_pingpong
+from ppdit.sampler import SamplingConfig
+
+REPORT_LATENT = (1, 8, 8, 32, 32)
+REPORT_HANDOFF_MS = {"NCCL, per handoff (report's estimate)": 500.0,
+                     "gloo, 28 steps 1->2 ranks (report's table)": (4.22 - 3.99) * 1e3}
+
+
+def _ratios(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a_k / b_k: runs of one round share the machine's mood."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def one_request(rounds: int) -> dict:
+    """(a) One request on one device and over two stages, interleaved."""
+    sampling = SamplingConfig(num_steps=28)
+    res = run_side_by_side({"one": make_plan(1, 1, sampling=sampling),
+                            "p2": make_plan(2, 1, sampling=sampling)}, rounds, echo=False)
+    one, p2 = res["one"].makespans_s, res["p2"].makespans_s
+    hand = [statistics.median(handoff_latencies(t)) for t in res["p2"].traces]
+    bound = [1.03 * (o + h) for o, h in zip(one, hand, strict=True)]
+    ratio = _ratios(p2, bound)
+    return {"one_device_s": statistics.median(one), "p2_s": statistics.median(p2),
+            "handoff_s": statistics.median(hand), "p2_over_bound": ratio,
+            "target": "P=2 <= 1.03 x (one device + handoff)", "ok": ratio <= 1.0}
+
+
+def filled(num_requests: int, rounds: int) -> dict:
+    """(b) R requests: P=2 filled and stream batch vs one device, one at a time and batched,
+    and two independent ranks (data parallel: this machine's two-core ceiling)."""
+    sampling, r = SamplingConfig(num_steps=28), num_requests
+    res = run_side_by_side({
+        "seq": make_plan(1, r, sampling=sampling),
+        "batched": make_plan(1, r, sampling=sampling, micro_batch=r),
+        "filled": make_plan(2, r, sampling=sampling),
+        "stream": make_plan(2, r, sampling=sampling, mode="stream_batch"),
+        "dp": make_plan(1, r, sampling=sampling, replicas=2),
+    }, rounds, echo=False)
+    t = {k: v.makespans_s for k, v in res.items()}
+    ideal = r * 2 / (r + 1)
+    fill_x = _ratios(t["seq"], t["filled"])
+    dp_x = _ratios(t["seq"], t["dp"])
+    row = {
+        "R": r, **{f"{k}_s": statistics.median(v) for k, v in t.items()},
+        "batching_alone_x": _ratios(t["seq"], t["batched"]), "two_independent_x": dp_x,
+        "filled_vs_one_at_a_time_x": fill_x, "ideal_x": ideal, "filled_share_of_ideal":
+        fill_x / ideal, "filled_share_of_machine_ideal": fill_x / (dp_x * r / (r + 1)),
+        "filled_vs_batched_x": _ratios(t["batched"], t["filled"]),
+        "stream_batch_vs_batched_x": _ratios(t["batched"], t["stream"]),
+    }
+    row["ok"] = row["filled_share_of_ideal"] >= 0.95 and row["stream_batch_vs_batched_x"] > 1.0
+    return row
+
+
+def handoff(rounds: int) -> dict:
+    """(c) Ping-pong of the report's latent: bare send/recv vs ppdit's frames vs headers."""
+    times = launch(handoff_pingpong, 2, args=(REPORT_LATENT, rounds, 100), threads_per_rank=1,
+                   echo=False)[0]
+    ms = summarize_pingpong(times)
+    return {"latent": list(REPORT_LATENT), **{f"{k}_ms": v for k, v in ms.items()},
+            "frame_over_bare": ms["frame"] / ms["bare"], "report_ms": REPORT_HANDOFF_MS,
+            "ok": ms["frame"] <= 1.2 * ms["bare"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repeats and requests")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    a = ap.parse_args(argv)
+    out = {"a_one_request": one_request(5 if a.quick else 9),
+           "b_filled": [filled(r, 3 if a.quick else 5) for r in ((8,) if a.quick else (8, 32))],
+           "c_handoff": handoff(7 if a.quick else 15)}
+    _print(out)
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def _print(out: dict) -> None:
+    a = out["a_one_request"]
+    print("(a) one request, 28 steps, tiny preset")
+    print(f"    one device {a['one_device_s'] * 1e3:7.1f} ms | P=2 {a['p2_s'] * 1e3:7.1f} ms | "
+          f"handoff {a['handoff_s'] * 1e3:.2f} ms | P=2 / (1.03 (one + handoff)) = "
+          f"{a['p2_over_bound']:.3f}  {'OK' if a['ok'] else 'MISSED'}")
+    print("(b) R requests, throughput ratios (higher is better)")
+    print("     R | batching | 2 independent | filled/1-at-a-time (ideal, share; share of "
+          "2-independent ideal) | filled/batched | stream batch/batched")
+    for r in out["b_filled"]:
+        print(f"    {r['R']:2d} | {r['batching_alone_x']:7.2f}x | "
+              f"{r['two_independent_x']:12.2f}x | "
+              f"{r['filled_vs_one_at_a_time_x']:5.2f}x ({r['ideal_x']:.2f}x, "
+              f"{r['filled_share_of_ideal']:6.1%}; {r['filled_share_of_machine_ideal']:6.1%})"
+              f"{'':24s}| {r['filled_vs_batched_x']:13.2f}x | "
+              f"{r['stream_batch_vs_batched_x']:6.2f}x  {'OK' if r['ok'] else 'MISSED'}")
+    c = out["c_handoff"]
+    print(f"(c) handoff of a {tuple(c['latent'])} fp32 latent (one way, median)")
+    print(f"    bare send/recv {c['bare_ms']:.3f} ms | ppdit frame {c['frame_ms']:.3f} ms "
+          f"({c['frame_over_bare']:.2f}x) | header+payload {c['header+payload_ms']:.3f} ms"
+          f"  {'OK' if c['ok'] else 'MISSED'}")
+    for k, v in c["report_ms"].items():
+        print(f"    {k}: {v:.0f} ms  ->  {v / c['frame_ms']:,.0f}x ppdit's frame")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m ppdit ...``: see ``ppdit.cli``."""
+
+import sys
+
+from ppdit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Numbers derived from traces and from the model's shapes: busy fractions, handoffs, bubbles."""

@@ -1,0 +1,84 @@
+"""Statistics of a merged trace: where each rank's time went.
+
+All functions take a ``ppdit.runtime.trace.Trace`` (times in ns from the first event).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from ppdit.runtime.trace import Span, Trace
+
+
+def busy_fractions(trace: Trace, kinds: tuple[str, ...] = ("compute",)) -> dict[int, float]:
+    """Per rank, the share of the whole run (first span to last, all ranks) spent in ``kinds``.
+
+    This is utilisation as a pipeline sees it: a rank waiting for its first request is idle,
+    even though it has nothing to do yet — that wait is the pipeline's fill bubble.
+    """
+    window = trace.makespan_s
+    out = {}
+    for r in trace.ranks:
+        busy = _union_s([s for s in trace.select(rank=r) if s.kind in kinds])
+        out[r] = busy / window if window > 0 else 0.0
+    return out
+
+
+def _union_s(spans: list[Span]) -> float:
+    """Total covered time of possibly overlapping spans, in seconds."""
+    total, end = 0, None
+    for s in sorted(spans, key=lambda s: s.start_ns):
+        if end is None or s.start_ns >= end:
+            total += s.end_ns - s.start_ns
+            end = s.end_ns
+        elif s.end_ns > end:
+            total += s.end_ns - end
+            end = s.end_ns
+    return total / 1e9
+
+
+def kind_totals(trace: Trace) -> dict[int, dict[str, float]]:
+    """Per rank, seconds spent in each span kind."""
+    out: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for s in trace.spans:
+        out[s.rank][s.kind] += s.duration_s
+    return {r: dict(v) for r, v in sorted(out.items())}
+
+
+def handoff_latencies(trace: Trace) -> list[float]:
+    """Seconds from "both sides ready" to "data delivered", for every matched send/recv pair.
+
+    A send span on rank s and a recv span on another rank with the same ``request`` and
+    ``step`` metadata form a pair. Latency = recv end - max(send start, recv start): if the
+    receiver was already waiting, that is the transfer; if the data arrived first, only the
+    receive call's own cost counts. Either way, time spent waiting for the *producer's compute*
+    is excluded, which is what the earlier report's "per-handoff overhead" mixed in.
+    """
+    sends = {(s.meta.get("request"), s.meta.get("step")): s for s in trace.select("send")}
+    out = []
+    for r in trace.select("recv"):
+        s = sends.get((r.meta.get("request"), r.meta.get("step")))
+        if s is not None and s.rank != r.rank:
+            out.append((r.end_ns - max(s.start_ns, r.start_ns)) / 1e9)
+    return out
+
+
+def compute_durations(trace: Trace, rank: int | None = None) -> list[float]:
+    """Durations (s) of compute spans in time order, for one rank or all."""
+    return [s.duration_s for s in trace.select("compute", rank)]
+
+
+def summary(trace: Trace, num_requests: int) -> dict:
+    """The headline numbers of a run, as plain data (what ``summary.json`` holds)."""
+    lat = handoff_latencies(trace)
+    return {
+        "makespan_s": trace.makespan_s,
+        "requests": num_requests,
+        "requests_per_s": num_requests / trace.makespan_s if trace.makespan_s else 0.0,
+        "busy_fraction": {str(r): round(v, 4) for r, v in busy_fractions(trace).items()},
+        "handoffs": len(lat),
+        "handoff_ms_median": statistics.median(lat) * 1e3 if lat else None,
+        "seconds_by_kind": {str(r): {k: round(v, 6) for k, v in d.items()}
+                            for r, d in kind_totals(trace).items()},
+    }

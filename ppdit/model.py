@@ -1,0 +1,277 @@
+"""The Wan 2.1 video DiT, built through ``diffusers.WanTransformer3DModel``, and its stage view.
+
+Why a stage view: every parallel layout in ppdit cuts the same forward pass in a different place.
+``WanTransformer3DModel.forward`` is
+
+    latent (B,C,F,H,W) ─ rope ─────────────────────────────┐
+                       ─ patch_embedding → tokens h (B,S,D) ┼─ blocks[0..N) ─ epilogue ─ (B,C,F,H,W)
+    timestep, text ──── condition_embedder → temb, timestep_proj, text' ┘
+
+and only ``h`` depends on the latent *and* on earlier blocks. The conditioning (rope tables,
+timestep projection, projected text) is cheap and every rank can compute it itself, so a layer
+stage only needs ``h`` from its neighbour, and a step stage only the latent. Running the pieces
+below in order is bitwise equal to ``model(...)`` (``tests/test_model.py`` checks it).
+
+Weights: ``build_model(preset, seed=...)`` draws every parameter from one seeded generator, so
+every rank that builds the same preset with the same seed holds identical weights without any
+communication. ``build_model(checkpoint=...)`` loads a local diffusers folder instead (no
+downloads: GPU users point it at a snapshot of ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from diffusers import WanTransformer3DModel
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A named Wan transformer size plus the latent and text shapes it is meant to run with."""
+
+    name: str
+    num_layers: int  # transformer blocks: what layer-split PP partitions
+    num_heads: int  # attention heads: what TP splits (must divide by the TP degree)
+    head_dim: int  # per-head width; D = num_heads * head_dim
+    ffn_dim: int  # FFN hidden width: TP splits it too
+    text_dim: int  # width of the text encoder output (umT5-XXL: 4096)
+    text_len: int  # text tokens per prompt (Wan pads prompts to 512)
+    freq_dim: int = 256  # sinusoidal timestep embedding width
+    in_channels: int = 16  # latent channels of the Wan VAE
+    # Default latent (B, C, F, H, W) for this preset. tiny: 5*8*8 = 320 tokens after 1x2x2 patches.
+    latent_shape: tuple[int, ...] = (1, 16, 5, 16, 16)
+    rope_max_seq_len: int = 1024  # rope table length per axis; must exceed F, H/2, W/2
+    notes: str = ""
+
+    @property
+    def dim(self) -> int:
+        """Hidden size D, the width of the tokens that travel between layer stages."""
+        return self.num_heads * self.head_dim
+
+    def diffusers_config(self) -> dict:
+        """Keyword arguments for ``WanTransformer3DModel`` (Wan 2.1 text-to-video flavour)."""
+        return dict(
+            patch_size=(1, 2, 2),
+            num_attention_heads=self.num_heads,
+            attention_head_dim=self.head_dim,
+            in_channels=self.in_channels,
+            out_channels=self.in_channels,
+            text_dim=self.text_dim,
+            freq_dim=self.freq_dim,
+            ffn_dim=self.ffn_dim,
+            num_layers=self.num_layers,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            eps=1e-6,
+            rope_max_seq_len=self.rope_max_seq_len,
+        )
+
+    def num_tokens(self, latent_shape: tuple[int, ...] | None = None) -> int:
+        """Tokens per sample S = F * (H/2) * (W/2) for Wan's (1, 2, 2) patches."""
+        _, _, f, h, w = latent_shape or self.latent_shape
+        return f * (h // 2) * (w // 2)
+
+
+PRESETS: dict[str, ModelPreset] = {
+    p.name: p
+    for p in [
+        ModelPreset(
+            "tiny", num_layers=4, num_heads=4, head_dim=16, ffn_dim=128, text_dim=32, text_len=8,
+            freq_dim=32, rope_max_seq_len=256,
+            notes="tests: ~10 ms per forward on one CPU thread",
+        ),
+        ModelPreset(
+            "small", num_layers=8, num_heads=8, head_dim=32, ffn_dim=1024, text_dim=64, text_len=16,
+            freq_dim=64, rope_max_seq_len=256,
+            notes="notebook demos on CPU: ~80 ms per forward on one thread",
+        ),
+        ModelPreset(
+            "wan2.1-1.3b", num_layers=30, num_heads=12, head_dim=128, ffn_dim=8960,
+            text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104),
+            notes="Wan 2.1 T2V 1.3B; 480p x 81 frames = 32,760 tokens; GPU",
+        ),
+        ModelPreset(
+            "wan2.1-14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
+            text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104),
+            notes="Wan 2.1 T2V 14B; ~28 GB of bf16 weights; GPUs",
+        ),
+    ]
+}
+
+
+def get_preset(name: str | ModelPreset) -> ModelPreset:
+    """Look a preset up by name; the error lists the names that exist."""
+    if isinstance(name, ModelPreset):
+        return name
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}: choose one of {sorted(PRESETS)}")
+    return PRESETS[name]
+
+
+def build_model(
+    preset: str | ModelPreset = "tiny",
+    *,
+    seed: int = 0,
+    checkpoint: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> WanTransformer3DModel:
+    """Build the Wan transformer in eval mode, identical on every rank that passes the same args.
+
+    With ``checkpoint`` (a local diffusers folder holding ``config.json`` and weights) the
+    weights are loaded from disk and ``preset`` is ignored. Otherwise they are random, drawn from
+    a generator seeded with ``seed`` inside ``torch.random.fork_rng`` so the caller's global RNG
+    is left untouched. ``device="meta"`` builds shapes only (parameter counts of the 14B model
+    without 57 GB of RAM).
+    """
+    if checkpoint is not None:
+        path = Path(checkpoint)
+        if not (path / "config.json").exists():
+            raise ValueError(f"checkpoint={str(path)!r} is not a diffusers model folder "
+                             "(it has no config.json); no weights are downloaded at run time")
+        model = WanTransformer3DModel.from_pretrained(path, torch_dtype=dtype)
+        return model.to(device).eval().requires_grad_(False)
+    cfg = get_preset(preset).diffusers_config()
+    if str(device) == "meta":
+        with torch.device("meta"):
+            model = WanTransformer3DModel(**cfg)
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = WanTransformer3DModel(**cfg)
+        model = model.to(device)
+    return _cast(model, dtype).eval().requires_grad_(False)
+
+
+def _cast(model: WanTransformer3DModel, dtype: torch.dtype) -> WanTransformer3DModel:
+    """Cast to ``dtype`` but keep the modules Wan needs in fp32 (rope, time embedder, norms...).
+
+    This is what ``from_pretrained(torch_dtype=...)`` does; a plain ``model.to(bf16)`` would
+    also cast those and drift from the reference numerics.
+    """
+    if dtype == torch.float32:
+        return model
+    keep = tuple(model._keep_in_fp32_modules)
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if not any(part in keep for part in name.split(".")):
+            tensor.data = tensor.data.to(dtype)
+    return model
+
+
+def num_params(module: nn.Module) -> int:
+    """Parameter count (what each rank must hold in memory, times bytes per element)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+# ----------------------------------------------------------------------------------------------
+# The stage view
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageContext:
+    """What every block needs besides the hidden states; cheap, recomputable on any rank."""
+
+    text: torch.Tensor  # (B, L, D) text after the condition embedder's projection
+    timestep_proj: torch.Tensor  # (B, 6, D) per-block modulation (shift/scale/gate x2)
+    temb: torch.Tensor  # (B, D) time embedding; the epilogue's shift/scale comes from it
+    rotary_emb: tuple[torch.Tensor, torch.Tensor]  # (1, S, 1, head_dim) cos and sin
+    grid: tuple[int, int, int] = field(default=(0, 0, 0))  # post-patch (F, H, W) for unpatchify
+
+
+def condition(
+    model: WanTransformer3DModel,
+    latent_shape: tuple[int, ...],
+    timestep: torch.Tensor,
+    text: torch.Tensor,
+) -> StageContext:
+    """Everything a block needs except ``h``: rope tables, timestep projection, projected text.
+
+    Needs only the latent's *shape*, which is why a layer stage can compute it without
+    receiving anything but the hidden states.
+    """
+    if model.condition_embedder.image_embedder is not None:
+        raise ValueError("image-conditioned (I2V) Wan models are not supported by the stage view")
+    if timestep.ndim != 1:
+        raise ValueError(f"timestep must be 1-D (B,), got shape {tuple(timestep.shape)}")
+    p_t, p_h, p_w = model.config.patch_size
+    _, _, f, h, w = latent_shape
+    # rope reads only its input's shape; a meta tensor of that shape costs nothing.
+    cos, sin = model.rope(torch.empty(latent_shape, device="meta"))  # (1, S, 1, head_dim) each
+    temb, timestep_proj, text, _ = model.condition_embedder(timestep, text, None)
+    timestep_proj = timestep_proj.unflatten(1, (6, -1))  # (B, 6, D)
+    return StageContext(text, timestep_proj, temb, (cos, sin), (f // p_t, h // p_h, w // p_w))
+
+
+def embed_patches(model: WanTransformer3DModel, latent: torch.Tensor) -> torch.Tensor:
+    """Patchify the latent into tokens: (B, C, F, H, W) -> (B, S, D), contiguous."""
+    hidden = model.patch_embedding(latent)  # (B, D, F', H', W')
+    return hidden.flatten(2).transpose(1, 2).contiguous()  # (B, S, D)
+
+
+def prologue(
+    model: WanTransformer3DModel,
+    latent: torch.Tensor,
+    timestep: torch.Tensor,
+    text: torch.Tensor,
+) -> tuple[torch.Tensor, StageContext]:
+    """Everything before the first block: tokens ``h`` (B, S, D) and the shared context."""
+    ctx = condition(model, tuple(latent.shape), timestep, text)
+    return embed_patches(model, latent), ctx
+
+
+def run_blocks(
+    model: WanTransformer3DModel,
+    hidden: torch.Tensor,
+    ctx: StageContext,
+    blocks: range | None = None,
+) -> torch.Tensor:
+    """Run ``model.blocks[i]`` for i in ``blocks`` (all of them by default) on (B, S, D) tokens."""
+    for i in blocks if blocks is not None else range(len(model.blocks)):
+        hidden = model.blocks[i](hidden, ctx.text, ctx.timestep_proj, ctx.rotary_emb)
+    return hidden
+
+
+def epilogue(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageContext) -> torch.Tensor:
+    """Output norm modulated by ``scale_shift_table + temb``, projection, unpatchify.
+
+    (B, S, D) -> (B, C, F, H, W), the velocity prediction of flow matching.
+    """
+    shift, scale = (model.scale_shift_table + ctx.temb.unsqueeze(1)).chunk(2, dim=1)  # (B, 1, D)
+    hidden = (model.norm_out(hidden.float()) * (1 + scale) + shift).type_as(hidden)
+    hidden = model.proj_out(hidden)  # (B, S, C * p_t * p_h * p_w)
+    f, h, w = ctx.grid
+    p_t, p_h, p_w = model.config.patch_size
+    hidden = hidden.reshape(hidden.shape[0], f, h, w, p_t, p_h, p_w, -1)
+    hidden = hidden.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, F, p_t, H, p_h, W, p_w)
+    return hidden.flatten(6, 7).flatten(4, 5).flatten(2, 3)
+
+
+def forward_by_stages(
+    model: WanTransformer3DModel,
+    latent: torch.Tensor,
+    timestep: torch.Tensor,
+    text: torch.Tensor,
+) -> torch.Tensor:
+    """prologue -> all blocks -> epilogue: the stage view run end to end (== ``model(...)``)."""
+    hidden, ctx = prologue(model, latent, timestep, text)
+    return epilogue(model, run_blocks(model, hidden, ctx), ctx)
+
+
+def describe(preset: str | ModelPreset) -> str:
+    """A one-line summary: layers, width, parameters (counted on the meta device), tokens."""
+    p = get_preset(preset)
+    n = num_params(build_model(p, device="meta"))
+    return (f"{p.name}: {p.num_layers} blocks, D={p.dim} ({p.num_heads}x{p.head_dim}), "
+            f"ffn {p.ffn_dim}, {n / 1e6:,.1f} M params, {p.num_tokens():,} tokens/sample "
+            f"at latent {p.latent_shape}; {p.notes}")
+
+
+__all__ = [
+    "PRESETS", "ModelPreset", "StageContext", "build_model", "condition", "describe",
+    "embed_patches", "epilogue", "forward_by_stages", "get_preset", "num_params", "prologue",
+    "run_blocks",
+]

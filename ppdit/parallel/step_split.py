@@ -1,0 +1,276 @@
+"""Step-split pipeline parallelism: stage s runs a contiguous slice of the denoising steps.
+
+Every rank holds the whole model. A request's latent enters stage 0 as noise, each stage runs
+its steps, and the ``StepState`` (latent + step index, see ``ppdit.sampler``) moves on::
+
+    steps:   0 1 2 3 4 5 6          (7 steps over 3 stages: 3 + 2 + 2)
+    stage 0: [0 1 2] --latent-->
+    stage 1:         [3 4] --latent-->
+    stage 2:               [5 6] -> final latent
+
+One request alone gains nothing: the stages run one after another. The gain is *pipeline
+filling*: with R requests in flight, stage 1 works on request r while stage 0 starts r + 1, so
+throughput approaches P times one device, ``R P / (R + P - 1)`` of it for R requests. Two modes:
+
+* ``"filled"``: each stage takes requests in order, ``micro_batch`` at a time (a group moves
+  through the stages as one batch; 1 = one request at a time, ``R`` = everything batched).
+  ``max_in_flight`` caps how many groups may be inside the pipeline (1 = no filling, the
+  earlier report's setting); the last stage returns a credit to stage 0 per finished group.
+* ``"stream_batch"``: a stage holds up to one request per step of its slice and runs them as
+  one batch, each sample at its own timestep (StreamDiffusion's *stream batch*, here per stage).
+  Batching buys arithmetic efficiency; the price is bitwise equality with one-at-a-time.
+
+Splits are contiguous and balanced by step count (``split_steps``) or by per-step cost
+(``weights``: e.g. ``SamplingConfig.step_costs()`` when only early steps use guidance).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ppdit.model import get_preset
+from ppdit.parallel.step_stage import setup_stage, step_split_worker, stream_batch_ticks
+from ppdit.runtime.launch import launch
+from ppdit.runtime.p2p import FrameSpec
+from ppdit.runtime.trace import Trace, merge
+from ppdit.sampler import Denoiser, Request, SamplingConfig
+
+MODES = ("filled", "stream_batch")
+
+
+def split_steps(num_steps: int, num_stages: int,
+                weights: Sequence[float] | None = None) -> list[range]:
+    """Contiguous step ranges, one per stage, every stage getting at least one step.
+
+    Without ``weights`` the sizes differ by at most one (earlier stages take the extra steps).
+    With ``weights`` (one cost per step) the split minimises the most expensive stage, which is
+    what bounds a filled pipeline's throughput (exact, by dynamic programming).
+    """
+    if num_stages < 1:
+        raise ValueError(f"num_stages={num_stages} must be >= 1")
+    if num_steps < num_stages:
+        raise ValueError(f"num_steps={num_steps} cannot be split over {num_stages} stages: "
+                         "step-split PP needs at least one step per stage "
+                         "(num_steps >= num_stages)")
+    if weights is None:
+        base, extra = divmod(num_steps, num_stages)
+        sizes = [base + (1 if s < extra else 0) for s in range(num_stages)]
+        return _ranges(sizes)
+    if len(weights) != num_steps or any(w <= 0 for w in weights):
+        raise ValueError(f"weights must hold {num_steps} positive per-step costs, "
+                         f"got {len(weights)} values (min {min(weights, default=0)})")
+    return _ranges(_balanced_sizes(list(weights), num_stages))
+
+
+def _ranges(sizes: Sequence[int]) -> list[range]:
+    out, start = [], 0
+    for n in sizes:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def _balanced_sizes(weights: list[float], num_stages: int) -> list[int]:
+    """Min-max contiguous partition: best[k][i] = cheapest bottleneck for the first i steps on k
+    stages. O(P N^2), trivial for step counts."""
+    n = len(weights)
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, num_stages + 1):
+        for i in range(k, n - (num_stages - k) + 1):
+            for j in range(k - 1, i):
+                cost = max(best[k - 1][j], prefix[i] - prefix[j])
+                if cost < best[k][i] - 1e-12:
+                    best[k][i], cut[k][i] = cost, j
+    sizes, i = [], n
+    for k in range(num_stages, 0, -1):
+        j = cut[k][i]
+        sizes.append(i - j)
+        i = j
+    return sizes[::-1]
+
+
+@dataclass(frozen=True)
+class StepSplitPlan:
+    """Everything every stage must agree on; picklable, sent to each spawned rank."""
+
+    requests: tuple[Request, ...]
+    stages: tuple[range, ...]
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    preset: str = "tiny"
+    model_seed: int = 0
+    latent_shape: tuple[int, ...] | None = None  # None: the preset's default
+    mode: str = "filled"
+    micro_batch: int = 1  # "filled": requests that travel together as one batch
+    max_in_flight: int | None = None  # "filled": groups inside the pipeline; None = no limit
+    # Independent copies of the pipeline, requests dealt round-robin: replicas x stages ranks.
+    # One stage and two replicas is plain data parallelism, the baseline step split must beat.
+    replicas: int = 1
+    warmup: int = 1  # untimed forwards per rank before the timed run (0 shows the cold start)
+    timeout_s: float = 120.0  # bound on every P2P wait inside the ranks
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)  # fails early, naming the presets that exist
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} is not one of {MODES}")
+        if not self.requests:
+            raise ValueError("a plan needs at least one request")
+        if len({r.request_id for r in self.requests}) != len(self.requests):
+            raise ValueError("request ids must be unique")
+        steps = [i for r in self.stages for i in r]
+        if steps != list(range(self.sampling.num_steps)) or any(len(r) == 0 for r in self.stages):
+            raise ValueError(f"stages {list(self.stages)} must cover steps "
+                             f"0..{self.sampling.num_steps - 1} contiguously, each once, "
+                             "at least one step per stage")
+        if self.micro_batch < 1:
+            raise ValueError(f"micro_batch={self.micro_batch} must be >= 1")
+        if self.mode == "stream_batch" and self.micro_batch != 1:
+            raise ValueError("stream_batch forms its own batches: micro_batch must be 1")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight={self.max_in_flight} must be >= 1 (or None)")
+        if self.replicas < 1 or self.warmup < 0:
+            raise ValueError(f"replicas={self.replicas} must be >= 1, warmup={self.warmup} >= 0")
+        if len(self.requests) % (self.replicas * self.micro_batch):
+            raise ValueError(f"{len(self.requests)} requests cannot be dealt to replicas="
+                             f"{self.replicas} in groups of micro_batch={self.micro_batch}")
+
+    @property
+    def num_stages(self) -> int:
+        """P, the number of ranks this plan runs on."""
+        return len(self.stages)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the plan runs on: replicas x stages."""
+        return self.replicas * self.num_stages
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The latent shape of every request."""
+        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
+
+    def groups(self, replica: int = 0) -> list[tuple[Request, ...]]:
+        """A replica's requests (every ``replicas``-th) in the order they enter its pipeline,
+        ``micro_batch`` at a time."""
+        mine, g = self.requests[replica::self.replicas], self.micro_batch
+        return [mine[i:i + g] for i in range(0, len(mine), g)]
+
+    def frame_spec(self) -> FrameSpec:
+        """The handoff frame: one group's latents plus (first request id, step index)."""
+        b, *rest = self.shape
+        return FrameSpec((b * self.micro_batch, *rest), torch.float32, meta_slots=2)
+
+
+def make_plan(
+    num_stages: int,
+    num_requests: int = 1,
+    *,
+    sampling: SamplingConfig | None = None,
+    weights: Sequence[float] | None = None,
+    first_seed: int = 0,
+    **kwargs,
+) -> StepSplitPlan:
+    """A plan for ``num_requests`` requests (seeds ``first_seed``, +1, ...) over ``num_stages``."""
+    sampling = sampling or SamplingConfig()
+    stages = split_steps(sampling.num_steps, num_stages, weights)
+    requests = tuple(Request(i, first_seed + i) for i in range(num_requests))
+    return StepSplitPlan(requests, tuple(stages), sampling, **kwargs)
+
+
+@dataclass
+class StepSplitResult:
+    """The merged outcome of a plan: final latents, one timeline per round, and the plan."""
+
+    plan: StepSplitPlan
+    latents: dict[int, torch.Tensor]
+    traces: list[Trace]
+
+    @property
+    def trace(self) -> Trace:
+        """The last round's timeline."""
+        return self.traces[-1]
+
+    @property
+    def makespans_s(self) -> list[float]:
+        """Wall time of each round, first span to last, in seconds."""
+        return [t.makespan_s for t in self.traces]
+
+    def throughput(self) -> float:
+        """Requests per second, from the median round."""
+        return len(self.plan.requests) / statistics.median(self.makespans_s)
+
+
+def run_step_split(plan: StepSplitPlan, rounds: int = 1, **launch_kwargs) -> StepSplitResult:
+    """Launch ``plan.world_size`` ranks, run the plan ``rounds`` times, return latents + traces.
+
+    Ranks get one thread each unless ``threads_per_rank`` says otherwise: a speedup measured
+    with more threads than cores is a measurement of the scheduler.
+    """
+    return run_side_by_side({"plan": plan}, rounds, **launch_kwargs)["plan"]
+
+
+def run_side_by_side(plans: dict[str, StepSplitPlan], rounds: int = 3,
+                     **launch_kwargs) -> dict[str, StepSplitResult]:
+    """Run several plans in one launch, interleaved round by round, so they can be compared.
+
+    All plans must share the model (preset, seed); the launch has as many ranks as the largest
+    plan needs, and a smaller plan leaves the other ranks idle during its turn.
+    """
+    first = next(iter(plans.values()))
+    if any((p.preset, p.model_seed) != (first.preset, first.model_seed) for p in plans.values()):
+        raise ValueError("plans compared side by side must share preset and model_seed")
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds} must be >= 1")
+    launch_kwargs.setdefault("threads_per_rank", 1)
+    world = max(p.world_size for p in plans.values())
+    ordered = tuple(plans.values())
+    per_rank = launch(step_split_worker, world, args=(ordered, rounds), setup=setup_stage,
+                      **launch_kwargs)
+    out = {}
+    for i, (name, plan) in enumerate(plans.items()):
+        latents: dict[int, torch.Tensor] = {}
+        for rank_results in per_rank:
+            latents.update(rank_results[i].latents)
+        traces = [merge([r[i].traces[k] for r in per_rank[:plan.world_size]])
+                  for k in range(rounds)]
+        out[name] = StepSplitResult(plan, dict(sorted(latents.items())), traces)
+    return out
+
+
+def stream_batch_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, torch.Tensor]:
+    """The stream-batch schedule on one device: the same batches, stage after stage.
+
+    A stage's batches depend only on its own tick schedule, so running the stages in sequence
+    reproduces exactly the arithmetic of the distributed run: this equals it bitwise.
+    """
+    den = Denoiser(model, plan.preset, plan.sampling)
+    out: dict[int, torch.Tensor] = {}
+    for replica in range(plan.replicas):
+        requests = list(plan.requests[replica::plan.replicas])
+        states = {r.request_id: den.initial_state(r, plan.shape) for r in requests}
+        for steps in plan.stages:
+            arriving, states = states, {}
+            stream_batch_ticks(den, requests, steps, lambda r, src=arriving: src[r.request_id],
+                               lambda st, dst=states: dst.__setitem__(st.request_id, st))
+        out.update({rid: st.latent for rid, st in states.items()})
+    return dict(sorted(out.items()))
+
+
+def grouped_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, torch.Tensor]:
+    """Each ``micro_batch`` group batched through all steps on one device (== "filled" bitwise)."""
+    den = Denoiser(model, plan.preset, plan.sampling)
+    out: dict[int, torch.Tensor] = {}
+    for group in [g for rep in range(plan.replicas) for g in plan.groups(rep)]:
+        states = [den.initial_state(r, plan.shape) for r in group]
+        for s in den.run(states, group, range(plan.sampling.num_steps)):
+            out[s.request_id] = s.latent
+    return out

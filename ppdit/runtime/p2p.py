@@ -1,0 +1,245 @@
+"""Point-to-point messages between ranks: self-describing tensors and fixed-size frames.
+
+Two rules from experience, enforced here so no caller has to remember them:
+
+* a tensor on the wire is contiguous (gloo fails on the sender for a strided one while the
+  receiver waits forever), and the receiver learns its shape and dtype from a header;
+* every blocking wait has a timeout, so a send that never comes is an error, not a hang.
+
+``send_tensor`` / ``recv_tensor`` carry any tensor as two messages: a fixed 12-int64 header
+(magic, dtype, ndim, shape) and the payload. A pipeline hands off the *same* shape thousands of
+times, so paying a second message each time is waste: ``FrameSender`` / ``FrameReceiver`` agree
+on a ``FrameSpec`` once (the first message is its header, checked by the receiver) and then send
+each handoff as **one** message, the payload with a few int64 metadata slots appended (request id,
+step index, ...). With ``FrameSender.claim`` the producing step writes straight into the outgoing
+frame, so a handoff costs what a bare ``dist.send`` of the latent costs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cached_property
+
+import torch
+import torch.distributed as dist
+
+MAGIC = 0x50504454  # "PPDT": catches a receiver that is reading someone else's message
+MAX_NDIM = 8
+HEADER_LEN = 4 + MAX_NDIM  # magic, dtype code, ndim, meta slots, shape
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+          torch.int16, torch.int8, torch.uint8, torch.bool)
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def _wait(work, timeout_s: float, what: str) -> None:
+    """Wait for a P2P op; turn the backend's timeout into a ``TimeoutError`` that says what."""
+    try:
+        work.wait(timeout=timedelta(seconds=timeout_s))
+    except RuntimeError as e:
+        if "imed out" in str(e) or "timeout" in str(e).lower():
+            raise TimeoutError(f"{what}: nothing completed within {timeout_s:g} s "
+                               "(is the peer alive, and did it post the matching call?)") from e
+        raise
+
+
+def _header(shape: Sequence[int], dtype: torch.dtype, meta_slots: int, device) -> torch.Tensor:
+    if len(shape) > MAX_NDIM:
+        raise ValueError(f"tensor has {len(shape)} dims; P2P headers carry at most {MAX_NDIM}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype} cannot be sent; supported: {DTYPES}")
+    h = [MAGIC, DTYPES.index(dtype), len(shape), meta_slots, *shape]
+    h += [0] * (HEADER_LEN - len(h))
+    return torch.tensor(h, dtype=torch.int64, device=device)
+
+
+def _parse_header(h: torch.Tensor, src: int) -> tuple[tuple[int, ...], torch.dtype, int]:
+    vals = h.tolist()
+    if vals[0] != MAGIC:
+        raise RuntimeError(f"message from rank {src} is not a ppdit header (magic {vals[0]:#x}); "
+                           "sender and receiver disagree on the order of messages")
+    ndim = vals[2]
+    return tuple(vals[4:4 + ndim]), DTYPES[vals[1]], vals[3]
+
+
+def send_tensor(tensor: torch.Tensor, dst: int, *, group=None,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Send any tensor (header, then contiguous payload) to global rank ``dst``; blocks."""
+    payload = tensor.contiguous()
+    _wait(dist.isend(_header(payload.shape, payload.dtype, 0, payload.device), dst, group=group),
+          timeout_s, f"sending a header to rank {dst}")
+    _wait(dist.isend(payload, dst, group=group), timeout_s, f"sending a tensor to rank {dst}")
+
+
+def recv_tensor(src: int, *, device: torch.device | str = "cpu", group=None,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
+    """Receive a tensor sent with ``send_tensor`` from global rank ``src``."""
+    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=device)
+    _wait(dist.irecv(h, src, group=group), timeout_s, f"receiving a header from rank {src}")
+    shape, dtype, _ = _parse_header(h, src)
+    out = torch.empty(shape, dtype=dtype, device=device)
+    _wait(dist.irecv(out, src, group=group), timeout_s, f"receiving a tensor from rank {src}")
+    return out
+
+
+@dataclass(frozen=True)
+class FrameSpec:
+    """The fixed layout of one handoff frame: a payload tensor plus int64 metadata slots.
+
+    ``[ payload bytes | pad to 8 | meta_slots x int64 ]`` in one contiguous uint8 buffer.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+    meta_slots: int = 4
+
+    @cached_property
+    def raw_payload_nbytes(self) -> int:
+        """Payload bytes without padding."""
+        return torch.Size(self.shape).numel() * torch.empty((), dtype=self.dtype).element_size()
+
+    @cached_property
+    def payload_nbytes(self) -> int:
+        """Payload bytes, padded to 8 so the int64 slots that follow are aligned."""
+        return (self.raw_payload_nbytes + 7) // 8 * 8
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire per frame."""
+        return self.payload_nbytes + 8 * self.meta_slots
+
+    def new_frame(self, device: torch.device | str = "cpu") -> Frame:
+        """An empty frame buffer with its payload and metadata views made once (making them costs
+        more Python time per handoff than the copy they would avoid)."""
+        buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+        payload = buf[:self.raw_payload_nbytes].view(self.dtype).view(self.shape)
+        meta = buf[self.payload_nbytes:].view(torch.int64)
+        return Frame(buf, payload, meta, meta.numpy() if meta.device.type == "cpu" else None)
+
+
+@dataclass
+class Frame:
+    """One reusable frame buffer and views into it."""
+
+    buf: torch.Tensor  # (nbytes,) uint8: what goes on the wire
+    payload: torch.Tensor  # view of shape ``spec.shape``
+    meta: torch.Tensor  # (meta_slots,) int64 view
+    meta_np: object  # numpy view of ``meta`` on CPU (cheap writes), else None
+
+    def fill(self, spec: FrameSpec, tensor: torch.Tensor, meta: Sequence[int]) -> None:
+        """Put ``tensor`` (copied unless it already is the payload) and ``meta`` in the frame."""
+        if tuple(tensor.shape) != spec.shape or tensor.dtype != spec.dtype:
+            raise ValueError(f"frame expects {spec.shape} {spec.dtype}, "
+                             f"got {tuple(tensor.shape)} {tensor.dtype}")
+        if len(meta) > spec.meta_slots:
+            raise ValueError(f"{len(meta)} metadata values but the frame has {spec.meta_slots}")
+        if tensor.data_ptr() != self.payload.data_ptr():
+            self.payload.copy_(tensor)
+        slots = [*meta, *([0] * (spec.meta_slots - len(meta)))]
+        if self.meta_np is not None:
+            self.meta_np[:] = slots
+        else:
+            self.meta.copy_(torch.tensor(slots, dtype=torch.int64))
+
+    def read_meta(self) -> list[int]:
+        """The metadata slots as Python ints."""
+        return self.meta_np.tolist() if self.meta_np is not None else self.meta.tolist()
+
+
+class FrameSender:
+    """Sends frames of one ``FrameSpec`` to one peer, one message each, without blocking.
+
+    Up to ``max_in_flight`` sends stay outstanding; the next ``send`` waits for the oldest.
+    Frame buffers are recycled once their send completes. The first frame is preceded by the
+    spec's header so the receiver can check that both sides agree.
+
+    Zero-copy: ``claim()`` returns the payload view of the next outgoing buffer; a producer that
+    writes its result there (``torch.add(..., out=claimed)``) makes ``send`` skip the copy. On
+    this CPU that copy of a 256 KB latent costs ~30% of the whole handoff.
+    """
+
+    def __init__(self, spec: FrameSpec, dst: int, *, device: torch.device | str = "cpu",
+                 group=None, max_in_flight: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S):
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight={max_in_flight} must be >= 1")
+        self.spec, self.dst, self.device, self.group = spec, dst, torch.device(device), group
+        self.max_in_flight, self.timeout_s = max_in_flight, timeout_s
+        # (work, Frame to recycle or None, tensor the transport is still reading)
+        self._pending: deque = deque()
+        self._free: list[Frame] = []
+        self._claimed: Frame | None = None
+        self._announced = False
+
+    def claim(self) -> torch.Tensor:
+        """The payload view of the buffer the next ``send`` will use: write the outgoing tensor
+        here to avoid a copy. Waits for a send slot if ``max_in_flight`` are outstanding."""
+        if self._claimed is None:
+            while len(self._pending) >= self.max_in_flight:
+                self._wait_oldest()
+            self._claimed = self._free.pop() if self._free else self.spec.new_frame(self.device)
+        return self._claimed.payload
+
+    def send(self, tensor: torch.Tensor, meta: Sequence[int]) -> None:
+        """Queue one frame for ``dst``; returns once the send is posted."""
+        if not self._announced:
+            h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots, self.device)
+            self._pending.append((dist.isend(h, self.dst, group=self.group), None, h))
+            self._announced = True
+        self.claim()
+        frame, self._claimed = self._claimed, None
+        frame.fill(self.spec, tensor, meta)
+        self._pending.append((dist.isend(frame.buf, self.dst, group=self.group), frame,
+                              frame.buf))
+
+    def _wait_oldest(self) -> None:
+        work, frame, _ = self._pending.popleft()
+        _wait(work, self.timeout_s, f"sending a frame to rank {self.dst}")
+        if frame is not None:
+            self._free.append(frame)
+
+    def flush(self) -> None:
+        """Wait until every queued frame has been handed to the transport."""
+        while self._pending:
+            self._wait_oldest()
+
+
+class FrameReceiver:
+    """Receives frames of one ``FrameSpec`` from one peer; checks the spec on the first one.
+
+    Frames land in a ring of ``depth`` reused buffers: the payload ``recv`` returns is a view
+    that stays valid until ``depth`` more frames have arrived. Pass ``copy=True`` to keep it
+    longer (a stage that holds several requests at once does).
+    """
+
+    def __init__(self, spec: FrameSpec, src: int, *, device: torch.device | str = "cpu",
+                 group=None, depth: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.spec, self.src, self.device, self.group = spec, src, torch.device(device), group
+        self.timeout_s = timeout_s
+        self._ring = [spec.new_frame(self.device) for _ in range(depth)]
+        self._next = 0
+        self._checked = False
+
+    def recv(self, timeout_s: float | None = None, copy: bool = False
+             ) -> tuple[torch.Tensor, list[int]]:
+        """The next frame's payload (a ring-buffer view unless ``copy``) and its metadata."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        if not self._checked:
+            self._check_header(timeout_s)
+        frame = self._ring[self._next]
+        self._next = (self._next + 1) % len(self._ring)
+        _wait(dist.irecv(frame.buf, self.src, group=self.group), timeout_s,
+              f"receiving a frame from rank {self.src}")
+        return (frame.payload.clone() if copy else frame.payload), frame.read_meta()
+
+    def _check_header(self, timeout_s: float) -> None:
+        h = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
+        _wait(dist.irecv(h, self.src, group=self.group), timeout_s,
+              f"receiving the frame header from rank {self.src}")
+        shape, dtype, slots = _parse_header(h, self.src)
+        theirs = FrameSpec(shape, dtype, slots)
+        if theirs != self.spec:
+            raise RuntimeError(f"rank {self.src} sends frames {theirs} but this rank expects "
+                               f"{self.spec}: both sides must build the same FrameSpec")
+        self._checked = True

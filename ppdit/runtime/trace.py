@@ -1,0 +1,219 @@
+"""Per-rank spans on a common clock, merged into one timeline and exported for Perfetto.
+
+Each rank owns a ``Tracer`` and wraps what it does in ``with tracer.span(kind, name, **meta)``.
+Kinds used across ppdit: ``compute`` (model work), ``send``/``recv`` (P2P), ``wait`` (blocked
+on a peer or a queue), ``decode`` (VAE). The clock is ``time.perf_counter_ns`` — on Linux that
+is CLOCK_MONOTONIC, one clock for every process on a host, so spans of different ranks on one
+machine line up exactly. Ranks on different hosts are aligned by a barrier (``Tracer.align``);
+the error is then the barrier's release skew.
+
+On a GPU a compute span's wall time measures only the *launch* of asynchronous kernels; with
+``gpu=True`` the span also records CUDA events and reports the kernels' own start and end
+(resolved once, in ``finish``, so tracing adds no synchronisation to the hot path).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ppdit.runtime.device import Placement
+
+ASYNC_KINDS = ("send",)  # drawn on a second lane: an isend overlaps what follows it
+
+
+@dataclass
+class Span:
+    """One interval of one rank's time."""
+
+    rank: int
+    kind: str
+    name: str
+    start_ns: int
+    end_ns: int
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        """Length in seconds."""
+        return (self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass
+class Counter:
+    """A sampled value over time (queue depth, bytes in flight)."""
+
+    rank: int
+    name: str
+    t_ns: int
+    value: float
+
+
+class Tracer:
+    """Records one rank's spans; cheap enough to leave on (two clock reads per span)."""
+
+    def __init__(self, rank: int = 0, placement: Placement | None = None, enabled: bool = True):
+        self.rank = rank
+        self.enabled = enabled
+        self.host = socket.gethostname()
+        self.epoch_ns = time.perf_counter_ns()
+        self._spans: list[Span] = []
+        self._counters: list[Counter] = []
+        self._gpu_pending: list[tuple[Span, object, object]] = []
+        self._gpu_ref: tuple[int, object] | None = None
+        self._placement = placement
+
+    def align(self, group=None) -> None:
+        """Set this rank's epoch at a barrier so hosts without a shared clock line up."""
+        import torch.distributed as dist
+
+        dist.barrier(group=group)
+        self.epoch_ns = time.perf_counter_ns()
+
+    @contextmanager
+    def span(self, kind: str, name: str = "", gpu: bool = False, **meta) -> Iterator[Span]:
+        """Time the body; ``gpu=True`` also times it with CUDA events on a CUDA placement."""
+        if not self.enabled:
+            yield Span(self.rank, kind, name, 0, 0, meta)
+            return
+        events = self._start_events() if gpu else None
+        s = Span(self.rank, kind, name, time.perf_counter_ns(), 0, meta)
+        try:
+            yield s
+        finally:
+            s.end_ns = time.perf_counter_ns()
+            self._spans.append(s)
+            if events is not None:
+                events[1].record()
+                self._gpu_pending.append((s, *events))
+
+    def counter(self, name: str, value: float) -> None:
+        """Sample a counter now (drawn as a step plot in Perfetto)."""
+        if self.enabled:
+            self._counters.append(Counter(self.rank, name, time.perf_counter_ns(), float(value)))
+
+    def _start_events(self):
+        if self._placement is None or not self._placement.is_cuda:
+            return None
+        if self._gpu_ref is None:
+            ref = torch.cuda.Event(enable_timing=True)
+            self._placement.synchronize()
+            ref.record()
+            self._placement.synchronize()
+            self._gpu_ref = (time.perf_counter_ns(), ref)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        return start, end
+
+    def finish(self) -> RankTrace:
+        """Resolve GPU timings and hand back everything recorded (picklable, CPU only)."""
+        if self._gpu_pending and self._placement is not None:
+            self._placement.synchronize()
+            ref_ns, ref = self._gpu_ref
+            for span, start, end in self._gpu_pending:
+                span.meta["wall_start_ns"], span.meta["wall_end_ns"] = span.start_ns, span.end_ns
+                span.start_ns = ref_ns + int(ref.elapsed_time(start) * 1e6)
+                span.end_ns = ref_ns + int(ref.elapsed_time(end) * 1e6)
+            self._gpu_pending.clear()
+        return RankTrace(self.rank, self.host, self.epoch_ns, list(self._spans),
+                         list(self._counters))
+
+
+@dataclass
+class RankTrace:
+    """One rank's finished recording."""
+
+    rank: int
+    host: str
+    epoch_ns: int
+    spans: list[Span]
+    counters: list[Counter] = field(default_factory=list)
+
+
+@dataclass
+class Trace:
+    """All ranks' spans on one clock, times in ns from the earliest event."""
+
+    spans: list[Span]
+    counters: list[Counter] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[int]:
+        """Ranks that recorded anything, sorted."""
+        return sorted({s.rank for s in self.spans} | {c.rank for c in self.counters})
+
+    @property
+    def makespan_s(self) -> float:
+        """From the first span's start to the last span's end, in seconds."""
+        if not self.spans:
+            return 0.0
+        return (max(s.end_ns for s in self.spans) - min(s.start_ns for s in self.spans)) / 1e9
+
+    def select(self, kind: str | None = None, rank: int | None = None) -> list[Span]:
+        """Spans of one kind and/or one rank, in start order."""
+        return [s for s in self.spans
+                if (kind is None or s.kind == kind) and (rank is None or s.rank == rank)]
+
+    def to_chrome(self) -> dict:
+        """Chrome trace-event JSON (open in https://ui.perfetto.dev or chrome://tracing)."""
+        events: list[dict] = []
+        for r in self.ranks:
+            events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
+                           "args": {"name": f"rank {r}"}})
+        for s in self.spans:
+            events.append({
+                "ph": "X", "name": s.name or s.kind, "cat": s.kind, "pid": s.rank,
+                "tid": 1 if s.kind in ASYNC_KINDS else 0, "ts": s.start_ns / 1e3,
+                "dur": (s.end_ns - s.start_ns) / 1e3, "args": _jsonable(s.meta),
+            })
+        for c in self.counters:
+            events.append({"ph": "C", "name": c.name, "pid": c.rank, "ts": c.t_ns / 1e3,
+                           "args": {c.name: c.value}})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def save_chrome(self, path: str | Path) -> Path:
+        """Write ``to_chrome()`` to ``path`` and return it."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_chrome()))
+        return path
+
+    def to_dict(self) -> dict:
+        """Plain data (for JSON summaries and for sending across processes)."""
+        return {"spans": [asdict(s) for s in self.spans],
+                "counters": [asdict(c) for c in self.counters]}
+
+
+def merge(rank_traces: Sequence[RankTrace]) -> Trace:
+    """Put every rank on one clock (shifting hosts by their barrier epochs) starting at 0."""
+    rank_traces = [t for t in rank_traces if t is not None]
+    same_host = len({t.host for t in rank_traces}) <= 1
+    spans: list[Span] = []
+    counters: list[Counter] = []
+    for t in rank_traces:
+        shift = 0 if same_host else -t.epoch_ns
+        spans += [Span(s.rank, s.kind, s.name, s.start_ns + shift, s.end_ns + shift, dict(s.meta))
+                  for s in t.spans]
+        counters += [Counter(c.rank, c.name, c.t_ns + shift, c.value) for c in t.counters]
+    if not spans and not counters:
+        return Trace([], [])
+    origin = min([s.start_ns for s in spans] + [c.t_ns for c in counters])
+    for s in spans:
+        s.start_ns -= origin
+        s.end_ns -= origin
+    for c in counters:
+        c.t_ns -= origin
+    spans.sort(key=lambda s: (s.start_ns, s.rank))
+    counters.sort(key=lambda c: (c.t_ns, c.rank))
+    return Trace(spans, counters)
+
+
+def _jsonable(meta: dict) -> dict:
+    return {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+            for k, v in meta.items()}

@@ -1,0 +1,298 @@
+"""Flow-matching sampling for Wan: the shifted sigma schedule, the Euler update, and what a
+handoff between step stages must carry.
+
+Flow matching (rectified flow) writes a noisy latent as ``x_sigma = (1 - sigma) x_0 + sigma eps``
+and trains the DiT to predict the velocity ``v = eps - x_0 = dx/dsigma``. Sampling integrates
+from sigma = 1 (pure noise) to sigma = 0 (the clean latent); Euler's method does it in
+``num_steps`` straight moves ``x <- x + (sigma_next - sigma) v``. Wan shifts the schedule towards
+high noise, ``sigma' = shift sigma / (1 + (shift - 1) sigma)`` (shift 3.0 at 480p, 5.0 at 720p),
+so more steps are spent where the coarse layout of the video is decided.
+
+What state a step needs from earlier steps (the *handoff*): Euler is a one-step method, so step
+``i`` needs only the latent ``x`` at ``sigmas[i]`` and the index ``i``. The sigmas follow from
+``(num_steps, shift)`` and the conditioning from the request, both of which every rank knows.
+That is ``StepState``. A multistep solver (UniPC, which Wan's diffusers pipeline uses by
+default, or DPM-Solver++) would add its last k model outputs to the handoff: k more latents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+
+import torch
+
+from ppdit.model import ModelPreset, forward_by_stages, get_preset
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How to denoise: the same on every rank, so it never travels with a handoff."""
+
+    num_steps: int = 28  # denoising steps (the earlier report used 28 for its dummy model)
+    shift: float = 3.0  # Wan 2.1's flow shift at 480p
+    guidance_scale: float = 1.0  # classifier-free guidance; 1.0 turns CFG (and its 2x cost) off
+    # Guide only the first k steps (None: all). Guidance matters most while the layout forms;
+    # limiting it (Kynkäänniemi et al. 2024) saves compute but makes early steps cost 2x the
+    # late ones, which is what a cost-weighted step split must balance.
+    guidance_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_steps < 1:
+            raise ValueError(f"num_steps={self.num_steps} must be >= 1")
+        if self.shift <= 0:
+            raise ValueError(f"shift={self.shift} must be > 0 "
+                             "(sigma' = shift s / (1 + (shift - 1) s))")
+        if self.guidance_steps is not None and not 0 <= self.guidance_steps <= self.num_steps:
+            raise ValueError(f"guidance_steps={self.guidance_steps} must be in 0..num_steps "
+                             f"({self.num_steps})")
+
+    @property
+    def uses_cfg(self) -> bool:
+        """Whether any step runs the model on (conditional, unconditional) pairs."""
+        return self.guidance_scale != 1.0 and self.guidance_steps != 0
+
+    def guided(self, step_index: int) -> bool:
+        """Whether step ``step_index`` applies classifier-free guidance (2 forwards' worth)."""
+        limit = self.num_steps if self.guidance_steps is None else self.guidance_steps
+        return self.uses_cfg and step_index < limit
+
+    def step_costs(self) -> list[float]:
+        """Relative model cost of each step: 2 with guidance, 1 without."""
+        return [2.0 if self.guided(i) else 1.0 for i in range(self.num_steps)]
+
+    def sigmas(self) -> torch.Tensor:
+        """``num_steps + 1`` noise levels from 1 down to exactly 0, shifted (float32)."""
+        s = torch.linspace(1.0, 0.0, self.num_steps + 1, dtype=torch.float64)
+        s = self.shift * s / (1 + (self.shift - 1) * s)
+        return s.to(torch.float32)
+
+    def timesteps(self) -> torch.Tensor:
+        """The model's timestep input for each step: ``1000 * sigma`` (Wan's training scale)."""
+        return self.sigmas()[:-1] * 1000.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation request; its seed fixes both its noise and its (synthetic) prompt."""
+
+    request_id: int
+    seed: int
+
+
+@dataclass
+class StepState:
+    """Everything step ``step_index`` needs from the steps before it: the handoff payload."""
+
+    request_id: int
+    step_index: int  # the next step to run, 0..num_steps; num_steps means done
+    latent: torch.Tensor  # (B, C, F, H, W): x at sigmas[step_index]
+
+
+def initial_noise(request: Request, latent_shape: Sequence[int]) -> torch.Tensor:
+    """Gaussian noise drawn on the CPU from the request's seed: identical on every device."""
+    g = torch.Generator().manual_seed(request.seed)
+    return torch.randn(tuple(latent_shape), generator=g)
+
+
+def prompt_embeddings(request: Request, preset: str | ModelPreset, batch: int = 1) -> torch.Tensor:
+    """A stand-in for the umT5 prompt encoding, (B, text_len, text_dim), from the request seed.
+
+    ppdit ships no text encoder (umT5-XXL alone is 11 GB); a seeded Gaussian has the right shape
+    and makes every rank agree on the conditioning without sending it. A separate generator
+    stream (seed + a large odd offset) keeps it independent of the noise.
+    """
+    p = get_preset(preset)
+    g = torch.Generator().manual_seed(request.seed + 1_000_003)
+    return torch.randn(batch, p.text_len, p.text_dim, generator=g)
+
+
+@dataclass
+class Conditioning:
+    """Per-request model inputs that stay fixed over all steps (device tensors)."""
+
+    text: torch.Tensor  # (B, L, text_dim) prompt embedding
+    null_text: torch.Tensor | None  # (B, L, text_dim) zeros: the empty prompt, only with CFG
+
+
+def conditioning_for(
+    request: Request, preset: str | ModelPreset, sampling: SamplingConfig, device: torch.device
+) -> Conditioning:
+    """Build a request's conditioning on ``device``; the null prompt exists only with CFG."""
+    text = prompt_embeddings(request, preset).to(device)
+    # Wan's pipeline zero-pads prompt embeddings to 512 tokens; an empty prompt is all padding.
+    null = torch.zeros_like(text) if sampling.uses_cfg else None
+    return Conditioning(text, null)
+
+
+def predict_velocity(
+    model: torch.nn.Module,
+    latent: torch.Tensor,
+    timestep: torch.Tensor,
+    cond: Conditioning,
+    guidance_scale: float,
+    guided: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The model's velocity for a batch (B, C, F, H, W), in one forward.
+
+    ``timestep`` is (B,): every sample may sit at its own step (StreamDiffusion's stream batch).
+    ``guided`` (B,) bool marks the samples that get classifier-free guidance; their
+    unconditional copies are appended to the same batch, ``v = v_u + g (v_c - v_u)``.
+    """
+    if guided is None or not bool(guided.any()):
+        return forward_by_stages(model, latent, timestep, cond.text)
+    if cond.null_text is None:
+        raise ValueError("guidance requested but the conditioning has no null prompt")
+    b = latent.shape[0]
+    both = forward_by_stages(
+        model,
+        torch.cat([latent, latent[guided]]),
+        torch.cat([timestep, timestep[guided]]),
+        torch.cat([cond.text, cond.null_text[guided]]),
+    )
+    v, v_uncond = both[:b].clone(), both[b:]
+    v[guided] = v_uncond + guidance_scale * (v[guided] - v_uncond)
+    return v
+
+
+def euler_update(
+    latent: torch.Tensor,
+    velocity: torch.Tensor,
+    sigma: torch.Tensor,
+    sigma_next: torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x <- x + (sigma_next - sigma) v``; sigma tensors are (B,) so samples may differ.
+
+    ``out`` lets the result land in a preallocated buffer (an outgoing P2P frame) with the
+    same kernel, hence the same bits, as without it.
+    """
+    dt = (sigma_next - sigma).to(latent.dtype).view(-1, *([1] * (latent.ndim - 1)))
+    return torch.add(latent, dt * velocity, out=out)
+
+
+class Denoiser:
+    """Runs denoising steps for one model and sampling config; the unit every layout shares.
+
+    Single-device ``generate``, every step-split stage and the stream batch all call
+    ``step`` / ``step_batch``, so they execute the same arithmetic: that is why step-split output
+    is bitwise equal to one device.
+    """
+
+    def __init__(self, model: torch.nn.Module, preset: str | ModelPreset, sampling: SamplingConfig):
+        self.model = model
+        self.preset = get_preset(preset)
+        self.sampling = sampling
+        self.device = next(model.parameters()).device
+        self.sigmas = sampling.sigmas().to(self.device)
+        self.timesteps = sampling.timesteps().to(self.device)
+        self._cond: dict[int, Conditioning] = {}
+
+    def conditioning(self, request: Request) -> Conditioning:
+        """Conditioning for a request, computed once and cached (it is the same every step)."""
+        if request.request_id not in self._cond:
+            self._cond[request.request_id] = conditioning_for(
+                request, self.preset, self.sampling, self.device
+            )
+        return self._cond[request.request_id]
+
+    def release(self, request: Request) -> None:
+        """Forget a finished request's cached conditioning."""
+        self._cond.pop(request.request_id, None)
+
+    def initial_state(self, request: Request, latent_shape: Sequence[int]) -> StepState:
+        """Step 0's input: the request's seeded noise, on this device."""
+        noise = initial_noise(request, latent_shape).to(self.device)
+        return StepState(request.request_id, 0, noise)
+
+    def step(self, state: StepState, request: Request, out: torch.Tensor | None = None
+             ) -> StepState:
+        """Run step ``state.step_index`` for one request; ``out`` receives the new latent."""
+        return self.step_batch([state], [request], out=out)[0]
+
+    @torch.no_grad()
+    def step_batch(self, states: Sequence[StepState], requests: Sequence[Request],
+                   out: torch.Tensor | None = None) -> list[StepState]:
+        """One forward over several requests, each at its own step (a stream batch).
+
+        A single request goes through here too, so every layout runs the same code. Batching
+        several changes the GEMM shapes, so results equal the one-at-a-time ``step`` only up to
+        float rounding (``BATCHED_TOL`` in the tests), never bitwise.
+        """
+        for s in states:
+            if not 0 <= s.step_index < self.sampling.num_steps:
+                raise ValueError(f"request {s.request_id}: step_index={s.step_index} is outside "
+                                 f"0..{self.sampling.num_steps - 1}")
+        counts = [s.latent.shape[0] for s in states]
+        idx = torch.tensor([s.step_index for s in states]).repeat_interleave(torch.tensor(counts))
+        guided = torch.tensor([self.sampling.guided(int(i)) for i in idx], device=self.device)
+        idx = idx.to(self.device)
+        latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
+        conds = [self.conditioning(r) for r in requests]
+        cond = Conditioning(
+            torch.cat([c.text for c in conds]),
+            None if conds[0].null_text is None else torch.cat([c.null_text for c in conds]),
+        )
+        v = predict_velocity(self.model, latent, self.timesteps[idx], cond,
+                             self.sampling.guidance_scale, guided)
+        latent = euler_update(latent, v, self.sigmas[idx], self.sigmas[idx + 1], out=out)
+        return [
+            replace(s, step_index=s.step_index + 1, latent=chunk)
+            for s, chunk in zip(states, latent.split(counts), strict=True)
+        ]
+
+    def run(
+        self,
+        states: Sequence[StepState],
+        requests: Sequence[Request],
+        steps: range,
+        span: Callable[[int], AbstractContextManager] | None = None,
+        out: torch.Tensor | None = None,
+    ) -> list[StepState]:
+        """Run the contiguous ``steps`` (a stage's slice) for a group of requests, batched.
+
+        ``span(i)`` times step i; ``out`` receives the last step's latents, concatenated (a
+        stage passes its outgoing frame here so the handoff copies nothing).
+        """
+        for s in states:
+            if s.step_index != steps.start:
+                raise ValueError(f"request {s.request_id} arrived at step {s.step_index} but "
+                                 f"this stage runs steps {steps.start}..{steps.stop - 1}")
+        for i in steps:
+            with span(i) if span is not None else nullcontext():
+                states = self.step_batch(states, requests, out=out if i == steps.stop - 1 else None)
+        return list(states)
+
+
+def generate(
+    model: torch.nn.Module,
+    request: Request,
+    *,
+    preset: str | ModelPreset = "tiny",
+    sampling: SamplingConfig | None = None,
+    latent_shape: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """The single-device reference: all steps for one request on one device -> final latent."""
+    sampling = sampling or SamplingConfig()
+    den = Denoiser(model, preset, sampling)
+    shape = tuple(latent_shape or den.preset.latent_shape)
+    [state] = den.run([den.initial_state(request, shape)], [request], range(sampling.num_steps))
+    return state.latent
+
+
+def generate_batched(
+    model: torch.nn.Module,
+    requests: Sequence[Request],
+    *,
+    preset: str | ModelPreset = "tiny",
+    sampling: SamplingConfig | None = None,
+    latent_shape: Sequence[int] | None = None,
+) -> list[torch.Tensor]:
+    """All requests as one batch through every step: the *batched* single-device baseline."""
+    sampling = sampling or SamplingConfig()
+    den = Denoiser(model, preset, sampling)
+    shape = tuple(latent_shape or den.preset.latent_shape)
+    states = den.run([den.initial_state(r, shape) for r in requests], requests,
+                     range(sampling.num_steps))
+    return [s.latent for s in states]

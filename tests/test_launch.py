@@ -1,0 +1,81 @@
+"""The launcher: results come back, failures surface fast and named, nothing is left running."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ppdit.runtime import LaunchTimeout, RankError, launch, probes
+from tests import workers
+
+
+def test_results_come_back_in_rank_order(no_orphans):
+    out = launch(probes.hello, 2, timeout_s=120)
+    assert [o["rank"] for o in out] == [0, 1]
+    assert all(o["backend"] == "gloo" and o["device"] == "cpu" for o in out)
+    assert all(o["all_reduce_sum"] == 3.0 for o in out)  # 1 + 2
+    assert out[0]["pid"] != out[1]["pid"]
+
+
+def test_world_of_one_and_calling_twice(no_orphans):
+    assert launch(probes.hello, 1, timeout_s=120)[0]["world_size"] == 1
+    assert launch(probes.hello, 1, timeout_s=120)[0]["threads"] >= 1
+
+
+def test_child_output_is_echoed_with_rank_prefix(capsys, no_orphans):
+    launch(workers.echo_lines, 2, timeout_s=120)
+    out = capsys.readouterr().out
+    assert "[rank 0] hello from rank 0" in out and "[rank 1] hello from rank 1" in out
+
+
+def test_events_reach_the_caller(no_orphans):
+    seen = []
+    launch(workers.emit_progress, 2, timeout_s=120, on_event=lambda r, e: seen.append((r, e)))
+    assert sorted(seen) == [(r, ("tick", i)) for r in (0, 1) for i in range(3)]
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback(no_orphans):
+    start = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(probes.raise_on, 2, args=(1, "the model exploded"), timeout_s=120)
+    assert time.monotonic() - start < 30
+    assert info.value.rank == 1
+    assert "ValueError: the model exploded" in str(info.value)
+    assert "probes.py" in str(info.value)  # the traceback, not just the message
+
+
+def test_a_killed_rank_is_named_as_the_cause(no_orphans):
+    start = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(probes.die_on, 2, args=(1,), timeout_s=120)
+    assert time.monotonic() - start < 30
+    assert info.value.rank == 1
+    assert "SIGKILL" in str(info.value)
+
+
+def test_a_receive_that_never_comes_times_out(no_orphans):
+    start = time.monotonic()
+    with pytest.raises(RankError) as info:
+        launch(probes.recv_never, 2, args=(2.0,), timeout_s=120)
+    assert time.monotonic() - start < 30
+    assert info.value.rank == 1
+    assert "TimeoutError" in str(info.value) and "from rank 0" in str(info.value)
+
+
+def test_a_hang_ends_at_the_launch_timeout(no_orphans):
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout, match=r"ranks \[0, 1\] did not finish within 8 s"):
+        launch(workers.sleep_forever, 2, timeout_s=8)
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 1.5])
+def test_bad_world_size(world_size):
+    with pytest.raises(ValueError, match=r"world_size=.* must be an integer >= 1"):
+        launch(probes.hello, world_size)
+
+
+def test_bad_backend():
+    with pytest.raises(ValueError, match="backend='mpi' is not one of"):
+        launch(probes.hello, 1, backend="mpi")

@@ -1,0 +1,133 @@
+"""Step-split PP on real gloo ranks equals one device: bitwise where the arithmetic is the same.
+
+Plans are packed into few launches with ``run_side_by_side`` (each launch costs seconds).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ppdit.analysis.trace_stats import busy_fractions, handoff_latencies, summary
+from ppdit.parallel.step_split import (
+    grouped_reference,
+    make_plan,
+    run_side_by_side,
+    run_step_split,
+    stream_batch_reference,
+)
+from ppdit.sampler import Request, SamplingConfig, generate
+from tests.conftest import BATCHED_TOL
+
+SEVEN = SamplingConfig(num_steps=7)
+
+
+@pytest.fixture(scope="module")
+def world_sizes_run():
+    """World sizes 1-4, even and uneven splits, two requests each, one launch of 4 ranks."""
+    plans = {
+        "p1_7": make_plan(1, 2, sampling=SEVEN),
+        "p2_7": make_plan(2, 2, sampling=SEVEN),      # 4 + 3
+        "p3_7": make_plan(3, 2, sampling=SEVEN),      # 3 + 2 + 2
+        "p4_7": make_plan(4, 2, sampling=SEVEN),      # 2 + 2 + 2 + 1
+        "p4_8": make_plan(4, 2, sampling=SamplingConfig(num_steps=8)),  # divides
+        "p2_no_fill": make_plan(2, 2, sampling=SEVEN, max_in_flight=1),
+    }
+    return run_side_by_side(plans, rounds=1, timeout_s=300)
+
+
+@pytest.mark.parametrize("name", ["p1_7", "p2_7", "p3_7", "p4_7", "p4_8", "p2_no_fill"])
+def test_step_split_equals_one_device_bitwise(world_sizes_run, tiny, name):
+    res = world_sizes_run[name]
+    assert sorted(res.latents) == [0, 1]
+    for rid, latent in res.latents.items():
+        ref = generate(tiny, Request(rid, rid), sampling=res.plan.sampling)
+        assert torch.equal(latent, ref), f"{name}: request {rid} differs from one device"
+
+
+def test_every_step_runs_exactly_once_on_its_stage(world_sizes_run):
+    res = world_sizes_run["p3_7"]
+    seen = sorted((s.meta["request"], s.meta["step"], s.rank) for s in res.trace.select("compute"))
+    expected = sorted((r, i, stage) for r in (0, 1)
+                      for stage, steps in enumerate(res.plan.stages) for i in steps)
+    assert seen == expected
+
+
+def test_trace_shows_handoffs_and_exports(world_sizes_run, tmp_path):
+    res = world_sizes_run["p4_7"]
+    lat = handoff_latencies(res.trace)
+    assert len(lat) == 2 * 3  # two requests, three handoffs each
+    assert all(0 <= x < 1.0 for x in lat)
+    busy = busy_fractions(res.trace)
+    assert set(busy) == {0, 1, 2, 3} and all(0 < b <= 1 for b in busy.values())
+    data = json.loads(res.trace.save_chrome(tmp_path / "t.json").read_text())
+    kinds = {e.get("cat") for e in data["traceEvents"] if e["ph"] == "X"}
+    assert {"compute", "send", "recv"} <= kinds
+    assert summary(res.trace, 2)["handoffs"] == 6
+
+
+@pytest.fixture(scope="module")
+def batching_run():
+    """Filling with many requests, groups, stream batch, replicas, guidance: one launch."""
+    guided = SamplingConfig(num_steps=6, guidance_scale=4.0, guidance_steps=3)
+    plans = {
+        "filled": make_plan(2, 5, sampling=SEVEN),
+        "groups": make_plan(2, 4, sampling=SEVEN, micro_batch=2, max_in_flight=1),
+        "stream": make_plan(2, 5, sampling=SEVEN, mode="stream_batch"),
+        "stream_dp": make_plan(2, 4, sampling=SEVEN, mode="stream_batch", replicas=2),
+        "dp": make_plan(1, 4, sampling=SEVEN, replicas=2),
+        "guided": make_plan(2, 3, sampling=guided, weights=guided.step_costs()),
+    }
+    return run_side_by_side(plans, rounds=1, timeout_s=300)
+
+
+@pytest.mark.parametrize("name", ["filled", "dp", "guided"])
+def test_filled_requests_equal_per_request_single_device(batching_run, tiny, name):
+    res = batching_run[name]
+    assert len(res.latents) == len(res.plan.requests)
+    for r in res.plan.requests:
+        assert torch.equal(res.latents[r.request_id],
+                           generate(tiny, r, sampling=res.plan.sampling))
+
+
+def test_groups_equal_the_same_groups_on_one_device(batching_run, tiny):
+    res = batching_run["groups"]
+    ref = grouped_reference(tiny, res.plan)
+    for rid, latent in res.latents.items():
+        assert torch.equal(latent, ref[rid])
+        torch.testing.assert_close(latent, generate(tiny, Request(rid, rid), sampling=SEVEN),
+                                   **BATCHED_TOL)
+
+
+@pytest.mark.parametrize("name", ["stream", "stream_dp"])
+def test_stream_batch_equals_its_schedule_on_one_device(batching_run, tiny, name):
+    res = batching_run[name]
+    ref = stream_batch_reference(tiny, res.plan)
+    assert sorted(res.latents) == sorted(ref)
+    for rid, latent in res.latents.items():
+        assert torch.equal(latent, ref[rid])  # same batches, same bits
+        torch.testing.assert_close(latent, generate(tiny, Request(rid, rid), sampling=SEVEN),
+                                   **BATCHED_TOL)
+
+
+def test_stream_batch_holds_at_most_one_request_per_step(batching_run):
+    res = batching_run["stream"]
+    for rank, steps in enumerate(res.plan.stages):
+        sizes = [s.meta["batch"] for s in res.trace.select("compute", rank)]
+        assert max(sizes) == len(steps)
+
+
+def test_weighted_split_balances_guided_steps(batching_run):
+    plan = batching_run["guided"].plan
+    costs = plan.sampling.step_costs()
+    per_stage = [sum(costs[i] for i in r) for r in plan.stages]
+    assert max(per_stage) - min(per_stage) <= 1  # 2+2+2+1+1+1 = 9 -> 5 and 4
+
+
+def test_progress_events_report_each_request(no_orphans):
+    seen = []
+    plan = make_plan(2, 3, sampling=SamplingConfig(num_steps=2))
+    run_step_split(plan, on_event=lambda rank, e: seen.append((rank, e)), timeout_s=120)
+    assert sorted(seen) == [(1, ("done", i)) for i in range(3)]

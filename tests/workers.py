@@ -1,0 +1,71 @@
+"""Workers the multi-rank tests launch (spawn needs them in an importable module)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ppdit.runtime.launch import RankContext
+from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
+
+
+def echo_lines(ctx: RankContext) -> int:
+    print(f"hello from rank {ctx.rank}")
+    return ctx.rank
+
+
+def sleep_forever(ctx: RankContext) -> None:
+    time.sleep(3600)
+
+
+def emit_progress(ctx: RankContext) -> int:
+    for i in range(3):
+        ctx.emit(("tick", i))
+    return ctx.rank
+
+
+def tensors_round_trip(ctx: RankContext) -> list[torch.Tensor] | None:
+    """Rank 0 sends assorted tensors (one non-contiguous); rank 1 returns what it got."""
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(2, 3, 4, generator=g), torch.arange(10, dtype=torch.int64),
+             torch.randn(4, 6, generator=g).t(),  # non-contiguous: must be made contiguous
+             torch.randn(3, generator=g).to(torch.bfloat16), torch.tensor(True)]
+    if ctx.rank == 0:
+        for t in cases:
+            send_tensor(t, 1)
+        return cases
+    return [recv_tensor(0) for _ in cases]
+
+
+def frames(ctx: RankContext, n: int = 5) -> dict | None:
+    """Rank 0 sends n frames, some zero-copy through claim(); rank 1 returns payloads + meta."""
+    spec = FrameSpec((2, 3), torch.float32, meta_slots=3)
+    if ctx.rank == 0:
+        tx = FrameSender(spec, 1, max_in_flight=2)
+        sent, claimed_ptrs = [], []
+        for i in range(n):
+            x = torch.full((2, 3), float(i))
+            if i % 2:
+                buf = tx.claim()
+                claimed_ptrs.append(buf.data_ptr())
+                torch.mul(x, 1, out=buf)
+                tx.send(buf, [i, 10 * i])
+            else:
+                tx.send(x, [i, 10 * i])
+            sent.append(x)
+        tx.flush()
+        return {"sent": sent, "claimed": claimed_ptrs}
+    rx = FrameReceiver(spec, 0, depth=2)
+    got = [rx.recv(copy=True) for _ in range(n)]
+    return {"payloads": [p for p, _ in got], "meta": [m for _, m in got]}
+
+
+def mismatched_frames(ctx: RankContext) -> None:
+    """The two sides build different FrameSpecs: the receiver must say so."""
+    if ctx.rank == 0:
+        tx = FrameSender(FrameSpec((4,), torch.float32, 1), 1)
+        tx.send(torch.zeros(4), [0])
+        time.sleep(5)  # keep the sender alive while the receiver reads the header
+    else:
+        FrameReceiver(FrameSpec((5,), torch.float32, 1), 0, timeout_s=20).recv()
