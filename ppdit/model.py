@@ -45,6 +45,7 @@ class ModelPreset:
     latent_shape: tuple[int, ...] = (1, 16, 5, 16, 16)
     rope_max_seq_len: int = 1024  # rope table length per axis; must exceed F, H/2, W/2
     notes: str = ""
+    kind: str = "wan"  # "wan", or "dummy": the earlier report's nearly free stand-in model
 
     @property
     def dim(self) -> int:
@@ -81,12 +82,18 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset(
             "tiny", num_layers=4, num_heads=4, head_dim=16, ffn_dim=128, text_dim=32, text_len=8,
             freq_dim=32, rope_max_seq_len=256,
-            notes="tests: ~10 ms per forward on one CPU thread",
+            notes="for tests: milliseconds per forward on one CPU thread",
         ),
         ModelPreset(
             "small", num_layers=8, num_heads=8, head_dim=32, ffn_dim=1024, text_dim=64, text_len=16,
             freq_dim=64, rope_max_seq_len=256,
-            notes="notebook demos on CPU: ~80 ms per forward on one thread",
+            notes="for notebook demos on CPU: a forward costs tens of milliseconds",
+        ),
+        ModelPreset(
+            "dummy", num_layers=0, num_heads=1, head_dim=1, ffn_dim=1, text_dim=1, text_len=1,
+            in_channels=8, latent_shape=(1, 8, 8, 32, 32), kind="dummy",
+            notes="the earlier report's DummyUNet setting: almost no compute, so a run "
+                  "measures only the machinery around it",
         ),
         ModelPreset(
             "wan2.1-1.3b", num_layers=30, num_heads=12, head_dim=128, ffn_dim=8960,
@@ -134,6 +141,8 @@ def build_model(
                              "(it has no config.json); no weights are downloaded at run time")
         model = WanTransformer3DModel.from_pretrained(path, torch_dtype=dtype)
         return model.to(device).eval().requires_grad_(False)
+    if get_preset(preset).kind == "dummy":
+        return DummyDiT().to(device=device, dtype=dtype).eval().requires_grad_(False)
     cfg = get_preset(preset).diffusers_config()
     if str(device) == "meta":
         with torch.device("meta"):
@@ -159,6 +168,23 @@ def _cast(model: WanTransformer3DModel, dtype: torch.dtype) -> WanTransformer3DM
         if not any(part in keep for part in name.split(".")):
             tensor.data = tensor.data.to(dtype)
     return model
+
+
+class DummyDiT(nn.Module):
+    """A stand-in with the model's call signature whose velocity costs microseconds.
+
+    The earlier report verified its pipeline with such a model ("identity + small noise"); its
+    timings therefore measured everything *but* the model. ppdit keeps it for the same purpose.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(0.01))  # a parameter, so .to(device) has a target
+
+    def forward(self, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor
+                ) -> torch.Tensor:
+        """Velocity = 0.01 x latent: deterministic, shape-preserving, nearly free."""
+        return self.scale * latent
 
 
 def num_params(module: nn.Module) -> int:
@@ -264,6 +290,8 @@ def forward_by_stages(
 def describe(preset: str | ModelPreset) -> str:
     """A one-line summary: layers, width, parameters (counted on the meta device), tokens."""
     p = get_preset(preset)
+    if p.kind == "dummy":
+        return f"{p.name}: latent {p.latent_shape}; {p.notes}"
     n = num_params(build_model(p, device="meta"))
     return (f"{p.name}: {p.num_layers} blocks, D={p.dim} ({p.num_heads}x{p.head_dim}), "
             f"ffn {p.ffn_dim}, {n / 1e6:,.1f} M params, {p.num_tokens():,} tokens/sample "
@@ -271,7 +299,7 @@ def describe(preset: str | ModelPreset) -> str:
 
 
 __all__ = [
-    "PRESETS", "ModelPreset", "StageContext", "build_model", "condition", "describe",
+    "PRESETS", "DummyDiT", "ModelPreset", "StageContext", "build_model", "condition", "describe",
     "embed_patches", "epilogue", "forward_by_stages", "get_preset", "num_params", "prologue",
     "run_blocks",
 ]

@@ -17,13 +17,16 @@ default, or DPM-Solver++) would add its last k model outputs to the handoff: k m
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 
-from ppdit.model import ModelPreset, forward_by_stages, get_preset
+from ppdit.model import DummyDiT, ModelPreset, forward_by_stages, get_preset
 
 
 @dataclass(frozen=True)
@@ -140,13 +143,13 @@ def predict_velocity(
     ``guided`` (B,) bool marks the samples that get classifier-free guidance; their
     unconditional copies are appended to the same batch, ``v = v_u + g (v_c - v_u)``.
     """
+    forward = model if isinstance(model, DummyDiT) else partial(forward_by_stages, model)
     if guided is None or not bool(guided.any()):
-        return forward_by_stages(model, latent, timestep, cond.text)
+        return forward(latent, timestep, cond.text)
     if cond.null_text is None:
         raise ValueError("guidance requested but the conditioning has no null prompt")
     b = latent.shape[0]
-    both = forward_by_stages(
-        model,
+    both = forward(
         torch.cat([latent, latent[guided]]),
         torch.cat([timestep, timestep[guided]]),
         torch.cat([cond.text, cond.null_text[guided]]),
@@ -296,3 +299,29 @@ def generate_batched(
     states = den.run([den.initial_state(r, shape) for r in requests], requests,
                      range(sampling.num_steps))
     return [s.latent for s in states]
+
+
+def measure_step_costs(
+    model: torch.nn.Module,
+    preset: str | ModelPreset,
+    sampling: SamplingConfig,
+    latent_shape: Sequence[int] | None = None,
+    repeats: int = 3,
+) -> list[float]:
+    """Median seconds of each step for one request on this device: weights for a cost-balanced
+    step split (``ppdit.parallel.step_split.split_steps(..., weights=...)``).
+
+    Measured, not assumed: a guided step runs one forward on a batch of 2, which costs less than
+    two forwards, so "2 units" would overweight it.
+    """
+    den = Denoiser(model, preset, sampling)
+    request = Request(-1, 0)
+    shape = tuple(latent_shape or den.preset.latent_shape)
+    times: list[list[float]] = [[] for _ in range(sampling.num_steps)]
+    for _ in range(repeats + 1):  # the first pass is a warm-up
+        state = den.initial_state(request, shape)
+        for i in range(sampling.num_steps):
+            start = time.perf_counter()
+            state = den.step(state, request)
+            times[i].append(time.perf_counter() - start)
+    return [statistics.median(t[1:]) for t in times]

@@ -18,6 +18,7 @@ KIND_COLORS = {
     "recv": "#55A868",
     "wait": "#C0C0C0",
     "decode": "#8172B3",
+    "boot": "#937860",
 }
 _SHADES = (1.0, 0.65)  # alternate requests on a lane so neighbours stay distinguishable
 
@@ -40,9 +41,10 @@ def plot_timeline(trace: Trace, ax=None, title: str | None = None, label: bool =
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for k, c in KIND_COLORS.items()
                if any(s.kind == k for s in trace.spans)]
     names = [k for k in KIND_COLORS if any(s.kind == k for s in trace.spans)]
-    ax.legend(handles, names, loc="upper right", fontsize=8, ncol=len(names), framealpha=0.9)
+    ax.legend(handles, names, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+              ncol=len(names), frameon=False, borderaxespad=0.1)
     if title:
-        ax.set_title(title)
+        ax.set_title(title, loc="left")
     return ax
 
 

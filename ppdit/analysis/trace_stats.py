@@ -5,10 +5,11 @@ All functions take a ``ppdit.runtime.trace.Trace`` (times in ns from the first e
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import defaultdict
 
-from ppdit.runtime.trace import Span, Trace
+from ppdit.runtime.trace import BOOT_PHASES, Span, Trace
 
 
 def busy_fractions(trace: Trace, kinds: tuple[str, ...] = ("compute",)) -> dict[int, float]:
@@ -82,3 +83,46 @@ def summary(trace: Trace, num_requests: int) -> dict:
         "seconds_by_kind": {str(r): {k: round(v, 6) for k, v in d.items()}
                             for r, d in kind_totals(trace).items()},
     }
+
+
+def startup_phases(boot_ns_by_rank: dict[int, dict[str, int]]) -> dict[str, float]:
+    """Seconds spent in each start-up phase by the rank that was ready last (the critical path).
+
+    ``boot_ns_by_rank`` holds the ``RankContext.boot_ns`` stamps of each rank (see
+    ``ppdit.runtime.trace.BOOT_PHASES`` for the phases).
+    """
+    last = max(boot_ns_by_rank.values(), key=lambda stamps: max(stamps.values()))
+    order = sorted(last.items(), key=lambda kv: kv[1])
+    return {BOOT_PHASES.get(key, key): (t1 - t0) / 1e9
+            for (_, t0), (key, t1) in itertools.pairwise(order)}
+
+
+def request_intervals(trace: Trace) -> dict[int, tuple[int, int]]:
+    """Per request id: (first compute start, last compute end) in ns — its time in the system."""
+    out: dict[int, tuple[int, int]] = {}
+    for s in trace.select("compute"):
+        rid = s.meta.get("request")
+        if rid is None:
+            continue
+        lo, hi = out.get(rid, (s.start_ns, s.end_ns))
+        out[rid] = (min(lo, s.start_ns), max(hi, s.end_ns))
+    return out
+
+
+def littles_law(trace: Trace) -> dict[str, float]:
+    """The three quantities of Little's law, L = lambda W, from a trace.
+
+    L: time-averaged number of requests in the system (between their first and last compute);
+    lambda: requests completed per second; W: mean time a request spends in the system. Over a
+    run that starts and ends empty, L = lambda W holds exactly (both sides are the total
+    request-seconds over the window). Its use is *predictive*: cap L (requests in flight), know
+    W (a request's latency), and the throughput lambda = L / W follows.
+    """
+    spans = list(request_intervals(trace).values())
+    if not spans:
+        raise ValueError("the trace has no compute spans with a 'request' id")
+    t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
+    window = (t1 - t0) / 1e9
+    occupancy = sum(b - a for a, b in spans) / 1e9  # integral of "requests inside" over time
+    return {"L": occupancy / window, "lambda": len(spans) / window,
+            "W": occupancy / len(spans), "window_s": window}

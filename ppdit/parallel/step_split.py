@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ppdit.model import get_preset
+from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.parallel.step_stage import setup_stage, step_split_worker, stream_batch_ticks
 from ppdit.runtime.launch import launch
 from ppdit.runtime.p2p import FrameSpec
@@ -57,46 +58,11 @@ def split_steps(num_steps: int, num_stages: int,
                          "step-split PP needs at least one step per stage "
                          "(num_steps >= num_stages)")
     if weights is None:
-        base, extra = divmod(num_steps, num_stages)
-        sizes = [base + (1 if s < extra else 0) for s in range(num_stages)]
-        return _ranges(sizes)
+        return to_ranges(even_sizes(num_steps, num_stages))
     if len(weights) != num_steps or any(w <= 0 for w in weights):
         raise ValueError(f"weights must hold {num_steps} positive per-step costs, "
                          f"got {len(weights)} values (min {min(weights, default=0)})")
-    return _ranges(_balanced_sizes(list(weights), num_stages))
-
-
-def _ranges(sizes: Sequence[int]) -> list[range]:
-    out, start = [], 0
-    for n in sizes:
-        out.append(range(start, start + n))
-        start += n
-    return out
-
-
-def _balanced_sizes(weights: list[float], num_stages: int) -> list[int]:
-    """Min-max contiguous partition: best[k][i] = cheapest bottleneck for the first i steps on k
-    stages. O(P N^2), trivial for step counts."""
-    n = len(weights)
-    prefix = [0.0]
-    for w in weights:
-        prefix.append(prefix[-1] + w)
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(num_stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(num_stages + 1)]
-    best[0][0] = 0.0
-    for k in range(1, num_stages + 1):
-        for i in range(k, n - (num_stages - k) + 1):
-            for j in range(k - 1, i):
-                cost = max(best[k - 1][j], prefix[i] - prefix[j])
-                if cost < best[k][i] - 1e-12:
-                    best[k][i], cut[k][i] = cost, j
-    sizes, i = [], n
-    for k in range(num_stages, 0, -1):
-        j = cut[k][i]
-        sizes.append(i - j)
-        i = j
-    return sizes[::-1]
+    return to_ranges(balanced_sizes(list(weights), num_stages))
 
 
 @dataclass(frozen=True)
@@ -193,6 +159,7 @@ class StepSplitResult:
     plan: StepSplitPlan
     latents: dict[int, torch.Tensor]
     traces: list[Trace]
+    boot_ns: dict[int, dict[str, int]] = field(default_factory=dict)  # per rank, see boot_trace
 
     @property
     def trace(self) -> Trace:
@@ -242,7 +209,8 @@ def run_side_by_side(plans: dict[str, StepSplitPlan], rounds: int = 3,
             latents.update(rank_results[i].latents)
         traces = [merge([r[i].traces[k] for r in per_rank[:plan.world_size]])
                   for k in range(rounds)]
-        out[name] = StepSplitResult(plan, dict(sorted(latents.items())), traces)
+        boot = {r[i].rank: r[i].boot_ns for r in per_rank[:plan.world_size]}
+        out[name] = StepSplitResult(plan, dict(sorted(latents.items())), traces, boot)
     return out
 
 

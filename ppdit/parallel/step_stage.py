@@ -10,9 +10,10 @@ the result on the last stage and return a credit).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,6 +36,7 @@ class StageResult:
     rank: int
     latents: dict[int, torch.Tensor]  # final latents by request id (last stages only)
     traces: list[RankTrace]  # one per round; empty on ranks the plan does not use
+    boot_ns: dict[str, int] = field(default_factory=dict)  # how this rank came up
 
 
 def setup_stage(rank: int, world_size: int, plans: Sequence[StepSplitPlan], rounds: int):
@@ -54,7 +56,8 @@ def step_split_worker(ctx: RankContext, plans: Sequence[StepSplitPlan], rounds: 
     dens = [Denoiser(model, p.preset, p.sampling) for p in plans]
     for den, plan in zip(dens, plans, strict=True):
         _warm_up(den, plan)
-    results = [StageResult(ctx.rank, {}, []) for _ in plans]
+    boot = {**ctx.boot_ns, "warm-up": time.perf_counter_ns()}
+    results = [StageResult(ctx.rank, {}, [], boot) for _ in plans]
     for k in range(rounds):
         for i in [(k + j) % len(plans) for j in range(len(plans))]:
             dist.barrier()
@@ -86,13 +89,15 @@ class _Stage:
         self.groups = plan.groups(self.replica)
         self.is_first, self.is_last = self.stage == 0, self.stage == p - 1
         spec, t, dev = plan.frame_spec(), plan.timeout_s, ctx.device
+        n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
         self.inbox = None if self.is_first else FrameReceiver(spec, ctx.rank - 1, device=dev,
-                                                              timeout_s=t)
+                                                              count=n_in, timeout_s=t)
         self.outbox = None if self.is_last else FrameSender(spec, ctx.rank + 1, device=dev,
                                                             timeout_s=t)
         credit, last = FrameSpec((1,), torch.int64, meta_slots=0), base + p - 1
         limited = plan.mode == "filled" and plan.max_in_flight is not None and p > 1
-        self.credits_in = (FrameReceiver(credit, last, device=dev, timeout_s=t)
+        n_credits = max(0, len(self.groups) - (plan.max_in_flight or 0))
+        self.credits_in = (FrameReceiver(credit, last, device=dev, count=n_credits, timeout_s=t)
                            if limited and self.is_first else None)
         self.credits_out = (FrameSender(credit, base, device=dev, timeout_s=t)
                             if limited and self.is_last else None)

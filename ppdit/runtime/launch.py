@@ -92,7 +92,7 @@ def launch(
     spec = RankSpec(
         world_size=world_size, port=_free_port(), backend=choose_backend(backend, world_size),
         threads=threads, worker=worker, setup=setup, args=tuple(args),
-        pg_timeout_s=pg_timeout_s or timeout_s,
+        pg_timeout_s=pg_timeout_s or timeout_s, spawn_ns=time.perf_counter_ns(),
     )
     run = _Run(spec, echo=echo, on_event=on_event)
     try:
@@ -171,8 +171,8 @@ class _Run:
                 first = errors[0][0]
                 return RankError(rank, f"died ({_describe_exit(p.exitcode)}); rank {first} then "
                                  f"failed talking to it:", errors[0][1] + self._log_tail(rank))
-        also = f"\n(rank(s) {others} failed after it)" if others else ""
-        return RankError(errors[0][0], "raised an exception:", errors[0][1] + also)
+        also = f" (then rank(s) {others} failed too)" if others else ""
+        return RankError(errors[0][0], f"raised an exception{also}:", errors[0][1])
 
     def _drain_results(self):
         out = []

@@ -34,7 +34,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int
 DEFAULT_TIMEOUT_S = 60.0
 
 
-def _wait(work, timeout_s: float, what: str) -> None:
+def wait_for(work, timeout_s: float, what: str) -> None:
     """Wait for a P2P op; turn the backend's timeout into a ``TimeoutError`` that says what."""
     try:
         work.wait(timeout=timedelta(seconds=timeout_s))
@@ -68,19 +68,19 @@ def send_tensor(tensor: torch.Tensor, dst: int, *, group=None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Send any tensor (header, then contiguous payload) to global rank ``dst``; blocks."""
     payload = tensor.contiguous()
-    _wait(dist.isend(_header(payload.shape, payload.dtype, 0, payload.device), dst, group=group),
+    wait_for(dist.isend(_header(payload.shape, payload.dtype, 0, payload.device), dst, group=group),
           timeout_s, f"sending a header to rank {dst}")
-    _wait(dist.isend(payload, dst, group=group), timeout_s, f"sending a tensor to rank {dst}")
+    wait_for(dist.isend(payload, dst, group=group), timeout_s, f"sending a tensor to rank {dst}")
 
 
 def recv_tensor(src: int, *, device: torch.device | str = "cpu", group=None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
     """Receive a tensor sent with ``send_tensor`` from global rank ``src``."""
     h = torch.empty(HEADER_LEN, dtype=torch.int64, device=device)
-    _wait(dist.irecv(h, src, group=group), timeout_s, f"receiving a header from rank {src}")
+    wait_for(dist.irecv(h, src, group=group), timeout_s, f"receiving a header from rank {src}")
     shape, dtype, _ = _parse_header(h, src)
     out = torch.empty(shape, dtype=dtype, device=device)
-    _wait(dist.irecv(out, src, group=group), timeout_s, f"receiving a tensor from rank {src}")
+    wait_for(dist.irecv(out, src, group=group), timeout_s, f"receiving a tensor from rank {src}")
     return out
 
 
@@ -161,7 +161,8 @@ class FrameSender:
     """
 
     def __init__(self, spec: FrameSpec, dst: int, *, device: torch.device | str = "cpu",
-                 group=None, max_in_flight: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S):
+                 group=None, max_in_flight: int = 2, announce: bool = True,
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight={max_in_flight} must be >= 1")
         self.spec, self.dst, self.device, self.group = spec, dst, torch.device(device), group
@@ -170,12 +171,13 @@ class FrameSender:
         self._pending: deque = deque()
         self._free: list[Frame] = []
         self._claimed: Frame | None = None
-        self._announced = False
+        self._announced = not announce  # announce=False: the receiver knows the spec already
 
     def claim(self) -> torch.Tensor:
         """The payload view of the buffer the next ``send`` will use: write the outgoing tensor
         here to avoid a copy. Waits for a send slot if ``max_in_flight`` are outstanding."""
         if self._claimed is None:
+            self._reap()
             while len(self._pending) >= self.max_in_flight:
                 self._wait_oldest()
             self._claimed = self._free.pop() if self._free else self.spec.new_frame(self.device)
@@ -193,9 +195,14 @@ class FrameSender:
         self._pending.append((dist.isend(frame.buf, self.dst, group=self.group), frame,
                               frame.buf))
 
+    def _reap(self) -> None:
+        """Recycle the buffers of sends that have completed, without waiting for any."""
+        while self._pending and self._pending[0][0].is_completed():
+            self._wait_oldest()
+
     def _wait_oldest(self) -> None:
         work, frame, _ = self._pending.popleft()
-        _wait(work, self.timeout_s, f"sending a frame to rank {self.dst}")
+        wait_for(work, self.timeout_s, f"sending a frame to rank {self.dst}")
         if frame is not None:
             self._free.append(frame)
 
@@ -208,34 +215,54 @@ class FrameSender:
 class FrameReceiver:
     """Receives frames of one ``FrameSpec`` from one peer; checks the spec on the first one.
 
-    Frames land in a ring of ``depth`` reused buffers: the payload ``recv`` returns is a view
-    that stays valid until ``depth`` more frames have arrived. Pass ``copy=True`` to keep it
-    longer (a stage that holds several requests at once does).
+    Frames land in a ring of reused buffers: the payload ``recv`` returns is a view that stays
+    valid until ``depth`` more frames have arrived; pass ``copy=True`` to keep it longer (a
+    stage that holds several requests at once does).
+
+    With ``count`` (how many frames will come in all), the next receive is posted as soon as
+    one completes, so the transfer happens while this rank computes: a receive posted only when
+    the data is needed waits for the sender's side to respond (~0.3 ms on this CPU, more when
+    both cores are busy); posted early, it is usually complete by then.
     """
 
     def __init__(self, spec: FrameSpec, src: int, *, device: torch.device | str = "cpu",
-                 group=None, depth: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S):
+                 group=None, depth: int = 2, count: int | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
         self.spec, self.src, self.device, self.group = spec, src, torch.device(device), group
-        self.timeout_s = timeout_s
-        self._ring = [spec.new_frame(self.device) for _ in range(depth)]
-        self._next = 0
+        self.timeout_s, self.count = timeout_s, count
+        self.ahead = 1 if count is not None else 0  # never post a receive that may not come
+        self._ring = [spec.new_frame(self.device) for _ in range(depth + self.ahead)]
+        self._posted: deque = deque()  # (frame, work) in arrival order
+        self._next_post = 0
+        self._received = 0
         self._checked = False
 
     def recv(self, timeout_s: float | None = None, copy: bool = False
              ) -> tuple[torch.Tensor, list[int]]:
         """The next frame's payload (a ring-buffer view unless ``copy``) and its metadata."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        if self.count is not None and self._received >= self.count:
+            raise RuntimeError(f"all {self.count} frames from rank {self.src} were received")
         if not self._checked:
             self._check_header(timeout_s)
-        frame = self._ring[self._next]
-        self._next = (self._next + 1) % len(self._ring)
-        _wait(dist.irecv(frame.buf, self.src, group=self.group), timeout_s,
-              f"receiving a frame from rank {self.src}")
+        self._post_until(self._received + 1)
+        frame, work = self._posted.popleft()
+        wait_for(work, timeout_s, f"receiving a frame from rank {self.src}")
+        self._received += 1
+        self._post_until(self._received + self.ahead)
         return (frame.payload.clone() if copy else frame.payload), frame.read_meta()
+
+    def _post_until(self, upto: int) -> None:
+        if self.count is not None:
+            upto = min(upto, self.count)
+        while self._next_post < upto:
+            frame = self._ring[self._next_post % len(self._ring)]
+            self._posted.append((frame, dist.irecv(frame.buf, self.src, group=self.group)))
+            self._next_post += 1
 
     def _check_header(self, timeout_s: float) -> None:
         h = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
-        _wait(dist.irecv(h, self.src, group=self.group), timeout_s,
+        wait_for(dist.irecv(h, self.src, group=self.group), timeout_s,
               f"receiving the frame header from rank {self.src}")
         shape, dtype, slots = _parse_header(h, self.src)
         theirs = FrameSpec(shape, dtype, slots)

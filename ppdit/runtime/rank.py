@@ -37,6 +37,10 @@ class RankContext:
     tracer: Tracer
     prepared: Any = None  # whatever ``setup`` returned, built before the process group existed
     _events: Any = field(default=None, repr=False)
+    # perf_counter_ns at each phase of the rank's start: "spawn" (parent, before starting it),
+    # "entry" (interpreter up, torch + ppdit imported), "setup" (model built), "group" (process
+    # group ready). Workers add their own ("warm-up"); see ppdit.runtime.trace.boot_trace.
+    boot_ns: dict[str, int] = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:
@@ -61,14 +65,17 @@ class RankSpec:
     setup: Callable[..., Any] | None
     args: tuple
     pg_timeout_s: float
+    spawn_ns: int = 0  # when the parent started the processes (perf_counter_ns)
 
 
 def child_main(rank: int, spec: RankSpec, results_q, events_q, log_path: str) -> None:
     """A spawned rank: redirect output, run, report exactly one message, exit."""
+    entry_ns = time.perf_counter_ns()
     _redirect_output(log_path)
     init = f"tcp://127.0.0.1:{spec.port}"
     try:
-        result = run_rank(rank, spec.world_size, rank, spec, init, events_q)
+        result = run_rank(rank, spec.world_size, rank, spec, init, events_q,
+                          {"spawn": spec.spawn_ns, "entry": entry_ns})
         results_q.put(("ok", rank, dumps(result)))
     except BaseException:
         # The time lets the caller tell the first failure from the peers it dragged down.
@@ -81,22 +88,25 @@ def child_main(rank: int, spec: RankSpec, results_q, events_q, log_path: str) ->
 
 
 def run_rank(rank: int, world_size: int, local_rank: int, spec: RankSpec, init_method: str,
-              events_q) -> Any:
+             events_q, boot_ns: dict[str, int] | None = None) -> Any:
     """The ordered life of one rank (see the module docstring for why this order)."""
     import torch.distributed as dist
 
     torch.set_num_threads(spec.threads)
     import diffusers  # noqa: F401  (pulls in torch._dynamo before the process group exists)
 
+    boot_ns = dict(boot_ns or {"entry": time.perf_counter_ns()})
     prepared = spec.setup(rank, world_size, *spec.args) if spec.setup is not None else None
+    boot_ns["setup"] = time.perf_counter_ns()
     placement = placement_for(spec.backend, local_rank)
     owns_group = not dist.is_initialized()
     if owns_group:
         dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
                                 world_size=world_size,
                                 timeout=timedelta(seconds=spec.pg_timeout_s))
+    boot_ns["group"] = time.perf_counter_ns()
     ctx = RankContext(rank, world_size, local_rank, placement, Tracer(rank, placement),
-                      prepared, events_q)
+                      prepared, events_q, boot_ns)
     # No try/finally: on an exception the group is left as it is and the process exits at once.
     # Tearing it down first would break the peers' receives *before* this rank reports, and a
     # teardown with peers blocked on us can itself hang.

@@ -14,6 +14,7 @@ On a GPU a compute span's wall time measures only the *launch* of asynchronous k
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import time
@@ -212,6 +213,29 @@ def merge(rank_traces: Sequence[RankTrace]) -> Trace:
     spans.sort(key=lambda s: (s.start_ns, s.rank))
     counters.sort(key=lambda c: (c.t_ns, c.rank))
     return Trace(spans, counters)
+
+
+BOOT_PHASES = {  # boot_ns key -> what happened between the previous stamp and this one
+    "entry": "start python, import torch + ppdit",
+    "setup": "import diffusers, build model",
+    "group": "init_process_group",
+    "warm-up": "warm-up forward",
+}
+
+
+def boot_trace(boot_ns_by_rank: dict[int, dict[str, int]]) -> Trace:
+    """A timeline of how each rank came up, from ``RankContext.boot_ns`` stamps (same host).
+
+    One ``boot`` span per phase, from the previous stamp to this one; time 0 is the parent's
+    spawn. It shows what a wall-clock "total time" of a short distributed job is made of.
+    """
+    spans = []
+    for rank, stamps in boot_ns_by_rank.items():
+        order = sorted(stamps.items(), key=lambda kv: kv[1])
+        for (_, t0), (key, t1) in itertools.pairwise(order):
+            spans.append(Span(rank, "boot", BOOT_PHASES.get(key, key), t0, t1))
+    return merge([RankTrace(r, "host", 0, [s for s in spans if s.rank == r])
+                  for r in boot_ns_by_rank])
 
 
 def _jsonable(meta: dict) -> dict:

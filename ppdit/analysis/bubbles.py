@@ -1,0 +1,85 @@
+"""Pipeline arithmetic: ideal schedules, speedups and bubble fractions, from first principles.
+
+A pipeline of P equal stages processing M work items (requests or micro-batches) one after
+another finishes after (M + P - 1) stage-times: P - 1 to fill, M to stream through. One device
+needs M * P of them. Hence
+
+    speedup = M P / (M + P - 1)        bubble = idle share = (P - 1) / (M + P - 1)
+
+(the GPipe bubble). Step-split PP with pipeline filling is exactly this with M = requests.
+
+Layer-split PP repeats it every denoising step. With V virtual chunks per rank (each 1/V of a
+stage-time) and N steps, one flushed step takes max(M, P) + (min(M, P) - 1) / V stage-times
+(for M >= P: M + (P - 1)/V, Megatron's interleaving), and wrapping micro-batches from the last
+stage straight back to the first removes every drain but the last:
+N max(M, P) + (min(M, P) - 1) / V in all. The bubble is 1 - N M / (that time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def ideal_speedup(num_items: int, num_stages: int) -> float:
+    """Throughput of a filled P-stage pipeline over one device doing the same M items."""
+    _check(num_items, num_stages)
+    return num_items * num_stages / (num_items + num_stages - 1)
+
+
+def bubble_fraction(num_items: int, num_stages: int) -> float:
+    """Share of stage-time spent idle while filling and draining: (P - 1) / (M + P - 1)."""
+    _check(num_items, num_stages)
+    return (num_stages - 1) / (num_items + num_stages - 1)
+
+
+def layer_split_time(num_micro: int, num_stages: int, virtual: int = 1, steps: int = 1,
+                     wrap: bool = False) -> float:
+    """Ideal makespan, in stage-times, of N denoising steps of layer-split PP (formulas above)."""
+    _check(num_micro, num_stages)
+    m, p = num_micro, num_stages
+    tail = (min(m, p) - 1) / virtual
+    return steps * max(m, p) + tail if wrap else steps * (max(m, p) + tail)
+
+
+def layer_split_bubble(num_micro: int, num_stages: int, virtual: int = 1, steps: int = 1,
+                       wrap: bool = False) -> float:
+    """Idle share of layer-split PP: 1 - N M / time. With V = 1, no wrap: (P-1)/(M+P-1)."""
+    t = layer_split_time(num_micro, num_stages, virtual, steps, wrap)
+    return 1 - steps * num_micro / t
+
+
+def measured_bubble(trace, num_stages: int | None = None) -> float:
+    """1 - busy / (P x window) from real compute spans: the bubble a run actually had.
+
+    The window runs from the first compute start to the last compute end over all ranks, so
+    start-up and teardown do not count, only the pipeline's own fill, drain and stalls.
+    """
+    spans = trace.select("compute")
+    if not spans:
+        raise ValueError("the trace has no compute spans")
+    ranks = num_stages or len({s.rank for s in spans})
+    start, end = min(s.start_ns for s in spans), max(s.end_ns for s in spans)
+    busy = sum(s.end_ns - s.start_ns for s in spans)
+    return 1 - busy / (ranks * (end - start))
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One item on one stage in an ideal schedule, in units of one stage-time."""
+
+    stage: int
+    item: int
+    start: float
+    end: float
+
+
+def ideal_schedule(num_items: int, num_stages: int) -> list[Slot]:
+    """Item m runs on stage s during [m + s, m + s + 1): the textbook fill / steady / drain."""
+    _check(num_items, num_stages)
+    return [Slot(s, m, m + s, m + s + 1) for m in range(num_items) for s in range(num_stages)]
+
+
+def _check(num_items: int, num_stages: int) -> None:
+    if num_items < 1 or num_stages < 1:
+        raise ValueError(f"need num_items >= 1 and num_stages >= 1, got M={num_items}, "
+                         f"P={num_stages}")

@@ -1,0 +1,196 @@
+"""This machine, measured: a matmul FLOP/s peak, a copy bandwidth, each Wan op timed, and a
+two-rank send/recv + all-reduce sweep over loopback (the communication roofline's points).
+
+The hardware table and the predictions built on it live in ``hardware.py``; this module only
+measures, so its numbers are the ones a notebook must mark as machine-dependent.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ppdit.analysis.hardware import Hardware
+from ppdit.analysis.roofline import (
+    Op,
+)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run the body with ``torch.set_num_threads(n)``, then restore the previous count."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def best_time(fn: Callable[[], object], min_time_s: float = 0.02, repeats: int = 3) -> float:
+    """Seconds per call: the best of ``repeats`` runs of ~``min_time_s`` each, after a warm-up.
+
+    The best, not the mean: on a shared machine the other tenants only ever add time, so the
+    minimum is the closest to what the hardware can do.
+    """
+    fn()
+    start = time.perf_counter()
+    fn()
+    n = max(1, int(min_time_s / max(time.perf_counter() - start, 1e-7)))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - start) / n)
+    return best
+
+
+def measure_matmul_flops(n: int = 1024, *, threads: int = 1, min_time_s: float = 0.05,
+                         repeats: int = 9) -> float:
+    """FLOP/s of an fp32 (n, n) @ (n, n) matmul (2 n^3 FLOPs): this CPU's practical peak.
+
+    One thread by default: the machine is shared, and one thread gives a ceiling that the op
+    timings (also one thread) can be compared with. Many short runs, keeping the best, catch
+    the moments the neighbours leave the core alone. Takes under a second.
+    """
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    with torch_threads(threads):
+        return 2 * n**3 / best_time(lambda: torch.mm(a, b), min_time_s, repeats)
+
+
+def measure_copy_bandwidth(nbytes: int = 1 << 27, *, threads: int = 1,
+                           min_time_s: float = 0.05, repeats: int = 9) -> float:
+    """Bytes/s of ``dst.copy_(src)`` on buffers far larger than the caches (128 MB each).
+
+    Counts one read and one write per byte copied. A CPU that reads a cache line before
+    writing it moves a third stream that is not counted: this is bandwidth as a program sees it.
+    """
+    src, dst = torch.ones(nbytes // 4), torch.empty(nbytes // 4)
+    with torch_threads(threads):
+        return 2 * nbytes / best_time(lambda: dst.copy_(src), min_time_s, repeats)
+
+
+def measure_machine(threads: int = 1) -> Hardware:
+    """This machine as a ``Hardware`` row (fp32 only): measured matmul peak and copy bandwidth."""
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return Hardware(f"this CPU ({threads} thread{'s' if threads > 1 else ''})", None,
+                    measure_matmul_flops(threads=threads), None,
+                    measure_copy_bandwidth(threads=threads), mem, (), "measured")
+
+
+def op_runner(op: Op, dtype: torch.dtype = torch.float32) -> Callable[[], object]:
+    """A torch call with the shapes of ``op`` (random inputs): what ``time_ops`` times.
+
+    Matmuls and attention run exactly the op; elementwise ops run the closest single torch
+    call (e.g. ``F.layer_norm`` for norm + modulation), which is what eager mode would launch.
+    """
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g).to(dtype)
+
+    d = op.dims
+    if op.kind == "linear":
+        x, w = r(d[0], d[1]), r(d[2], d[1])
+        return lambda: F.linear(x, w)
+    if op.kind in ("sdpa", "qk", "softmax", "pv"):
+        b, h, sq, skv, hd = d
+        q, k, v, s = r(b, h, sq, hd), r(b, h, skv, hd), r(b, h, skv, hd), r(b, h, sq, skv)
+        return {"sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
+                "qk": lambda: q @ k.transpose(-1, -2), "softmax": lambda: s.softmax(-1),
+                "pv": lambda: s @ v}[op.kind]
+    if op.kind == "patchify":
+        b, c, f, hh, ww, dim = d
+        x, w = r(b, c, f, hh, ww), r(dim, c, 1, 2, 2)
+        return lambda: F.conv3d(x, w, stride=(1, 2, 2))
+    if op.kind == "conv":
+        b, cin, t, hh, ww, cout, *k = d
+        x, w = r(b, cin, t, hh, ww), r(cout, cin, *k)
+        return lambda: F.conv3d(x, w, padding=tuple(n // 2 for n in k))
+    if op.kind == "rope":  # q and k, each (B, S, H, head_dim): x cos + rotate(x) sin
+        q, k, cos, sin = r(*d), r(*d), r(1, d[1], 1, d[3]), r(1, d[1], 1, d[3])
+        return lambda: [torch.addcmul(x * cos, x.flip(-1), sin) for x in (q, k)]
+    x, y = r(*d), r(*d)
+    return {"layernorm": lambda: F.layer_norm(x, d[-1:]), "rmsnorm": lambda: F.rms_norm(x, d[-1:]),
+            "gelu": lambda: F.gelu(x, approximate="tanh"), "add": lambda: torch.add(x, y),
+            }[op.kind]
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A measured op: seconds per call on this machine."""
+
+    op: Op
+    seconds: float
+
+    @property
+    def achieved_flops(self) -> float:
+        """FLOP/s this call reached: the y-coordinate of its point on the measured roofline."""
+        return self.op.flops / self.seconds
+
+
+def time_ops(ops: Sequence[Op], *, threads: int = 1, dtype: torch.dtype = torch.float32,
+             min_time_s: float = 0.02) -> list[Timed]:
+    """Time every op (one thread by default, like ``measure_machine``); ~0.1 s per op."""
+    with torch_threads(threads), torch.no_grad():
+        return [Timed(op, best_time(op_runner(op, dtype), min_time_s)) for op in ops]
+
+
+def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
+    """A 2-rank worker (for ``ppdit.runtime.launch``): one-way P2P and all-reduce seconds.
+
+    For each message size in bytes (fp32 tensors), rank 0 and 1 ping-pong ``dist.send`` /
+    ``dist.recv`` (one-way = round trip / 2) and both run ``dist.all_reduce``; the best of 3
+    runs each. Iteration counts depend only on the size, so both ranks agree on them.
+    """
+    import torch.distributed as dist
+
+    if ctx.world_size != 2:
+        raise ValueError(f"comm_sweep needs world_size=2, got {ctx.world_size}")
+    peer, out = 1 - ctx.rank, {"bytes": [], "p2p_s": [], "allreduce_s": []}
+    for size in sizes:
+        x = torch.zeros(max(1, size // 4), device=ctx.device)
+        iters = max(2, min(30, int(3e7 // size)))
+
+        def pingpong(x=x, iters=iters):
+            for _ in range(iters):
+                if ctx.rank == 0:
+                    dist.send(x, peer)
+                    dist.recv(x, peer)
+                else:
+                    dist.recv(x, peer)
+                    dist.send(x, peer)
+
+        def allreduce(x=x, iters=iters):
+            for _ in range(iters):
+                dist.all_reduce(x)
+
+        times = []
+        for fn in (pingpong, allreduce):
+            best = float("inf")
+            for _ in range(3):
+                dist.barrier()
+                start = time.perf_counter()
+                fn()
+                best = min(best, (time.perf_counter() - start) / iters)
+            times.append(best)
+        out["bytes"].append(x.numel() * 4)
+        out["p2p_s"].append(times[0] / 2)
+        out["allreduce_s"].append(times[1])
+    return out if ctx.rank == 0 else None
+
+
+def link_from_sweep(sweep: dict[str, list[float]]) -> tuple[float, float]:
+    """(latency s, bandwidth bytes/s) of a P2P sweep: the fastest one-way trip (the smallest
+    message's, in practice) and the best rate any message reached (the large ones')."""
+    rates = [n / t for n, t in zip(sweep["bytes"], sweep["p2p_s"], strict=True)]
+    return min(sweep["p2p_s"]), max(rates)
+
+

@@ -1,0 +1,383 @@
+"""FLOPs and minimum bytes of every operation of the Wan 2.1 DiT and its VAE decoder.
+
+Every speed question is settled by two equations (Williams et al. 2009; He, "Making Deep
+Learning Go Brrrr"):
+
+    time >= FLOPs / (FLOP/s)            time >= bytes / (bytes/s)
+
+so this module counts, per operation, the FLOPs (2 per multiply-add, the convention of
+``torch.utils.flop_counter`` and of every MFU estimate) and the *minimum* bytes it must move
+to and from memory: each input read once, each output written once, weights included. Their
+ratio, the arithmetic intensity (FLOP/byte), places the operation on a roofline;
+``ppdit.analysis.hardware`` supplies the ceilings and turns the counts into times.
+
+Conventions, each an approximation stated so a reader can check or change it:
+
+* Bytes are counted at the model dtype (bf16: 2 bytes) even where Wan computes a norm in fp32:
+  a fused kernel reads bf16 and writes bf16.
+* Small tensors without a token dimension (biases, norm weights, the per-sample shift / scale /
+  gate vectors, rope tables) are not counted: they are < 1/S of the token traffic. Linear and
+  conv weights are counted.
+* Layout copies (the transpose after the patch embedding, unpatchify) are not counted: an
+  implementation can write in the layout it needs.
+* Elementwise FLOPs (norms, softmax, GELU, rope) are rough per-element counts. They never decide
+  a bound: such ops move >= 2 bytes per element, far left of any ridge point.
+* Attention ``"flash"`` is one fused kernel that reads Q, K, V and writes O (what
+  ``F.scaled_dot_product_attention`` runs on a GPU); ``"naive"`` writes the scores to memory
+  (QK^T, softmax, PV as three ops). Same FLOPs, very different bytes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, replace
+from itertools import pairwise
+
+import torch
+
+from ppdit.model import ModelPreset, get_preset
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+_TORCH_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+# FLOPs per element of elementwise work (rough; see the module docstring).
+LAYERNORM_FLOPS = 5  # mean, variance (2), subtract, multiply by 1/std
+MODULATE_FLOPS = 2  # x * (1 + scale) + shift, or the affine weight and bias
+RMSNORM_FLOPS = 4  # square, mean, multiply by 1/rms, multiply by the weight
+ROPE_FLOPS = 3  # x1 * cos - x2 * sin, per output element
+GELU_FLOPS = 8  # tanh approximation
+SOFTMAX_FLOPS = 5  # max, subtract, exp, sum, divide
+
+# How each op kind is drawn and grouped on a roofline.
+GROUPS = {"linear": "matmul", "sdpa": "attention", "qk": "attention", "pv": "attention",
+          "patchify": "conv", "conv": "conv"}
+
+
+def dtype_name(dtype: str | torch.dtype) -> str:
+    """``"bf16"`` for ``torch.bfloat16`` or ``"bf16"``; the error lists the known names."""
+    name = _TORCH_DTYPES.get(dtype, dtype) if isinstance(dtype, torch.dtype) else dtype
+    if name not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}: choose one of {sorted(DTYPE_BYTES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation: its FLOPs and minimum bytes per call, and how often a forward calls it."""
+
+    name: str
+    kind: str  # how it runs: linear, sdpa, qk, softmax, pv, layernorm, rmsnorm, rope, gelu, ...
+    flops: int  # per call
+    bytes: int  # minimum bytes moved per call
+    dims: tuple[int, ...]  # the shape parameters; enough to rebuild the call and time it
+    weights: int = 0  # parameter elements it reads (linear and conv weights)
+    count: int = 1  # calls per forward (a block op: once per block)
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity in FLOP/byte: where the op sits on the roofline's x-axis."""
+        return self.flops / self.bytes
+
+    @property
+    def group(self) -> str:
+        """matmul, attention, conv or elementwise."""
+        return GROUPS.get(self.kind, "elementwise")
+
+    def repeated(self, n: int) -> Op:
+        """The same op called ``n`` times as often (layers, CFG's two forwards)."""
+        return replace(self, count=self.count * n)
+
+
+def linear(name: str, m: int, k: int, n: int, nbytes: int) -> Op:
+    """``y = x W^T`` with x (m, k), W (n, k): 2mkn FLOPs; reads x and W, writes y (m, n)."""
+    return Op(name, "linear", 2 * m * k * n, (m * k + k * n + m * n) * nbytes, (m, k, n), k * n)
+
+
+def elementwise(name: str, kind: str, rows: int, cols: int, flops_per_element: int,
+                nbytes: int, reads: int = 1) -> Op:
+    """Reads ``reads`` tensors of (rows, cols) and writes one."""
+    n = rows * cols
+    return Op(name, kind, flops_per_element * n, (reads + 1) * n * nbytes, (rows, cols))
+
+
+def attention_ops(prefix: str, batch: int, heads: int, s_q: int, s_kv: int, head_dim: int,
+                  nbytes: int, mode: str = "flash") -> list[Op]:
+    """softmax(Q K^T / sqrt(d)) V for Q (B, H, s_q, d) and K, V (B, H, s_kv, d).
+
+    FLOPs: 2 matmuls of 2 * B*H*s_q*s_kv*d each, plus the softmax. Bytes: ``"flash"`` reads Q,
+    K, V and writes O once; ``"naive"`` also writes the (B, H, s_q, s_kv) scores, reads them for
+    the softmax, writes the probabilities and reads them again for PV.
+    """
+    dims = (batch, heads, s_q, s_kv, head_dim)
+    q_or_o, k_or_v = batch * heads * s_q * head_dim, batch * heads * s_kv * head_dim
+    scores = batch * heads * s_q * s_kv
+    matmul = 2 * scores * head_dim
+    if mode == "flash":
+        return [Op(f"{prefix}.sdpa", "sdpa", 2 * matmul + SOFTMAX_FLOPS * scores,
+                   (2 * q_or_o + 2 * k_or_v) * nbytes, dims)]
+    if mode != "naive":
+        raise ValueError(f"attention={mode!r} must be 'flash' or 'naive'")
+    return [Op(f"{prefix}.qk", "qk", matmul, (q_or_o + k_or_v + scores) * nbytes, dims),
+            Op(f"{prefix}.softmax", "softmax", SOFTMAX_FLOPS * scores, 2 * scores * nbytes, dims),
+            Op(f"{prefix}.pv", "pv", matmul, (scores + k_or_v + q_or_o) * nbytes, dims)]
+
+
+def _wan(preset: str | ModelPreset) -> ModelPreset:
+    p = get_preset(preset)
+    if getattr(p, "kind", "wan") != "wan":
+        raise ValueError(f"preset {p.name!r} is not a Wan transformer: nothing to account for")
+    return p
+
+
+def _shape(p: ModelPreset, latent_shape, batch) -> tuple[int, ...]:
+    shape = tuple(latent_shape or p.latent_shape)
+    return (batch, *shape[1:]) if batch is not None else shape
+
+
+def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
+              batch: int | None = None, dtype: str | torch.dtype = "bf16",
+              attention: str = "flash", tp: int = 1) -> list[Op]:
+    """The ops of one ``WanTransformerBlock`` on one rank, in execution order.
+
+    ``tp`` > 1 gives one tensor-parallel rank's share (Megatron split): q/k/v, cross-attention
+    and FFN-up are column-parallel (each rank owns H/tp heads and ffn/tp hidden units), the
+    output projections are row-parallel (they write full-width partial sums that an all-reduce
+    adds); norms and residual adds run replicated on the full width D.
+    """
+    p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
+    if p.num_heads % tp or p.ffn_dim % tp:
+        raise ValueError(f"tp={tp} must divide num_heads={p.num_heads} and "
+                         f"ffn_dim={p.ffn_dim} (each rank owns whole heads)")
+    shape = _shape(p, latent_shape, batch)
+    b, s, d, hd = shape[0], p.num_tokens(shape), p.dim, p.head_dim
+    m, mt, dl, hl, fl = b * s, b * p.text_len, p.dim // tp, p.num_heads // tp, p.ffn_dim // tp
+    norm_mod = LAYERNORM_FLOPS + MODULATE_FLOPS
+    return [
+        # 1. self-attention on the modulated norm; q and k RMS-normalised across heads
+        elementwise("norm1", "layernorm", m, d, norm_mod, nb),
+        linear("attn1.to_q", m, d, dl, nb), linear("attn1.to_k", m, d, dl, nb),
+        linear("attn1.to_v", m, d, dl, nb),
+        elementwise("attn1.norm_q", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
+        elementwise("attn1.norm_k", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
+        Op("attn1.rope", "rope", ROPE_FLOPS * 2 * m * dl, 4 * m * dl * nb, (b, s, hl, hd)),
+        *attention_ops("attn1", b, hl, s, s, hd, nb, attention),
+        linear("attn1.to_out", m, dl, d, nb),
+        elementwise("attn1.gate_residual", "add", m, d, 2, nb, reads=2),
+        # 2. cross-attention: queries from the tokens, keys and values from the L text tokens
+        elementwise("norm2", "layernorm", m, d, norm_mod, nb),
+        linear("attn2.to_q", m, d, dl, nb), linear("attn2.to_k", mt, d, dl, nb),
+        linear("attn2.to_v", mt, d, dl, nb),
+        elementwise("attn2.norm_q", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
+        elementwise("attn2.norm_k", "rmsnorm", mt, dl, RMSNORM_FLOPS, nb),
+        *attention_ops("attn2", b, hl, s, p.text_len, hd, nb, attention),
+        linear("attn2.to_out", m, dl, d, nb),
+        elementwise("attn2.residual", "add", m, d, 1, nb, reads=2),
+        # 3. feed-forward on the modulated norm
+        elementwise("norm3", "layernorm", m, d, norm_mod, nb),
+        linear("ffn.up", m, d, fl, nb),
+        elementwise("ffn.gelu", "gelu", m, fl, GELU_FLOPS, nb),
+        linear("ffn.down", m, fl, d, nb),
+        elementwise("ffn.gate_residual", "add", m, d, 2, nb, reads=2),
+    ]
+
+
+def prologue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
+                 batch: int | None = None, dtype: str | torch.dtype = "bf16") -> list[Op]:
+    """Patch embedding (a Conv3d with kernel = stride = (1, 2, 2)) and the condition embedder."""
+    p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
+    b, c, f, h, w = _shape(p, latent_shape, batch)
+    m, mt, d, k = b * p.num_tokens((b, c, f, h, w)), b * p.text_len, p.dim, c * 1 * 2 * 2
+    patch = Op("patch_embedding", "patchify", 2 * m * d * k,
+               (b * c * f * h * w + d * k + m * d) * nb, (b, c, f, h, w, d), weights=d * k)
+    return [
+        patch,
+        linear("time_embedder.linear_1", b, p.freq_dim, d, nb),
+        linear("time_embedder.linear_2", b, d, d, nb),
+        linear("time_proj", b, d, 6 * d, nb),  # the 6 shift/scale/gate vectors of every block
+        linear("text_embedder.linear_1", mt, p.text_dim, d, nb),
+        elementwise("text_embedder.act", "gelu", mt, d, GELU_FLOPS, nb),
+        linear("text_embedder.linear_2", mt, d, d, nb),
+    ]
+
+
+def epilogue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
+                 batch: int | None = None, dtype: str | torch.dtype = "bf16") -> list[Op]:
+    """Output norm modulated by ``scale_shift_table + temb``, then ``proj_out`` to the patches."""
+    p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
+    shape = _shape(p, latent_shape, batch)
+    m = shape[0] * p.num_tokens(shape)
+    return [elementwise("norm_out", "layernorm", m, p.dim, LAYERNORM_FLOPS + MODULATE_FLOPS, nb),
+            linear("proj_out", m, p.dim, p.in_channels * 1 * 2 * 2, nb)]
+
+
+def model_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
+              batch: int | None = None, dtype: str | torch.dtype = "bf16",
+              attention: str = "flash", tp: int = 1, num_blocks: int | None = None,
+              prologue: bool = True, epilogue: bool = True) -> list[Op]:
+    """One forward: prologue, ``num_blocks`` blocks (default all; counted, not listed), epilogue.
+
+    ``num_blocks`` and the two flags describe one layer-split stage; ``tp`` one TP rank (the
+    prologue and epilogue are cheap and run replicated on every rank).
+    """
+    p = _wan(preset)
+    kw = dict(batch=batch, dtype=dtype)
+    n = p.num_layers if num_blocks is None else num_blocks
+    blocks = block_ops(p, latent_shape, attention=attention, tp=tp, **kw)
+    return ([*prologue_ops(p, latent_shape, **kw)] if prologue else []) + [
+        replace(op, name=f"blocks.{op.name}").repeated(n) for op in blocks if n
+    ] + ([*epilogue_ops(p, latent_shape, **kw)] if epilogue else [])
+
+
+def step_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
+             cfg: bool = True, **kwargs) -> list[Op]:
+    """One denoising step: one forward, or two with classifier-free guidance (cond + uncond).
+
+    Two forwards, not one of batch 2: the weights are read twice. (Batching the halves reads
+    them once; that matters only where weight bytes dominate, i.e. at tiny token counts.)
+    """
+    ops = model_ops(preset, latent_shape, **kwargs)
+    return [op.repeated(2) for op in ops] if cfg else ops
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over a list of ops, each weighted by its count."""
+
+    flops: int
+    bytes: int
+    weights: int  # parameter elements read (a model's weights once per forward)
+
+    @property
+    def intensity(self) -> float:
+        """FLOP/byte of the whole list (total FLOPs over total bytes)."""
+        return self.flops / self.bytes
+
+
+def totals(ops: list[Op]) -> Totals:
+    """Total FLOPs, bytes and weight elements of ``ops`` (counts included)."""
+    return Totals(sum(o.flops * o.count for o in ops), sum(o.bytes * o.count for o in ops),
+                  sum(o.weights * o.count for o in ops))
+
+
+# ----------------------------------------------------------------------------------------------
+# Communication: what a layout must send (bytes of the message; link time is hardware's job)
+# ----------------------------------------------------------------------------------------------
+
+
+def step_handoff_bytes(latent_shape: tuple[int, ...], dtype: str | torch.dtype = "fp32") -> int:
+    """Step-split PP hands the latent (fp32: the sampler's state) to the next stage."""
+    return math.prod(latent_shape) * DTYPE_BYTES[dtype_name(dtype)]
+
+
+def layer_handoff_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
+                        *, batch: int | None = None, dtype: str | torch.dtype = "bf16") -> int:
+    """Layer-split PP hands the hidden states h (B, S, D) to the next stage, once per forward."""
+    p = _wan(preset)
+    shape = _shape(p, latent_shape, batch)
+    return shape[0] * p.num_tokens(shape) * p.dim * DTYPE_BYTES[dtype_name(dtype)]
+
+
+def tp_allreduce_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
+                       *, batch: int | None = None, dtype: str | torch.dtype = "bf16") -> int:
+    """Bytes all-reduced per block on every TP rank (the message size, not the link traffic).
+
+    Three row-parallel outputs of (B, S, D) (self-attention, cross-attention, FFN) plus the
+    fp32 sums of squares the across-heads RMSNorm needs for q and k: (B, S) twice for
+    self-attention, (B, S) and (B, L) for cross-attention.
+    """
+    p = _wan(preset)
+    shape = _shape(p, latent_shape, batch)
+    b, s = shape[0], p.num_tokens(shape)
+    return 3 * b * s * p.dim * DTYPE_BYTES[dtype_name(dtype)] + (3 * b * s + b * p.text_len) * 4
+
+
+def ring_allreduce_traffic(message_bytes: int, degree: int) -> float:
+    """Bytes each rank sends in a ring all-reduce: 2 (n - 1) / n times the message."""
+    return 2 * (degree - 1) / degree * message_bytes
+
+
+# ----------------------------------------------------------------------------------------------
+# The VAE decoder (diffusers.AutoencoderKLWan), walked from its config
+# ----------------------------------------------------------------------------------------------
+
+
+def wan_vae_config() -> dict:
+    """The constructor defaults of ``diffusers.AutoencoderKLWan``: Wan 2.1's VAE."""
+    from diffusers import AutoencoderKLWan
+
+    sig = inspect.signature(AutoencoderKLWan.__init__)
+    return {k: v.default for k, v in sig.parameters.items() if k != "self"}
+
+
+def _conv(name: str, b: int, cin: int, cout: int, kernel: tuple[int, int, int],
+          out: tuple[int, int, int], nbytes: int) -> Op:
+    """A stride-1, same-size conv writing ``out`` = (T, H, W) from an input of that size."""
+    voxels, taps = b * math.prod(out), math.prod(kernel)
+    return Op(name, "conv", 2 * voxels * cout * cin * taps,
+              (voxels * cin + cout * cin * taps + voxels * cout) * nbytes,
+              (b, cin, *out, cout, *kernel), weights=cout * cin * taps)
+
+
+def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str | torch.dtype = "bf16",
+                    attention: str = "flash", config: dict | None = None) -> list[Op]:
+    """Convolutions and the mid-block attention of ``AutoencoderKLWan.decode`` for one latent.
+
+    The structure mirrors diffusers' ``WanDecoder3d`` (Wan 2.1, ``is_residual=False``): conv_in,
+    a mid block (resnet, per-frame single-head attention, resnet), four up blocks of
+    ``num_res_blocks + 1`` resnets (two 3x3x3 causal convs each, a 1x1x1 shortcut where the
+    width changes) with 2x spatial upsampling (nearest + 3x3 conv) after the first three, and a
+    (3,1,1) time conv doubling the frames in the temporally upsampling ones. diffusers decodes
+    one latent frame at a time; the first frame never enters a time conv, so F latent frames
+    become 1 + 2 (F - 1) and then 1 + 4 (F - 1) frames. Counted: every conv (FLOPs exact) and the
+    attention. Not counted (an explicit approximation): RMS norms, SiLU, the nearest upsampling
+    copies and residual adds (bandwidth-bound, a few passes over each activation); weights are
+    counted once although the frame-by-frame decode re-reads them for every latent frame.
+    """
+    cfg = {**wan_vae_config(), **(config or {})}
+    if cfg["is_residual"]:
+        raise ValueError("is_residual=True is Wan 2.2's VAE; only Wan 2.1's is accounted for")
+    nb = DTYPE_BYTES[dtype_name(dtype)]
+    b, z, t, h, w = latent_shape
+    mult, base = cfg["dim_mult"], cfg["decoder_base_dim"] or cfg["base_dim"]
+    dims = [base * u for u in [mult[-1], *mult[::-1]]]
+    up_time = cfg["temperal_downsample"][::-1]
+    ops = [_conv("post_quant_conv", b, z, z, (1, 1, 1), (t, h, w), nb),
+           _conv("conv_in", b, z, dims[0], (3, 3, 3), (t, h, w), nb)]
+
+    def resnet(name: str, cin: int, cout: int) -> list[Op]:
+        out = [_conv(f"{name}.conv1", b, cin, cout, (3, 3, 3), (t, h, w), nb),
+               _conv(f"{name}.conv2", b, cout, cout, (3, 3, 3), (t, h, w), nb)]
+        if cin != cout:
+            out.append(_conv(f"{name}.conv_shortcut", b, cin, cout, (1, 1, 1), (t, h, w), nb))
+        return out
+
+    d0 = dims[0]
+    ops += resnet("mid.resnets.0", d0, d0)
+    ops.append(_conv("mid.attention.to_qkv", b, d0, 3 * d0, (1, 1, 1), (t, h, w), nb))
+    ops += attention_ops("mid.attention", b * t, 1, h * w, h * w, d0, nb, attention)
+    ops.append(_conv("mid.attention.proj", b, d0, d0, (1, 1, 1), (t, h, w), nb))
+    ops += resnet("mid.resnets.1", d0, d0)
+    for i, (cin, cout) in enumerate(pairwise(dims)):
+        cin = cin // 2 if i > 0 else cin  # the previous upsampler halved the width
+        for j in range(cfg["num_res_blocks"] + 1):
+            ops += resnet(f"up_blocks.{i}.resnets.{j}", cin if j == 0 else cout, cout)
+        if i == len(mult) - 1:
+            break
+        if up_time[i]:
+            ops.append(_conv(f"up_blocks.{i}.time_conv", b, cout, 2 * cout, (3, 1, 1),
+                             (t - 1, h, w), nb))
+            t = 1 + 2 * (t - 1)
+        h, w = 2 * h, 2 * w
+        ops.append(_conv(f"up_blocks.{i}.upsample_conv", b, cout, cout // 2, (1, 3, 3),
+                         (t, h, w), nb))
+    ops.append(_conv("conv_out", b, dims[-1], cfg["out_channels"], (3, 3, 3), (t, h, w), nb))
+    return ops
+
+
+__all__ = [
+    "DTYPE_BYTES", "GROUPS", "Op", "Totals", "attention_ops", "block_ops", "dtype_name",
+    "elementwise", "epilogue_ops", "layer_handoff_bytes", "linear", "model_ops",
+    "prologue_ops", "ring_allreduce_traffic", "step_handoff_bytes", "step_ops", "totals",
+    "tp_allreduce_bytes", "vae_decoder_ops", "wan_vae_config",
+]

@@ -1,0 +1,49 @@
+"""Contiguous partitions of a sequence of costs: the step split and the block split share them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def even_sizes(n: int, parts: int) -> list[int]:
+    """``parts`` sizes summing to ``n`` that differ by at most one (earlier parts larger)."""
+    base, extra = divmod(n, parts)
+    return [base + (1 if k < extra else 0) for k in range(parts)]
+
+
+def balanced_sizes(costs: Sequence[float], parts: int) -> list[int]:
+    """Sizes of the contiguous split of ``costs`` into ``parts`` non-empty pieces that minimises
+    the most expensive piece (what bounds a pipeline's throughput). Exact, by dynamic
+    programming over prefix sums: best[k][i] = cheapest bottleneck for the first i items on k
+    parts. O(parts * n^2), trivial for steps and blocks."""
+    n = len(costs)
+    if not 1 <= parts <= n:
+        raise ValueError(f"cannot split {n} items into {parts} non-empty parts")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(parts + 1)]
+    cut = [[0] * (n + 1) for _ in range(parts + 1)]
+    best[0][0] = 0.0
+    for k in range(1, parts + 1):
+        for i in range(k, n - (parts - k) + 1):
+            for j in range(k - 1, i):
+                cost = max(best[k - 1][j], prefix[i] - prefix[j])
+                if cost < best[k][i] - 1e-12:
+                    best[k][i], cut[k][i] = cost, j
+    sizes, i = [], n
+    for k in range(parts, 0, -1):
+        j = cut[k][i]
+        sizes.append(i - j)
+        i = j
+    return sizes[::-1]
+
+
+def to_ranges(sizes: Sequence[int]) -> list[range]:
+    """Consecutive ranges with the given sizes, starting at 0."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(range(start, start + n))
+        start += n
+    return out
