@@ -97,3 +97,25 @@ def test_partial_guidance_is_refused():
     with pytest.raises(ValueError, match="guidance_steps must be None"):
         LayerSplitPlan(REQS, 2, 2, sampling=SamplingConfig(num_steps=4, guidance_scale=3.0,
                                                             guidance_steps=2))
+
+
+def test_schedule_figure_reports_simulated_and_formula_bubbles():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ppdit.bubble_plots import schedule_figure
+
+    title = schedule_figure(4, 8, 2, 2, wrap=False).axes[0].get_title(loc="left")
+    expected = f"{layer_split_bubble(8, 4, 2, 2):.1%}"
+    assert f"bubble {expected}" in title and f"balanced stages {expected}" in title
+    slowed = schedule_figure(3, 3, 1, 3, wrap=True, last_stage_slowdown=0.3)
+    assert "last stage 1.30x" in slowed.axes[0].get_title(loc="left")
+
+
+def test_explorer_has_its_controls():
+    from ppdit.bubble_plots import make_explorer
+
+    box = make_explorer()
+    controls = [c for row in box.children[:2] for c in row.children]
+    assert [c.description for c in controls] == ["P stages", "M micro", "V chunks", "steps",
+                                                 "wrap across steps", "last slower"]
