@@ -29,10 +29,8 @@ the group is an argument (no hidden global): a PP x TP mesh passes each stage it
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 from diffusers import WanTransformer3DModel
 from torch import nn
@@ -169,6 +167,13 @@ def expected_tp_param_count(model: nn.Module, tp: int) -> int:
     return sum(p.numel() // tp if n in split else p.numel() for n, p in model.named_parameters())
 
 
+def local_param_count(model: nn.Module) -> int:
+    """Parameters this rank holds in memory: a DTensor parameter counts its local shard only
+    (its ``numel()`` is the global size)."""
+    return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+               for p in model.parameters())
+
+
 def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
     """``torch.compile(fullgraph=True)`` each block in place (``nn.Module.compile``).
 
@@ -182,15 +187,6 @@ def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
     return model
 
 
-def graph_breaks(fn: Callable, *args, **kwargs) -> int:
-    """How many graph breaks Dynamo hits tracing ``fn(*args)`` (``torch._dynamo.explain``;
-    nothing is compiled by Inductor, so this costs a trace, not a compile)."""
-    torch._dynamo.reset()
-    try:
-        return torch._dynamo.explain(fn)(*args, **kwargs).graph_break_count
-    finally:
-        torch._dynamo.reset()
-
-
 __all__ = ["TP_TOL", "ParallelDims", "check_tp_degree", "compile_blocks",
-           "expected_tp_param_count", "graph_breaks", "parallelize_wan", "sharded_param_names"]
+           "expected_tp_param_count", "local_param_count", "parallelize_wan",
+           "sharded_param_names"]

@@ -1,0 +1,36 @@
+"""Reference solution of lab 02: a small int64 header with (request id, step) before the latent."""
+
+from __future__ import annotations
+
+import torch
+
+from ppdit.model import build_model
+from ppdit.runtime.p2p import recv_tensor, send_tensor
+from ppdit.sampler import Denoiser, StepState
+
+SHAPE = (1, 16, 5, 16, 16)
+
+
+def stage_worker(ctx, stages, sampling, requests) -> dict[int, torch.Tensor]:
+    """Run this rank's steps for every request; the last stage returns the final latents."""
+    model = build_model("tiny", seed=0)
+    den = Denoiser(model, "tiny", sampling)
+    steps = stages[ctx.rank]
+    last = ctx.rank == len(stages) - 1
+    out: dict[int, torch.Tensor] = {}
+    for request in requests:
+        if ctx.rank == 0:
+            state = den.initial_state(request, SHAPE)
+        else:
+            rid, step = recv_tensor(ctx.rank - 1).tolist()
+            if (rid, step) != (request.request_id, steps.start):
+                raise RuntimeError(f"expected request {request.request_id} at step "
+                                   f"{steps.start}, got {rid} at {step}")
+            state = StepState(rid, step, recv_tensor(ctx.rank - 1))
+        [state] = den.run([state], [request], steps)
+        if last:
+            out[request.request_id] = state.latent
+        else:
+            send_tensor(torch.tensor([state.request_id, state.step_index]), ctx.rank + 1)
+            send_tensor(state.latent, ctx.rank + 1)
+    return out
