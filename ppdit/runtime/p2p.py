@@ -67,10 +67,40 @@ def _parse_header(h: torch.Tensor, src: int) -> tuple[tuple[int, ...], torch.dty
 def send_tensor(tensor: torch.Tensor, dst: int, *, group=None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Send any tensor (header, then contiguous payload) to global rank ``dst``; blocks."""
+    isend_tensor(tensor, dst, group=group).wait(timeout_s)
+
+
+class PendingSend:
+    """Sends in flight and the tensors they read (kept alive until ``wait``)."""
+
+    def __init__(self, dst: int):
+        self.dst = dst
+        self.works: list = []
+        self.tensors: list[torch.Tensor] = []
+
+    def add(self, tensor: torch.Tensor, group=None) -> PendingSend:
+        """Post one more isend of ``tensor`` to ``dst``."""
+        self.tensors.append(tensor)
+        self.works.append(dist.isend(tensor, self.dst, group=group))
+        return self
+
+    def done(self) -> bool:
+        """Whether every send completed (never blocks)."""
+        return all(w.is_completed() for w in self.works)
+
+    def wait(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Block until every send completed, or raise ``TimeoutError``."""
+        for w in self.works:
+            wait_for(w, timeout_s, f"sending to rank {self.dst}")
+
+
+def isend_tensor(tensor: torch.Tensor, dst: int, *, group=None,
+                 pending: PendingSend | None = None) -> PendingSend:
+    """Post the header and the contiguous payload without waiting; ``wait()`` on the result."""
     payload = tensor.contiguous()
-    wait_for(dist.isend(_header(payload.shape, payload.dtype, 0, payload.device), dst, group=group),
-          timeout_s, f"sending a header to rank {dst}")
-    wait_for(dist.isend(payload, dst, group=group), timeout_s, f"sending a tensor to rank {dst}")
+    pending = pending or PendingSend(dst)
+    pending.add(_header(payload.shape, payload.dtype, 0, payload.device), group)
+    return pending.add(payload, group)
 
 
 def recv_tensor(src: int, *, device: torch.device | str = "cpu", group=None,

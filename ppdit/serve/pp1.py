@@ -1,0 +1,58 @@
+"""PP1: tensor parallelism inside the generator mesh, and nowhere else.
+
+Rank 0 never joins a collective of ``mesh_pg`` (ranks 1..N): it only talks to the leader,
+point to point. The leader re-broadcasts each envelope inside ``mesh_pg`` so that every mesh
+rank runs the same chunk, issuing the same all-reduces in the same order — the invariant whose
+violation is a hang ("multi-PG ordering" in the study guide). The broadcast is a header (the
+envelope's framing) and then each payload, shape first.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ppdit.parallel.tensor import parallelize_wan
+from ppdit.runtime.launch import RankContext
+from ppdit.runtime.p2p import HEADER_LEN as SHAPE_LEN
+from ppdit.runtime.p2p import _header, _parse_header
+from ppdit.serve.protocol import HEADER_LEN, PPEnvelopeV1, decode, encode
+
+LEADER = 1
+
+
+class MeshChannel:
+    """The leader shares envelopes with the followers of ``mesh_pg`` by broadcast."""
+
+    def __init__(self, ctx: RankContext, mesh_group):
+        self.ctx, self.group = ctx, mesh_group
+
+    def share(self, env: PPEnvelopeV1) -> None:
+        """Leader: broadcast ``env`` (header, then each payload with its shape)."""
+        header, payloads = encode(env)
+        dev = self.ctx.device
+        dist.broadcast(header.to(dev), src=LEADER, group=self.group)
+        for t in payloads:
+            t = t.to(dev).contiguous()
+            dist.broadcast(_header(t.shape, t.dtype, 0, dev), src=LEADER, group=self.group)
+            dist.broadcast(t, src=LEADER, group=self.group)
+
+    def receive(self) -> PPEnvelopeV1:
+        """Follower: the envelope the leader is about to process."""
+        dev = self.ctx.device
+        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=dev)
+        dist.broadcast(header, src=LEADER, group=self.group)
+        payloads = []
+        for _ in range(int(header[10])):
+            shape_h = torch.empty(SHAPE_LEN, dtype=torch.int64, device=dev)
+            dist.broadcast(shape_h, src=LEADER, group=self.group)
+            shape, dtype, _ = _parse_header(shape_h, LEADER)
+            t = torch.empty(shape, dtype=dtype, device=dev)
+            dist.broadcast(t, src=LEADER, group=self.group)
+            payloads.append(t)
+        return decode(header.cpu(), payloads)
+
+
+def parallelize_mesh_model(model, mesh_group):
+    """Shard the DiT's blocks over the mesh (functional collectives: compile-friendly)."""
+    return parallelize_wan(model, tp_group=mesh_group, collectives="funcol")
