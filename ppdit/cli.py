@@ -1,7 +1,8 @@
 """``ppdit`` on the command line: ``demo`` runs the main job and writes its artifacts.
 
-    python -m ppdit demo                       # spawns the ranks itself (CPU: gloo)
-    torchrun --nproc-per-node 2 -m ppdit demo  # or let torchrun start them (GPUs: NCCL)
+    python -m ppdit demo                        # the streaming system: rank 0 + a 2-rank TP mesh
+    python -m ppdit step-split                  # lessons 01-02: step-split PP with filling
+    torchrun --nproc-per-node 3 -m ppdit demo   # ranks started by torchrun (GPUs: NCCL)
 """
 
 from __future__ import annotations
@@ -21,17 +22,30 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m ppdit`` and the ``ppdit`` console script."""
     parser = argparse.ArgumentParser(prog="ppdit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="step-split PP with pipeline filling; writes a timeline")
+    demo = sub.add_parser("demo", help="the streaming system (controller + TP mesh); writes a "
+                                       "video, a timeline, a trace and a summary")
     demo.add_argument("--out", type=Path, default=DEFAULT_OUT, help="artifact folder")
-    demo.add_argument("--stages", type=int, default=2, help="pipeline stages (ranks)")
-    demo.add_argument("--requests", type=int, default=8, help="requests to generate")
-    demo.add_argument("--steps", type=int, default=28, help="denoising steps per request")
-    demo.add_argument("--preset", default="tiny", help="model preset (tiny, small, ...)")
-    demo.add_argument("--mode", default="filled", choices=["filled", "stream_batch"])
+    demo.add_argument("--chunks", type=int, default=6, help="chunks to stream (across the cut)")
+    demo.add_argument("--cut-at", type=int, default=3, help="hard cut before this chunk (-1: none)")
+    demo.add_argument("--tp", type=int, default=2, help="mesh ranks (tensor parallel degree)")
+    demo.add_argument("--steps", type=int, default=4, help="denoising steps per chunk")
+    step = sub.add_parser("step-split", help="step-split PP with pipeline filling (lesson 01)")
+    step.add_argument("--out", type=Path, default=Path("out/step_split"), help="artifact folder")
+    step.add_argument("--stages", type=int, default=2, help="pipeline stages (ranks)")
+    step.add_argument("--requests", type=int, default=8, help="requests to generate")
+    step.add_argument("--steps", type=int, default=28, help="denoising steps per request")
+    step.add_argument("--preset", default="tiny", help="model preset (tiny, small, ...)")
+    step.add_argument("--mode", default="filled", choices=["filled", "stream_batch"])
     sub.add_parser("info", help="devices, backend and a 2-rank hello: a setup check")
     args = parser.parse_args(argv)
     if args.command == "info":
         return _info()
+    if args.command == "demo":
+        from ppdit.serve.demo import run_demo
+
+        return run_demo(args.out, chunks=args.chunks,
+                        cut_at=None if args.cut_at < 0 else args.cut_at, tp=args.tp,
+                        num_steps=args.steps)
     return _demo(args)
 
 

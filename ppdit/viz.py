@@ -93,3 +93,22 @@ def plot_busy(trace: Trace, ax=None, title: str | None = None):
     if title:
         ax.set_title(title)
     return ax
+
+
+def plot_counters(trace: Trace, names: tuple[str, ...] | None = None, ax=None,
+                  title: str | None = None):
+    """Step plots of sampled counters (queue depths, drops) over the run's time axis."""
+    ax = ax or plt.subplots(figsize=(10, 2.2))[1]
+    by_name: dict[str, list] = {}
+    for c in trace.counters:
+        if names is None or c.name in names:
+            by_name.setdefault(f"{c.name} (rank {c.rank})", []).append(c)
+    for label, cs in by_name.items():
+        ax.step([c.t_ns / 1e6 for c in cs], [c.value for c in cs], where="post", label=label)
+    ax.set_xlabel("time (ms)")
+    ax.set_xlim(0, trace.makespan_s * 1e3 * 1.01 or 1)
+    if by_name:
+        ax.legend(fontsize=8, loc="upper right")
+    if title:
+        ax.set_title(title, loc="left")
+    return ax

@@ -100,3 +100,12 @@ def test_a_stopped_controller_ends_the_mesh(capsys, no_orphans):
     err = _fails(BringupConfig(phase="overlap", chunks=4,
                                faults=Faults(controller_crash_at=1), vae_preset=None, **QUICK))
     assert err.rank == 0 and "controller crashed on purpose" in str(err)
+
+
+def test_pp1_mesh_block_compiles_without_graph_breaks(no_orphans):
+    from ppdit.runtime import launch
+    from ppdit.serve.pp1 import explain_mesh_block
+
+    for view in launch(explain_mesh_block, 2, timeout_s=300, echo=False):
+        assert view["graph_breaks"] == 0 and view["graphs"] == 1, view["reasons"]
+        assert view["all_reduces_in_graph"] == 7  # 2 out-projections, 4 q/k norms, 1 FFN

@@ -113,3 +113,17 @@ def _described(rank, peer, x, tx, rx, i):
 def summarize_pingpong(times: dict[str, list[float]]) -> dict[str, float]:
     """Median one-way milliseconds per way (medians resist the other core's noise)."""
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
+def mismatched_collectives(ctx: RankContext) -> int:
+    """The classic multi-rank hang: two ranks issue the same two collectives in different
+    orders. Each waits inside its first collective for a partner that is in another one; only
+    the process group's timeout (``launch(..., pg_timeout_s=...)``) ends it, as an error."""
+    x = torch.ones(4, device=ctx.device)
+    if ctx.rank == 0:
+        dist.all_reduce(x)
+        dist.broadcast(x, src=0)
+    else:
+        dist.broadcast(x, src=0)
+        dist.all_reduce(x)
+    return ctx.rank

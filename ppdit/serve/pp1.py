@@ -12,10 +12,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ppdit.model import build_model, condition, embed_patches
 from ppdit.parallel.tensor import parallelize_wan
+from ppdit.parallel.tensor_comms import trace_report
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.p2p import HEADER_LEN as SHAPE_LEN
 from ppdit.runtime.p2p import _header, _parse_header
+from ppdit.sampler import Request, SamplingConfig, prompt_embeddings
+from ppdit.serve.causal import ChunkGenerator, StreamConfig, offset_rope
 from ppdit.serve.protocol import HEADER_LEN, PPEnvelopeV1, decode, encode
 
 LEADER = 1
@@ -56,3 +60,24 @@ class MeshChannel:
 def parallelize_mesh_model(model, mesh_group):
     """Shard the DiT's blocks over the mesh (functional collectives: compile-friendly)."""
     return parallelize_wan(model, tp_group=mesh_group, collectives="funcol")
+
+
+def explain_mesh_block(ctx: RankContext, context_chunks: int = 2) -> dict:
+    """On every rank of a TP group: Dynamo's view of one mesh block as PP1 runs it — TP layers
+    with functional collectives, the causal processor attending to a KV cache. Returns graph
+    and graph-break counts (no Inductor compile: seconds)."""
+    model = parallelize_mesh_model(build_model("tiny", seed=0), dist.group.WORLD)
+    gen = ChunkGenerator(model, StreamConfig(chunk_frames=2,
+                                             sampling=SamplingConfig(num_steps=2)))
+    text = prompt_embeddings(Request(0, 1), "tiny")
+    for k in range(context_chunks):
+        gen.generate(k, 1, text)
+    x = torch.zeros(1, 16, 2, 16, 16)
+    with torch.no_grad():
+        cond = condition(model, tuple(x.shape), torch.tensor([500.0]), text)
+        cond.rotary_emb = offset_rope(model, tuple(x.shape), 2 * context_chunks)
+        block = model.blocks[0]
+        report = trace_report(lambda h: block(h, cond.text, cond.timestep_proj, cond.rotary_emb),
+                              embed_patches(model, x))
+    return {"graphs": report.graph_count, "graph_breaks": report.graph_break_count,
+            "reasons": report.break_reasons, "all_reduces_in_graph": report.graph_all_reduces}

@@ -21,40 +21,52 @@ from ppdit.serve.controller import Controller, ControllerReport
 from ppdit.serve.mesh import Mesh, MeshReport
 
 
-def setup_bringup(rank: int, world_size: int, cfg: BringupConfig):
+def setup_bringup(rank: int, world_size: int, cfgs, rounds: int = 1):
     """Before the process group exists: the VAE on rank 0, the DiT on every mesh rank."""
+    cfg = cfgs[0]
     if rank == 0:
-        if cfg.vae_preset is None:
+        if all(c.vae_preset is None for c in cfgs):
             return None
         from ppdit.vae_presets import build_vae
 
-        return build_vae(cfg.vae_preset, seed=cfg.model_seed)
+        return build_vae(next(c.vae_preset for c in cfgs if c.vae_preset), seed=cfg.model_seed)
     return build_model(cfg.preset, seed=cfg.model_seed)
 
 
-def bringup_worker(ctx: RankContext, cfg: BringupConfig):
-    """Rank 0 runs the controller, every other rank the mesh."""
+def bringup_worker(ctx: RankContext, cfgs, rounds: int = 1):
+    """Rank 0 runs the controller, every other rank the mesh; each config ``rounds`` times,
+    interleaved (so two phases can be compared on a shared machine)."""
     import torch.distributed as dist
 
-    if ctx.world_size != cfg.world_size:
-        raise ValueError(f"config needs world_size={cfg.world_size}, launched with "
-                         f"{ctx.world_size}")
-    mesh_group = dist.new_group(list(range(1, cfg.world_size)))  # every rank must call this
-    tracer = Tracer(ctx.rank, ctx.placement)
-    tracer.align()
-    if ctx.rank == 0:
-        vae = ctx.prepared.to(ctx.device) if ctx.prepared is not None else None
-        report = Controller(ctx, cfg, vae, tracer).run()
-    else:
-        model = ctx.prepared.to(ctx.device)
-        channel = None
-        if cfg.tp > 1:
-            from ppdit.serve.pp1 import MeshChannel, parallelize_mesh_model
+    worlds = {c.world_size for c in cfgs}
+    if worlds != {ctx.world_size} or len({(c.preset, c.model_seed) for c in cfgs}) != 1:
+        raise ValueError(f"configs run together need one world size (launched with "
+                         f"{ctx.world_size}, configs need {sorted(worlds)}) and one model")
+    mesh_group = dist.new_group(list(range(1, ctx.world_size)))  # every rank must call this
+    model = ctx.prepared.to(ctx.device) if ctx.rank > 0 else None
+    if ctx.rank > 0 and cfgs[0].tp > 1:
+        from ppdit.serve.pp1 import parallelize_mesh_model
 
-            model = parallelize_mesh_model(model, mesh_group)
-            channel = MeshChannel(ctx, mesh_group)
-        report = Mesh(ctx, cfg, model, tracer, mesh_group, channel).run()
-    return report, tracer.finish()
+        model = parallelize_mesh_model(model, mesh_group)
+    out = [[] for _ in cfgs]
+    for k in range(rounds):
+        for i in [(k + j) % len(cfgs) for j in range(len(cfgs))]:
+            tracer = Tracer(ctx.rank, ctx.placement)
+            tracer.align()
+            out[i].append((_run_one(ctx, cfgs[i], model, mesh_group, tracer), tracer.finish()))
+    return out
+
+
+def _run_one(ctx: RankContext, cfg: BringupConfig, model, mesh_group, tracer: Tracer):
+    if ctx.rank == 0:
+        vae = ctx.prepared.to(ctx.device) if cfg.vae_preset and ctx.prepared is not None else None
+        return Controller(ctx, cfg, vae, tracer).run()
+    channel = None
+    if cfg.tp > 1:
+        from ppdit.serve.pp1 import MeshChannel
+
+        channel = MeshChannel(ctx, mesh_group)
+    return Mesh(ctx, cfg, model, tracer, mesh_group, channel).run()
 
 
 @dataclass
@@ -91,11 +103,26 @@ class BringupResult:
 
 def run_bringup(cfg: BringupConfig, **launch_kwargs) -> BringupResult:
     """Launch the controller and the mesh (one thread each by default) and run ``cfg``."""
+    return run_bringups({"run": cfg}, 1, **launch_kwargs)["run"][0]
+
+
+def run_bringups(cfgs: dict[str, BringupConfig], rounds: int = 1,
+                 **launch_kwargs) -> dict[str, list[BringupResult]]:
+    """Several configs (same world size and model) in one launch, interleaved round by round."""
     launch_kwargs.setdefault("threads_per_rank", 1)
-    launch_kwargs.setdefault("timeout_s", max(120.0, cfg.timeout_s * 3))
-    out = launch(bringup_worker, cfg.world_size, args=(cfg,), setup=setup_bringup,
-                 **launch_kwargs)
-    return BringupResult(cfg, out[0][0], [r for r, _ in out[1:]], merge([t for _, t in out]))
+    worst = max(c.timeout_s for c in cfgs.values())
+    launch_kwargs.setdefault("timeout_s", max(120.0, worst * 3 * len(cfgs) * rounds))
+    ordered = tuple(cfgs.values())
+    world = ordered[0].world_size
+    per_rank = launch(bringup_worker, world, args=(ordered, rounds), setup=setup_bringup,
+                      **launch_kwargs)
+    out = {}
+    for i, (name, cfg) in enumerate(cfgs.items()):
+        out[name] = [BringupResult(cfg, per_rank[0][i][k][0],
+                                   [r[i][k][0] for r in per_rank[1:]],
+                                   merge([r[i][k][1] for r in per_rank]))
+                     for k in range(rounds)]
+    return out
 
 
 def reference_stream(cfg: BringupConfig, model=None) -> dict[tuple[int, int], torch.Tensor]:
