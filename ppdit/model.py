@@ -261,19 +261,43 @@ def run_blocks(
     return hidden
 
 
+def project_out(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageContext
+                ) -> torch.Tensor:
+    """The per-token part of the epilogue: output norm modulated by ``scale_shift_table +
+    temb``, then ``proj_out``. (B, S, D) -> (B, S, C * p_t * p_h * p_w); works on any subset
+    of tokens (sequence parallelism runs it on each rank's slice)."""
+    shift, scale = (model.scale_shift_table + ctx.temb.unsqueeze(1)).chunk(2, dim=1)  # (B, 1, D)
+    hidden = (model.norm_out(hidden.float()) * (1 + scale) + shift).type_as(hidden)
+    return model.proj_out(hidden)
+
+
+def unpatchify(model: WanTransformer3DModel, tokens: torch.Tensor, grid: tuple[int, int, int]
+               ) -> torch.Tensor:
+    """(B, S, C * p_t * p_h * p_w) tokens of the whole latent -> (B, C, F, H, W)."""
+    f, h, w = grid
+    p_t, p_h, p_w = model.config.patch_size
+    tokens = tokens.reshape(tokens.shape[0], f, h, w, p_t, p_h, p_w, -1)
+    tokens = tokens.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, F, p_t, H, p_h, W, p_w)
+    return tokens.flatten(6, 7).flatten(4, 5).flatten(2, 3)
+
+
 def epilogue(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageContext) -> torch.Tensor:
     """Output norm modulated by ``scale_shift_table + temb``, projection, unpatchify.
 
     (B, S, D) -> (B, C, F, H, W), the velocity prediction of flow matching.
     """
-    shift, scale = (model.scale_shift_table + ctx.temb.unsqueeze(1)).chunk(2, dim=1)  # (B, 1, D)
-    hidden = (model.norm_out(hidden.float()) * (1 + scale) + shift).type_as(hidden)
-    hidden = model.proj_out(hidden)  # (B, S, C * p_t * p_h * p_w)
-    f, h, w = ctx.grid
-    p_t, p_h, p_w = model.config.patch_size
-    hidden = hidden.reshape(hidden.shape[0], f, h, w, p_t, p_h, p_w, -1)
-    hidden = hidden.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, F, p_t, H, p_h, W, p_w)
-    return hidden.flatten(6, 7).flatten(4, 5).flatten(2, 3)
+    return unpatchify(model, project_out(model, hidden, ctx), ctx.grid)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Wan's rotary embedding on (B, S, heads, hd), the arithmetic of diffusers' processor (for
+    attention processors ppdit writes itself: causal, sequence parallel)."""
+    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    cos, sin = cos[..., 0::2], sin[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * cos - x2 * sin
+    out[..., 1::2] = x1 * sin + x2 * cos
+    return out.type_as(x)
 
 
 def forward_by_stages(
@@ -299,7 +323,8 @@ def describe(preset: str | ModelPreset) -> str:
 
 
 __all__ = [
-    "PRESETS", "DummyDiT", "ModelPreset", "StageContext", "build_model", "condition", "describe",
-    "embed_patches", "epilogue", "forward_by_stages", "get_preset", "num_params", "prologue",
-    "run_blocks",
+    "PRESETS", "DummyDiT", "ModelPreset", "StageContext", "apply_rope", "build_model",
+    "condition", "describe",
+    "embed_patches", "epilogue", "forward_by_stages", "get_preset", "num_params", "project_out",
+    "prologue", "run_blocks", "unpatchify",
 ]

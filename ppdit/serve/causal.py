@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ppdit.model import epilogue, prologue, run_blocks
+from ppdit.model import apply_rope, epilogue, prologue, run_blocks
 from ppdit.sampler import SamplingConfig, euler_update
 
 
@@ -76,16 +76,6 @@ class KVCache:
         return sum(k.numel() * k.element_size() * 2 for c in self.chunks for k, _ in c)
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Wan's rotary embedding, the same arithmetic as diffusers' processor."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    cos, sin = cos[..., 0::2], sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(x)
-
-
 class CausalAttnProcessor:
     """Self-attention of one layer that also attends to the cached chunks of that layer."""
 
@@ -97,7 +87,7 @@ class CausalAttnProcessor:
         q = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
         k = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
         v = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))  # (B, S, heads, hd)
-        q, k = _rope(q, *rotary_emb), _rope(k, *rotary_emb)
+        q, k = apply_rope(q, *rotary_emb), apply_rope(k, *rotary_emb)
         mask = None
         if self.cache.mode == "mask":
             mask = self.cache.mask

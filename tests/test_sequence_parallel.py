@@ -1,0 +1,57 @@
+"""Ulysses sequence parallelism on real ranks: equal to one device, bytes as the formula says."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ppdit.model import build_model, get_preset
+from ppdit.parallel.sequence import SPRun, check_sp_degree, setup_sp, sp_worker
+from ppdit.parallel.sequence_comms import a2a_bytes_per_layer, even_split
+from ppdit.runtime import launch
+from ppdit.sampler import Request, SamplingConfig, generate
+
+# Each rank multiplies its token slice (fewer GEMM rows) and attends with its heads; the sums
+# are the same per row, so on this CPU the result is even bitwise — but GEMM kernels may block
+# rows differently on other machines, so equality is asserted to rounding.
+SP_TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.mark.parametrize("degree,shapes", [(2, (None, (1, 16, 5, 14, 18))), (4, (None,))])
+def test_sp_equals_one_device_with_and_without_v_first(degree, shapes, tiny, no_orphans):
+    runs = tuple(SPRun(num_steps=2, v_first=v, latent_shape=s) for s in shapes
+                 for v in (True, False))  # the second shape has 315 tokens: uneven slices
+    per_rank = launch(sp_worker, degree, args=(runs,), setup=setup_sp, threads_per_rank=1,
+                      timeout_s=300, echo=False)
+    for i, run in enumerate(runs):
+        out = [r[i] for r in per_rank]
+        ref = generate(tiny, Request(0, 0), sampling=SamplingConfig(num_steps=2),
+                       latent_shape=run.shape())
+        for rank_out in out:
+            torch.testing.assert_close(rank_out["latent"], ref, **SP_TOL)
+        tokens = get_preset("tiny").num_tokens(run.shape())
+        layers = get_preset("tiny").num_layers
+        if tokens % degree == 0:
+            per_layer = a2a_bytes_per_layer(batch=1, tokens=tokens, dim=64, degree=degree,
+                                             bytes_per_element=4)
+            assert out[0]["a2a_bytes"] == per_layer * layers * run.num_steps
+        assert out[0]["a2a_calls"] == 4 * layers * run.num_steps
+
+
+def test_uneven_split_gives_every_token_exactly_once():
+    assert even_split(320, 3) == (107, 107, 106)
+    assert sum(even_split(5 * 7 * 9, 4)) == 315
+
+
+def test_heads_must_divide():
+    check_sp_degree(4, 2)
+    with pytest.raises(ValueError, match="degree 3 must divide the 4 attention heads"):
+        check_sp_degree(4, 3)
+
+
+def test_bytes_formula_by_hand():
+    # 2 ranks, 320 tokens of width 64 in fp32: each all-to-all keeps half of a 160 x 64 slice
+    # and sends the other half (20,480 bytes); four of them per layer.
+    assert a2a_bytes_per_layer(batch=1, tokens=320, dim=64, degree=2, bytes_per_element=4) \
+        == 4 * 160 * 64 * 4 // 2
+    assert build_model("tiny", device="meta").config.num_attention_heads == 4
