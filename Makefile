@@ -32,6 +32,10 @@ bench:
 	scripts/bootstrap.sh
 	$(PY) benchmarks/step_split.py
 	$(PY) benchmarks/layer_split.py
+	$(PY) benchmarks/tensor_parallel.py
+	$(PY) benchmarks/vae.py
+	$(PY) benchmarks/bringup.py
+	$(PY) benchmarks/sequence_parallel.py
 
 clean:
 	rm -rf out .pytest_cache book/_build book/vendor book/node_modules

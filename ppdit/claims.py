@@ -58,10 +58,11 @@ CLAIMS: tuple[Claim, ...] = (
           "graphs whole: 9.6 -> 24.5 FPS.", "04_tensor_parallel_funcol", ""),
     Claim("vae-first-frame", "Streaming video decoders (StreamDiffusionV2, LightX2V)",
           "A causal VAE decoded chunk by chunk delivers its first frames long before a full "
-          "decode finishes.", "06_streaming_vae", ""),
+          "decode finishes.", "06_streaming_vae",
+          "3. What streaming buys: time to first frame, and memory"),
     Claim("cocodiff-v-first", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
           "Issuing V's all-to-all first hides it behind Q/K normalisation and RoPE.",
-          "12_sequence_parallel", ""),
+          "12_sequence_parallel", "4. V-first on a timeline"),
 )
 
 

@@ -23,12 +23,15 @@ Equality: pushing one latent frame at a time runs the very kernels ``decode`` ru
 inputs: bitwise equal to ``decode_full``. A chunk of k > 1 frames runs each conv over k frames at
 once (fewer, larger kernels: faster, on GPUs especially); the math is the same but the summation
 order inside the convolutions is not, so it agrees to rounding (``CHUNKED_TOL`` in the tests).
+
+The VAE presets (a tiny CPU one, the real Wan 2.1 config) live in ``ppdit.vae_presets`` and are
+re-exported here; measurements in ``ppdit.vae_measure``, pictures in ``ppdit.vae_plots``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from diffusers import AutoencoderKLWan
@@ -95,7 +98,6 @@ class _StreamState:
     latent_frames: int = 0  # latent frames pushed so far
     frames_out: int = 0  # pixel frames returned so far
     geometry: tuple[int, int, int] | None = None  # (B, H, W) of the stream, fixed at first push
-    history: list[int] = field(default_factory=list)  # latent frames per push, for reports
 
 
 class StreamingDecoder:
@@ -145,7 +147,6 @@ class StreamingDecoder:
         out = torch.clamp(out, min=-1.0, max=1.0)  # as AutoencoderKLWan._decode does
         state.latent_frames += chunk.shape[2]
         state.frames_out += out.shape[2]
-        state.history.append(chunk.shape[2])
         return out
 
     def reset(self) -> None:

@@ -36,8 +36,8 @@ from ppdit.analysis.roofline import (
     step_handoff_bytes,
     totals,
     tp_allreduce_bytes,
-    vae_decoder_ops,
 )
+from ppdit.analysis.roofline_vae import vae_decoder_ops
 from ppdit.model import build_model, get_preset, num_params, prologue
 from ppdit.runtime.launch import launch
 

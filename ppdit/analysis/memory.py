@@ -47,21 +47,35 @@ class _LiveTensorBytes(TorchDispatchMode):
         super().__init__()
         self.current = 0
         self.peak = 0
-        self._live: dict[int, weakref.finalize] = {}
+        self._live: dict[int, weakref.finalize] = {}  # storages allocated inside the block
+        self._outside: dict[int, weakref.ref] = {}  # storages that existed before it
 
     def _freed(self, key: int, nbytes: int) -> None:
         self._live.pop(key, None)
         self.current -= nbytes
 
+    def _known_outside(self, storage) -> bool:
+        ref = self._outside.get(storage.data_ptr())
+        return ref is not None and ref() is storage
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                if storage.data_ptr() not in self._live:  # an input the block did not allocate
+                    self._outside[storage.data_ptr()] = weakref.ref(storage)
+        out = func(*args, **kwargs)
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
             storage = t.untyped_storage()
             key, nbytes = storage.data_ptr(), storage.nbytes()
-            if nbytes == 0 or key in self._live:  # a view of, or in-place write to, a known one
+            # Views, in-place results and out= results reuse a storage: count each one once,
+            # and never one that existed before the block (weights, inputs).
+            if nbytes == 0 or key in self._live or self._known_outside(storage):
                 continue
+            self._outside.pop(key, None)
             self._live[key] = weakref.finalize(storage, self._freed, key, nbytes)
             self.current += nbytes
             self.peak = max(self.peak, self.current)
@@ -72,6 +86,7 @@ class _LiveTensorBytes(TorchDispatchMode):
         for fin in self._live.values():
             fin.detach()
         self._live.clear()
+        self._outside.clear()
 
 
 @contextmanager

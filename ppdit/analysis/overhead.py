@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,21 +23,46 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ppdit.analysis.measure import best_time
+from ppdit.runtime.device import Placement
 
 
-def per_op_overhead_us(min_time_s: float = 0.02, repeats: int = 5) -> dict[str, float]:
+def per_op_overhead_us(placement: Placement | None = None, calls: int = 2000,
+                       repeats: int = 5) -> dict[str, float]:
     """Microseconds per call of operators whose arithmetic is negligible (1-element tensors).
 
     ``add(out=)`` is the dispatch path alone; ``a + b`` adds an allocation; ``view`` is an op
-    that launches no kernel at all (metadata only).
+    that launches no kernel at all (metadata only). On a GPU the calls only *queue* kernels, so
+    ``calls`` of them are timed up to one synchronize: the host's issue rate, which is what
+    bounds a step made of many small kernels. Best of ``repeats``.
     """
-    a, b, out = torch.ones(1), torch.ones(1), torch.empty(1)
+    placement = placement or Placement(torch.device("cpu"), "gloo")
+    dev = placement.device
+    a, b, out = torch.ones(1, device=dev), torch.ones(1, device=dev), torch.empty(1, device=dev)
     cases = {
         "torch.add(a, b, out=c)": lambda: torch.add(a, b, out=out),
         "a + b (allocates)": lambda: a + b,
         "a.view(1) (no kernel)": lambda: a.view(1),
     }
-    return {name: best_time(fn, min_time_s, repeats) * 1e6 for name, fn in cases.items()}
+    result = {}
+    for name, fn in cases.items():
+        best = float("inf")
+        for _ in range(repeats + 1):  # the first round is a warm-up
+            placement.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            placement.synchronize()
+            best = min(best, (time.perf_counter() - start) / calls)
+        result[name] = best * 1e6
+    return result
+
+
+def pointwise_chain(x: torch.Tensor, n: int = 20) -> torch.Tensor:
+    """``n`` rounds of ``sin(x) * 1.01 + 0.1``: 3n tiny elementwise ops, the textbook
+    overhead-bound workload (and one a compiler fuses into a single kernel)."""
+    for _ in range(n):
+        x = torch.sin(x) * 1.01 + 0.1
+    return x
 
 
 @dataclass(frozen=True)
@@ -198,8 +224,6 @@ def step_costs(presets: tuple[str, ...] = ("tiny", "small"), batches: tuple[int,
 def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tuple[int, ...],
                       placement, steps: int = 20) -> dict[str, float]:
     """GPU only: ms per step of the eager ``Denoiser.step`` vs a replayed ``StepGraph``."""
-    import time
-
     from ppdit.graphs import StepGraph
     from ppdit.sampler import Denoiser, Request, SamplingConfig
 
@@ -233,4 +257,4 @@ def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tupl
 
 
 __all__ = ["HAZARDS", "OpCount", "StepCost", "capture_hazards", "count_ops", "eager_vs_graph_ms",
-           "per_op_overhead_us", "step_costs"]
+           "per_op_overhead_us", "pointwise_chain", "step_costs"]

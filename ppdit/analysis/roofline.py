@@ -29,10 +29,8 @@ Conventions, each an approximation stated so a reader can check or change it:
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, replace
-from itertools import pairwise
 
 import torch
 
@@ -297,87 +295,10 @@ def ring_allreduce_traffic(message_bytes: int, degree: int) -> float:
     return 2 * (degree - 1) / degree * message_bytes
 
 
-# ----------------------------------------------------------------------------------------------
-# The VAE decoder (diffusers.AutoencoderKLWan), walked from its config
-# ----------------------------------------------------------------------------------------------
-
-
-def wan_vae_config() -> dict:
-    """The constructor defaults of ``diffusers.AutoencoderKLWan``: Wan 2.1's VAE."""
-    from diffusers import AutoencoderKLWan
-
-    sig = inspect.signature(AutoencoderKLWan.__init__)
-    return {k: v.default for k, v in sig.parameters.items() if k != "self"}
-
-
-def _conv(name: str, b: int, cin: int, cout: int, kernel: tuple[int, int, int],
-          out: tuple[int, int, int], nbytes: int) -> Op:
-    """A stride-1, same-size conv writing ``out`` = (T, H, W) from an input of that size."""
-    voxels, taps = b * math.prod(out), math.prod(kernel)
-    return Op(name, "conv", 2 * voxels * cout * cin * taps,
-              (voxels * cin + cout * cin * taps + voxels * cout) * nbytes,
-              (b, cin, *out, cout, *kernel), weights=cout * cin * taps)
-
-
-def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str | torch.dtype = "bf16",
-                    attention: str = "flash", config: dict | None = None) -> list[Op]:
-    """Convolutions and the mid-block attention of ``AutoencoderKLWan.decode`` for one latent.
-
-    The structure mirrors diffusers' ``WanDecoder3d`` (Wan 2.1, ``is_residual=False``): conv_in,
-    a mid block (resnet, per-frame single-head attention, resnet), four up blocks of
-    ``num_res_blocks + 1`` resnets (two 3x3x3 causal convs each, a 1x1x1 shortcut where the
-    width changes) with 2x spatial upsampling (nearest + 3x3 conv) after the first three, and a
-    (3,1,1) time conv doubling the frames in the temporally upsampling ones. diffusers decodes
-    one latent frame at a time; the first frame never enters a time conv, so F latent frames
-    become 1 + 2 (F - 1) and then 1 + 4 (F - 1) frames. Counted: every conv (FLOPs exact) and the
-    attention. Not counted (an explicit approximation): RMS norms, SiLU, the nearest upsampling
-    copies and residual adds (bandwidth-bound, a few passes over each activation); weights are
-    counted once although the frame-by-frame decode re-reads them for every latent frame.
-    """
-    cfg = {**wan_vae_config(), **(config or {})}
-    if cfg["is_residual"]:
-        raise ValueError("is_residual=True is Wan 2.2's VAE; only Wan 2.1's is accounted for")
-    nb = DTYPE_BYTES[dtype_name(dtype)]
-    b, z, t, h, w = latent_shape
-    mult, base = cfg["dim_mult"], cfg["decoder_base_dim"] or cfg["base_dim"]
-    dims = [base * u for u in [mult[-1], *mult[::-1]]]
-    up_time = cfg["temperal_downsample"][::-1]
-    ops = [_conv("post_quant_conv", b, z, z, (1, 1, 1), (t, h, w), nb),
-           _conv("conv_in", b, z, dims[0], (3, 3, 3), (t, h, w), nb)]
-
-    def resnet(name: str, cin: int, cout: int) -> list[Op]:
-        out = [_conv(f"{name}.conv1", b, cin, cout, (3, 3, 3), (t, h, w), nb),
-               _conv(f"{name}.conv2", b, cout, cout, (3, 3, 3), (t, h, w), nb)]
-        if cin != cout:
-            out.append(_conv(f"{name}.conv_shortcut", b, cin, cout, (1, 1, 1), (t, h, w), nb))
-        return out
-
-    d0 = dims[0]
-    ops += resnet("mid.resnets.0", d0, d0)
-    ops.append(_conv("mid.attention.to_qkv", b, d0, 3 * d0, (1, 1, 1), (t, h, w), nb))
-    ops += attention_ops("mid.attention", b * t, 1, h * w, h * w, d0, nb, attention)
-    ops.append(_conv("mid.attention.proj", b, d0, d0, (1, 1, 1), (t, h, w), nb))
-    ops += resnet("mid.resnets.1", d0, d0)
-    for i, (cin, cout) in enumerate(pairwise(dims)):
-        cin = cin // 2 if i > 0 else cin  # the previous upsampler halved the width
-        for j in range(cfg["num_res_blocks"] + 1):
-            ops += resnet(f"up_blocks.{i}.resnets.{j}", cin if j == 0 else cout, cout)
-        if i == len(mult) - 1:
-            break
-        if up_time[i]:
-            ops.append(_conv(f"up_blocks.{i}.time_conv", b, cout, 2 * cout, (3, 1, 1),
-                             (t - 1, h, w), nb))
-            t = 1 + 2 * (t - 1)
-        h, w = 2 * h, 2 * w
-        ops.append(_conv(f"up_blocks.{i}.upsample_conv", b, cout, cout // 2, (1, 3, 3),
-                         (t, h, w), nb))
-    ops.append(_conv("conv_out", b, dims[-1], cfg["out_channels"], (3, 3, 3), (t, h, w), nb))
-    return ops
-
 
 __all__ = [
     "DTYPE_BYTES", "GROUPS", "Op", "Totals", "attention_ops", "block_ops", "dtype_name",
     "elementwise", "epilogue_ops", "layer_handoff_bytes", "linear", "model_ops",
     "prologue_ops", "ring_allreduce_traffic", "step_handoff_bytes", "step_ops", "totals",
-    "tp_allreduce_bytes", "vae_decoder_ops", "wan_vae_config",
+    "tp_allreduce_bytes",
 ]

@@ -11,7 +11,6 @@ credit. Spans: ``compute`` (a denoising step), ``decode`` (a VAE push), ``send``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -59,20 +58,30 @@ def overlap_worker(ctx: RankContext, plans: Sequence[OverlapPlan], rounds: int
         if plan.warmup:
             side.run(plan, Tracer(ctx.rank, ctx.placement, enabled=False))
     results = [OverlapRankResult(ctx.rank) for _ in plans]
-    for k in range(rounds):
-        for i in [(k + j) % len(plans) for j in range(len(plans))]:
-            dist.barrier()
-            tracer = Tracer(ctx.rank, ctx.placement)
-            out = side.run(plans[i], tracer)
-            results[i].traces.append(tracer.finish())
-            if out is not None:
-                results[i].video, results[i].latents = out
+    try:
+        for k in range(rounds):
+            for i in [(k + j) % len(plans) for j in range(len(plans))]:
+                dist.barrier()
+                tracer = Tracer(ctx.rank, ctx.placement)
+                out = side.run(plans[i], tracer)
+                results[i].traces.append(tracer.finish())
+                if out is not None:
+                    results[i].video, results[i].latents = out
+    finally:
+        side.close()  # graphs are released before the runtime's barrier + destroy_process_group
     return results
 
 
 class _Generator:
     def __init__(self, ctx: RankContext, model: torch.nn.Module):
         self.ctx, self.model = ctx, model
+        self._graphs: dict[tuple, object] = {}  # one StepGraph per (shape, sampling, preset)
+
+    def close(self) -> None:
+        """Release every captured graph (see ppdit.graphs for why before process-group exit)."""
+        for graph in self._graphs.values():
+            graph.close()
+        self._graphs.clear()
 
     def run(self, plan: OverlapPlan, tracer: Tracer) -> None:
         outbox = FrameSender(plan.frame_spec(), DECODER_RANK, device=self.ctx.device,
@@ -81,23 +90,22 @@ class _Generator:
                                  count=plan.num_credits(), timeout_s=plan.timeout_s)
                    if plan.num_credits() else None)
         den = Denoiser(self.model, plan.preset, plan.sampling)
-        make = self._graph_runner(plan) if plan.use_graph_runner else nullcontext(None)
-        with make as graph:
-            for k, request in enumerate(plan.requests()):
-                if k >= 1 + plan.max_ahead:  # chunk k waits until chunk k-1-max_ahead is out
-                    with tracer.span("wait", "credit", chunk=k):
-                        credits.recv()
-                frame = outbox.claim()  # the last step writes here: the send copies nothing
+        graph = self._graph_runner(plan) if plan.use_graph_runner else None
+        for k, request in enumerate(plan.requests()):
+            if k >= 1 + plan.max_ahead:  # chunk k waits until chunk k-1-max_ahead is out
+                with tracer.span("wait", "credit", chunk=k):
+                    credits.recv()
+            frame = outbox.claim()  # the last step writes here: the send copies nothing
 
-                def span(i, k=k):
-                    return tracer.span("compute", f"c{k}", gpu=True, chunk=k, step=i)
+            def span(i, k=k):
+                return tracer.span("compute", f"c{k}", gpu=True, chunk=k, step=i)
 
-                if graph is None:
-                    self._denoise(den, plan, request, frame, span)
-                else:
-                    self._denoise_graph(plan, request, frame, span, graph)
-                with tracer.span("send", f"c{k}", chunk=k):
-                    outbox.send(frame, [k])
+            if graph is None:
+                self._denoise(den, plan, request, frame, span)
+            else:
+                self._denoise_graph(plan, request, frame, span, graph)
+            with tracer.span("send", f"c{k}", chunk=k):
+                outbox.send(frame, [k])
         outbox.flush()
 
     @staticmethod
@@ -109,10 +117,15 @@ class _Generator:
         den.release(request)
 
     def _graph_runner(self, plan: OverlapPlan):
+        """Captured once per shape and reused by every round (capture costs warm-up runs)."""
         from ppdit.graphs import StepGraph
 
-        return StepGraph(self.model, latent_shape=plan.chunk_shape, sampling=plan.sampling,
-                         preset=plan.preset, placement=self.ctx.placement)
+        key = (plan.chunk_shape, plan.sampling, plan.preset)
+        if key not in self._graphs:
+            self._graphs[key] = StepGraph(self.model, latent_shape=plan.chunk_shape,
+                                          sampling=plan.sampling, preset=plan.preset,
+                                          placement=self.ctx.placement)
+        return self._graphs[key]
 
     def _denoise_graph(self, plan: OverlapPlan, request: Request, frame: torch.Tensor, span,
                        graph) -> None:
@@ -130,6 +143,9 @@ class _Generator:
 class _Decoder:
     def __init__(self, ctx: RankContext, vae):
         self.ctx, self.vae = ctx, vae
+
+    def close(self) -> None:
+        """Nothing outlives a run: each run's StreamingDecoder is closed when it ends."""
 
     def run(self, plan: OverlapPlan, tracer: Tracer) -> tuple[torch.Tensor, torch.Tensor]:
         inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, device=self.ctx.device,
@@ -150,8 +166,10 @@ class _Decoder:
                         out = decoder.push(piece)
                         s.meta["frames_out"] = out.shape[2]
                     frames.append(out)
-                if k < plan.num_credits():
-                    credits.send(torch.ones(1, dtype=torch.int64, device=self.ctx.device), [k])
+                if k < plan.num_credits():  # chunk k is out: the generator may go on
+                    with tracer.span("send", "credit", chunk=k):
+                        credits.send(torch.ones(1, dtype=torch.int64, device=self.ctx.device),
+                                     [k])
         if credits is not None:
             credits.flush()
         return torch.cat(frames, dim=2), torch.cat(chunks, dim=2)

@@ -26,7 +26,7 @@ from ppdit.model import build_model, forward_by_stages, get_preset, prologue
 from ppdit.parallel.tensor import compile_blocks, local_param_count, parallelize_wan
 from ppdit.parallel.tensor_comms import CollectiveCounter, TraceReport, trace_report
 from ppdit.parallel.tensor_dtensor import parallelize_wan_dtensor
-from ppdit.runtime.compile_cache import use_project_cache
+from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.launch import RankContext, launch
 from ppdit.sampler import Request, initial_noise, prompt_embeddings
 
@@ -64,7 +64,7 @@ class TPCompare:
     rounds: int = 3  # interleaved timing rounds (0: no timing)
     repeats: int = 3  # timed forwards per variant and round; the round keeps the median
     warmup: int = 1  # untimed forwards after building (and compiling) a variant
-    trace: bool = False  # graph breaks of one block and of the forward, per eager style
+    trace: bool = False  # graph breaks of one block and of the forward, per eager TP style
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
@@ -91,6 +91,7 @@ class VariantResult:
     forward_s: list[float] = field(default_factory=list)  # median per timing round
     block_trace: TraceReport | None = None  # one block traced by Dynamo (trace=True)
     forward_trace: TraceReport | None = None  # the whole forward traced (trace=True)
+    trace_s: float | None = None  # what tracing cost (explain + AOT graphs; no Inductor)
 
     @property
     def median_s(self) -> float:
@@ -118,10 +119,10 @@ def build_variant(variant: TPVariant, spec: TPCompare, group: dist.ProcessGroup,
 
 def tp_compare_worker(ctx: RankContext, spec: TPCompare) -> dict[str, VariantResult]:
     """Run ``spec`` on this rank with the whole world as the TP group (see module docstring)."""
-    use_project_cache()
+    use_project_compile_cache()
     group, dev = dist.group.WORLD, ctx.device
     inputs = tuple(x.to(dev) for x in example_inputs(spec.preset, spec.shape))
-    forward = forward_by_stages
+    forward = forward_by_stages  # the stage view, == model(...) (tests/test_model.py)
     with torch.no_grad():
         reference = forward(build_model(spec.preset, seed=spec.model_seed).to(dev), *inputs)
         models, results = {}, {}
@@ -132,9 +133,9 @@ def tp_compare_worker(ctx: RankContext, spec: TPCompare) -> dict[str, VariantRes
             results[v.name] = VariantResult(
                 v.name, out.cpu(), (out - reference).abs().max().item(), local_param_count(m),
                 counter.count, counter.bytes)
-        if spec.trace:
+        if spec.trace:  # the collective styles, eager (the single-device model has none)
             for v in spec.variants:
-                if not v.compiled:
+                if not v.compiled and v.style != "single":
                     _trace(results[v.name], models[v.name], inputs)
         for v in spec.variants:
             if v.compiled:
@@ -163,21 +164,30 @@ def tp_compare_worker(ctx: RankContext, spec: TPCompare) -> dict[str, VariantRes
 
 def _trace(result: VariantResult, model, inputs) -> None:
     """Graph breaks of block 0 and of the whole forward (plus the block's graph collectives)."""
+    start = time.perf_counter()
     hidden, c = prologue(model, *inputs)
     result.block_trace = trace_report(model.blocks[0], hidden, c.text, c.timestep_proj,
                                       c.rotary_emb)
     result.forward_trace = trace_report(partial(forward_by_stages, model), *inputs,
                                         collectives=False)
+    result.trace_s = time.perf_counter() - start
+
+
+def speedup(results: dict[str, VariantResult], fast: str, base: str) -> float:
+    """Median over timing rounds of time(base) / time(fast): > 1 means ``fast`` is faster.
+    Per-round ratios first, so a round slowed by a neighbour's load slows both sides."""
+    pairs = zip(results[fast].forward_s, results[base].forward_s, strict=True)
+    return statistics.median(b / f for f, b in pairs)
 
 
 def run_tp_compare(spec: TPCompare, tp: int, **launch_kwargs) -> list[dict[str, VariantResult]]:
     """Launch ``tp`` ranks (one thread each unless told otherwise) and run ``spec``; returns
     every rank's results (index = rank)."""
-    use_project_cache()
+    use_project_compile_cache()
     launch_kwargs.setdefault("threads_per_rank", 1)
     launch_kwargs.setdefault("timeout_s", 600)
     return launch(tp_compare_worker, tp, args=(spec,), **launch_kwargs)
 
 
 __all__ = ["STYLES", "TPCompare", "TPVariant", "VariantResult", "build_variant",
-           "example_inputs", "run_tp_compare", "tp_compare_worker"]
+           "example_inputs", "run_tp_compare", "speedup", "tp_compare_worker"]

@@ -30,9 +30,11 @@ How the all-reduce is issued (``collectives``):
   Eagerly it is an ``AsyncCollectiveTensor`` that waits at its first use; under
   ``torch.compile`` it becomes two graph nodes, ``all_reduce`` and ``wait_tensor``, which
   Inductor may schedule around other work. Tracing sees a pure function: no graph break.
-* ``"c10d"``: ``dist.all_reduce(x)`` overwrites ``x`` and returns nothing. Recent Dynamo rewrites
-  this one call into the functional form while tracing, so it compiles too; eagerly it skips the
-  wrapper subclass, which is why it is the faster eager path (pytorch issue #138773).
+* ``"c10d"``: ``dist.all_reduce(x)`` overwrites ``x`` and returns nothing. While tracing, Dynamo
+  swaps this call for ``x.copy_(funcol.all_reduce(x))`` (``traceable_collective_remaps`` in
+  ``_functional_collectives.py``), so it compiles into the same graph. Eagerly it skips the
+  subclass wrapping and bookkeeping funcol adds per call: the cost pytorch issue #138773
+  measures.
 * ``"c10d_async"``: ``work = dist.all_reduce(x, async_op=True); work.wait()``, the pattern for
   overlapping communication by hand. ``Work`` is an opaque C++ handle that Dynamo cannot put in
   a graph, so every such all-reduce splits the graph.
@@ -61,6 +63,8 @@ def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str) 
         dist.all_reduce(x, group=group)  # in place: x is a fresh intermediate nobody else holds
         return x
     if collectives == "c10d_async":
+        # Waiting at once overlaps nothing: this style is here to show what a Work handle
+        # does to a compiled graph, as code that overlaps by hand would hold one.
         work = dist.all_reduce(x, group=group, async_op=True)
         work.wait()
         return x
@@ -163,5 +167,24 @@ class DistributedRMSNorm(nn.Module):
         return f"full_dim={self.full_dim}, local={local}, eps={self.eps}, across TP ranks"
 
 
+def split_rms_norm(x: torch.Tensor, norm: nn.RMSNorm, tp: int, *, exchange: bool = True
+                   ) -> torch.Tensor:
+    """``tp`` ranks' RMSNorm of ``x`` (..., D), simulated in one process, concatenated.
+
+    Each "rank" takes its D/tp slice of ``x`` and of the weight. With ``exchange`` the slices'
+    sums of squares are added first (what ``DistributedRMSNorm``'s all-reduce does); without
+    it each slice is normalized by its own RMS, the mistake a per-rank ``nn.RMSNorm`` makes.
+    """
+    xs, ws = x.float().chunk(tp, dim=-1), norm.weight.chunk(tp)
+    sums = [xi.pow(2).sum(dim=-1, keepdim=True) for xi in xs]  # (..., 1) per rank
+    dim = x.shape[-1]
+    if exchange:
+        total = torch.stack(sums).sum(dim=0)
+        scales = [torch.rsqrt(total / dim + norm.eps)] * tp
+    else:
+        scales = [torch.rsqrt(si / (dim // tp) + norm.eps) for si in sums]
+    return torch.cat([xi * si * wi for xi, si, wi in zip(xs, scales, ws, strict=True)], dim=-1)
+
+
 __all__ = ["COLLECTIVES", "ColumnParallelLinear", "DistributedRMSNorm", "RowParallelLinear",
-           "all_reduce_sum"]
+           "all_reduce_sum", "split_rms_norm"]

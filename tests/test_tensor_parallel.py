@@ -1,0 +1,223 @@
+"""Tensor parallelism on real gloo ranks equals one device within ``TP_TOL``; compiled with zero
+graph breaks; each rank holds only its shards; PP x TP (2 x 2) equals one device too.
+
+Two launches carry every multi-rank check (TP=2 on 2 ranks; TP=4 then PP x TP on 4 ranks):
+each launch costs seconds and each compile tens of them on a cold Inductor cache.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ppdit.model import build_model, forward_by_stages, get_preset, num_params
+from ppdit.parallel.pp_tp import PPxTPResult, make_pp_tp_plan
+from ppdit.parallel.tensor import (
+    TP_TOL,
+    ParallelDims,
+    check_tp_degree,
+    expected_tp_param_count,
+)
+from ppdit.parallel.tensor_comms import tp_comm_per_block
+from ppdit.parallel.tensor_compare import (
+    TPCompare,
+    TPVariant,
+    example_inputs,
+    run_tp_compare,
+)
+from ppdit.parallel.tensor_layers import split_rms_norm
+from ppdit.runtime import launch
+from ppdit.runtime.compile_cache import use_project_compile_cache
+from ppdit.sampler import SamplingConfig, generate
+from tests import tp_workers
+
+V = TPVariant
+TINY = get_preset("tiny")
+TP_STYLES = ("funcol", "c10d", "c10d_async", "dtensor")
+
+
+def _formula(tp: int):
+    return tp_comm_per_block(batch=TINY.latent_shape[0], tokens=TINY.num_tokens(),
+                             text_len=TINY.text_len, dim=TINY.dim, tp=tp)
+
+
+# -- no ranks needed ---------------------------------------------------------------------------
+
+
+def test_heads_must_divide_by_tp():
+    with pytest.raises(ValueError, match=r"num_heads=4 .*tp=3.*4 % 3 = 1"):
+        check_tp_degree(build_model("tiny", device="meta").config, 3)
+
+
+def test_ffn_dim_must_divide_by_tp():
+    with pytest.raises(ValueError, match=r"ffn_dim=130 .*tp=4.*130 % 4 = 2"):
+        check_tp_degree(SimpleNamespace(num_attention_heads=8, ffn_dim=130), 4)
+
+
+def test_pp_times_tp_must_equal_world_size():
+    assert ParallelDims(2, 2, 4).world_size == 4
+    with pytest.raises(ValueError, match=r"pp x tp = 2 x 3 = 6, but world_size = 4"):
+        ParallelDims(2, 3, 4)
+    with pytest.raises(ValueError, match="num_heads=4"):
+        make_pp_tp_plan(1, 3)
+
+
+def test_comm_formula():
+    c = _formula(2)
+    s, d, ell = TINY.num_tokens(), TINY.dim, TINY.text_len
+    assert c.all_reduces == 7
+    assert c.activation_bytes == 3 * s * d * 4
+    assert c.payload_bytes == 3 * s * d * 4 + (3 * s + ell) * 4
+    assert c.wire_bytes_per_rank == c.payload_bytes  # 2 (tp-1)/tp = 1 at tp = 2
+    assert _formula(4).wire_bytes_per_rank == 1.5 * c.payload_bytes
+    assert _formula(1).all_reduces == 0
+    assert c.per_forward(4).all_reduces == 28
+
+
+def test_comm_formula_agrees_with_the_roofline():
+    from ppdit.analysis.roofline import tp_allreduce_bytes
+
+    for name in ("tiny", "wan2.1-14b"):
+        p = get_preset(name)
+        c = tp_comm_per_block(batch=1, tokens=p.num_tokens(), text_len=p.text_len, dim=p.dim,
+                              tp=2, bytes_per_element=2)
+        assert c.payload_bytes == tp_allreduce_bytes(name, dtype="bf16")
+
+
+def test_split_rms_norm_needs_the_exchanged_sum(tiny):
+    norm = tiny.blocks[0].attn1.norm_q
+    x = torch.randn(2, 7, TINY.dim, generator=torch.Generator().manual_seed(0)) * 3
+    x[..., : TINY.dim // 2] *= 10  # heads of different loudness: local RMS != global RMS
+    full = norm(x)
+    for tp in (2, 4):
+        torch.testing.assert_close(split_rms_norm(x, norm, tp), full, rtol=1e-5, atol=1e-5)
+        assert (split_rms_norm(x, norm, tp, exchange=False) - full).abs().max() > 0.1
+
+
+def test_async_c10d_cannot_compile_fullgraph():
+    with pytest.raises(ValueError, match="graph break"):
+        V("c10d_async", compiled=True)
+
+
+# -- TP = 2 on 2 ranks -------------------------------------------------------------------------
+
+TP2_VARIANTS = (V("single"), *(V(s) for s in TP_STYLES), V("funcol", True), V("dtensor", True))
+
+
+@pytest.fixture(scope="module")
+def tp2():
+    use_project_compile_cache()
+    spec = TPCompare(TP2_VARIANTS, trace=True, rounds=0)
+    return run_tp_compare(spec, 2, timeout_s=600)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny):
+    with torch.no_grad():
+        return forward_by_stages(tiny, *example_inputs("tiny", TINY.latent_shape))
+
+
+@pytest.mark.parametrize("name", [v.name for v in TP2_VARIANTS])
+def test_tp2_equals_one_device(tp2, reference, name):
+    for rank_results in tp2:
+        out = rank_results[name].output
+        if name == "single":
+            assert torch.equal(out, reference)
+        else:  # the all-reduce adds partial sums in another order than one GEMM: rounding
+            torch.testing.assert_close(out, reference, **TP_TOL)
+    # every rank ends with the same bits: the all-reduce hands everyone the same sum
+    assert torch.equal(tp2[0][name].output, tp2[1][name].output)
+
+
+@pytest.mark.parametrize("name", [v.name for v in TP2_VARIANTS])
+def test_each_rank_holds_only_its_shards(tp2, tiny, name):
+    expected = num_params(tiny) if name.startswith("single") else expected_tp_param_count(tiny, 2)
+    assert [r[name].local_params for r in tp2] == [expected, expected]
+    if not name.startswith("single"):
+        assert expected < 0.6 * num_params(tiny)  # the blocks hold most of tiny's parameters
+
+
+@pytest.mark.parametrize("style", TP_STYLES)
+def test_collectives_counted_match_the_formula(tp2, style):
+    per_forward = _formula(2).per_forward(TINY.num_layers)
+    r = tp2[0][style]
+    assert (r.collectives, r.collective_bytes) == (per_forward.all_reduces,
+                                                   per_forward.payload_bytes)
+
+
+@pytest.mark.parametrize("style", ["funcol", "c10d", "dtensor"])
+def test_zero_graph_breaks_for_traceable_collectives(tp2, style):
+    r = tp2[0][style]
+    assert r.block_trace.graph_break_count == 0 and r.block_trace.graph_count == 1
+    assert r.forward_trace.graph_break_count == 0 and r.forward_trace.graph_count == 1
+    per_block = _formula(2)  # all 7 all-reduces of a block are inside its one graph
+    assert r.block_trace.graph_all_reduces == per_block.all_reduces
+    assert r.block_trace.graph_all_reduce_bytes == per_block.payload_bytes
+
+
+def test_async_c10d_breaks_the_graph_at_every_collective(tp2):
+    r = tp2[0]["c10d_async"]
+    assert r.block_trace.graph_break_count >= 7
+    assert r.block_trace.graph_all_reduces == 0  # all of them ran outside the graphs
+    assert any("async_op=True" in reason for reason in r.block_trace.break_reasons)
+
+
+def test_compiled_variants_report_a_compile(tp2):
+    for name in ("funcol compiled", "dtensor compiled"):
+        assert tp2[0][name].compile_s > 0
+
+
+# -- TP = 4, then PP x TP = 2 x 2, on 4 ranks --------------------------------------------------
+
+PP_TP_SAMPLING = SamplingConfig(num_steps=4)
+
+
+@pytest.fixture(scope="module")
+def four_ranks():
+    use_project_compile_cache()
+    spec = TPCompare((V("funcol"), V("funcol", True)), rounds=0)
+    plan = make_pp_tp_plan(2, 2, 2, sampling=PP_TP_SAMPLING)
+    per_rank = launch(tp_workers.tp4_errors_then_pp_tp, 4, args=(spec, plan),
+                      threads_per_rank=1, timeout_s=600)
+    return per_rank, PPxTPResult(plan, [r["pp_tp"] for r in per_rank])
+
+
+@pytest.mark.parametrize("name", ["funcol", "funcol compiled"])
+def test_tp4_equals_one_device(four_ranks, reference, tiny, name):
+    per_rank, _ = four_ranks
+    for r in per_rank:
+        torch.testing.assert_close(r["tp4"][name].output, reference, **TP_TOL)
+        assert r["tp4"][name].local_params == expected_tp_param_count(tiny, 4)
+        assert r["tp4"][name].collectives == _formula(4).per_forward(TINY.num_layers).all_reduces
+
+
+def test_wrong_arrangements_raise_with_the_numbers(four_ranks):
+    per_rank, _ = four_ranks
+    for rank, r in enumerate(per_rank):
+        if rank < 3:
+            assert "num_heads=4 is not divisible by the TP degree tp=3" in r["errors"]["heads"]
+        assert "pp x tp = 1 x 2 = 2 ranks, but the process group has 4" in r["errors"]["mesh"]
+        assert "already tensor-parallel" in r["errors"]["twice"]
+
+
+def test_pp_x_tp_equals_one_device(four_ranks, tiny, no_orphans):
+    _, res = four_ranks
+    assert sorted(res.latents) == [0, 1]
+    for request in res.plan.requests:
+        ref = generate(tiny, request, sampling=PP_TP_SAMPLING)
+        torch.testing.assert_close(res.latents[request.request_id], ref, **TP_TOL)
+    last = [r for r in res.per_rank if r.pp_rank == 1]
+    for rid in (0, 1):  # both TP ranks of the last stage hold the same bits
+        assert torch.equal(last[0].latents[rid], last[1].latents[rid])
+
+
+def test_pp_x_tp_ranks_of_a_stage_run_the_same_steps_in_order(four_ranks, tiny):
+    _, res = four_ranks
+    trace = res.trace
+    for stage, steps in enumerate(res.plan.stages):
+        runs = [[(s.meta["request"], s.meta["step"]) for s in trace.select("compute", rank)]
+                for rank in (2 * stage, 2 * stage + 1)]
+        assert runs[0] == runs[1] == [(r, i) for r in (0, 1) for i in steps]
+    assert [r.local_params for r in res.per_rank] == [expected_tp_param_count(tiny, 2)] * 4
