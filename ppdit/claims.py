@@ -55,7 +55,8 @@ CLAIMS: tuple[Claim, ...] = (
           "03_layer_split_pp", "5. Interleaving: V chunks per rank"),
     Claim("funcol-compile", GUIDE,
           "Moving tensor-parallel all-reduces to functional collectives kept torch.compile's "
-          "graphs whole: 9.6 -> 24.5 FPS.", "04_tensor_parallel_funcol", ""),
+          "graphs whole: 9.6 -> 24.5 FPS.", "04_tensor_parallel_funcol",
+          "6. Eager against compiled"),
     Claim("vae-first-frame", "Streaming video decoders (StreamDiffusionV2, LightX2V)",
           "A causal VAE decoded chunk by chunk delivers its first frames long before a full "
           "decode finishes.", "06_streaming_vae",
