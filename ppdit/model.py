@@ -143,16 +143,23 @@ def build_model(
         return model.to(device).eval().requires_grad_(False)
     if get_preset(preset).kind == "dummy":
         return DummyDiT().to(device=device, dtype=dtype).eval().requires_grad_(False)
-    cfg = get_preset(preset).diffusers_config()
+    model = build_seeded(WanTransformer3DModel, get_preset(preset).diffusers_config(), seed,
+                         device)
+    return _cast(model, dtype).eval().requires_grad_(False)
+
+
+def build_seeded(cls, config: dict, seed: int, device: str | torch.device) -> nn.Module:
+    """``cls(**config)`` with every random initialisation drawn from one generator seeded with
+    ``seed`` (inside ``fork_rng``: the caller's RNG is untouched), then moved to ``device``.
+    Every rank that passes the same arguments gets the same weights, without communicating.
+    ``device="meta"`` builds shapes only."""
     if str(device) == "meta":
         with torch.device("meta"):
-            model = WanTransformer3DModel(**cfg)
-    else:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = WanTransformer3DModel(**cfg)
-        model = model.to(device)
-    return _cast(model, dtype).eval().requires_grad_(False)
+            return cls(**config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = cls(**config)
+    return module.to(device)
 
 
 def _cast(model: WanTransformer3DModel, dtype: torch.dtype) -> WanTransformer3DModel:

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLWan
 
+from ppdit.model import build_seeded
+
 
 @dataclass(frozen=True)
 class VAEPreset:
@@ -105,15 +107,7 @@ def build_vae(
                              "downloaded at run time")
         vae = AutoencoderKLWan.from_pretrained(path, torch_dtype=dtype)
         return vae.to(device).eval().requires_grad_(False)
-    cfg = get_vae_preset(preset).diffusers_config()
-    if str(device) == "meta":
-        with torch.device("meta"):
-            vae = AutoencoderKLWan(**cfg)
-    else:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            vae = AutoencoderKLWan(**cfg)
-    vae = vae.to(device)
+    vae = build_seeded(AutoencoderKLWan, get_vae_preset(preset).diffusers_config(), seed, device)
     if dtype != torch.float32:  # (a .to(dtype=float32) would only print diffusers' cast warning)
         vae = vae.to(dtype)
     return vae.eval().requires_grad_(False)

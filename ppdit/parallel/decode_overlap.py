@@ -30,7 +30,7 @@ import torch
 from ppdit.model import get_preset
 from ppdit.runtime.launch import launch
 from ppdit.runtime.p2p import FrameSpec
-from ppdit.runtime.trace import Trace, merge
+from ppdit.runtime.trace import Rounds, Trace, merge
 from ppdit.sampler import Request, SamplingConfig, generate
 from ppdit.vae import StreamingDecoder
 from ppdit.vae_presets import get_vae_preset
@@ -106,23 +106,13 @@ class OverlapPlan:
 
 
 @dataclass
-class OverlapResult:
+class OverlapResult(Rounds):
     """Merged outcome: the decoded video, the latents it came from, one timeline per round."""
 
     plan: OverlapPlan
     video: torch.Tensor  # (1, 3, 1 + 4 (F - 1), H', W'): every decoded frame, in order
     latents: torch.Tensor  # (1, C, F, H, W): the chunks as the decoder received them
     traces: list[Trace]
-
-    @property
-    def trace(self) -> Trace:
-        """The last round's timeline."""
-        return self.traces[-1]
-
-    @property
-    def makespans_s(self) -> list[float]:
-        """Per round: first span to last."""
-        return [t.makespan_s for t in self.traces]
 
     def first_frame_s(self, round_index: int = -1) -> float:
         """Seconds from the round's start to the end of the first decode: the first frame."""

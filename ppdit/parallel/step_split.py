@@ -37,7 +37,7 @@ from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.parallel.step_stage import setup_stage, step_split_worker, stream_batch_ticks
 from ppdit.runtime.launch import launch
 from ppdit.runtime.p2p import FrameSpec
-from ppdit.runtime.trace import Trace, merge
+from ppdit.runtime.trace import Rounds, Trace, merge
 from ppdit.sampler import Denoiser, Request, SamplingConfig
 
 MODES = ("filled", "stream_batch")
@@ -153,23 +153,13 @@ def make_plan(
 
 
 @dataclass
-class StepSplitResult:
+class StepSplitResult(Rounds):
     """The merged outcome of a plan: final latents, one timeline per round, and the plan."""
 
     plan: StepSplitPlan
     latents: dict[int, torch.Tensor]
     traces: list[Trace]
     boot_ns: dict[int, dict[str, int]] = field(default_factory=dict)  # per rank, see boot_trace
-
-    @property
-    def trace(self) -> Trace:
-        """The last round's timeline."""
-        return self.traces[-1]
-
-    @property
-    def makespans_s(self) -> list[float]:
-        """Wall time of each round, first span to last, in seconds."""
-        return [t.makespan_s for t in self.traces]
 
     def throughput(self) -> float:
         """Requests per second, from the median round."""

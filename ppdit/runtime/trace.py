@@ -191,6 +191,22 @@ class Trace:
                 "counters": [asdict(c) for c in self.counters]}
 
 
+class Rounds:
+    """For results that hold one merged ``Trace`` per round in ``self.traces``."""
+
+    traces: list[Trace]
+
+    @property
+    def trace(self) -> Trace:
+        """The last round's timeline."""
+        return self.traces[-1]
+
+    @property
+    def makespans_s(self) -> list[float]:
+        """Wall time of each round, first span to last, in seconds."""
+        return [t.makespan_s for t in self.traces]
+
+
 def merge(rank_traces: Sequence[RankTrace]) -> Trace:
     """Put every rank on one clock (shifting hosts by their barrier epochs) starting at 0."""
     rank_traces = [t for t in rank_traces if t is not None]
