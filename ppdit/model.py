@@ -111,11 +111,17 @@ PRESETS: dict[str, ModelPreset] = {
 
 def get_preset(name: str | ModelPreset) -> ModelPreset:
     """Look a preset up by name; the error lists the names that exist."""
-    if isinstance(name, ModelPreset):
+    return lookup(name, PRESETS, ModelPreset, "model preset")
+
+
+def lookup(name, table: dict, cls: type, what: str):
+    """``name`` itself if it already is a ``cls``, else ``table[name]``; an unknown name is a
+    ``ValueError`` listing the names that exist (shared by the DiT and VAE presets)."""
+    if isinstance(name, cls):
         return name
-    if name not in PRESETS:
-        raise ValueError(f"unknown model preset {name!r}: choose one of {sorted(PRESETS)}")
-    return PRESETS[name]
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}: choose one of {sorted(table)}")
+    return table[name]
 
 
 def build_model(

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLWan
 
-from ppdit.model import build_seeded
+from ppdit.model import build_seeded, lookup
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,7 @@ VAE_PRESETS: dict[str, VAEPreset] = {
 
 def get_vae_preset(name: str | VAEPreset) -> VAEPreset:
     """Look a VAE preset up by name; the error lists the names that exist."""
-    if isinstance(name, VAEPreset):
-        return name
-    if name not in VAE_PRESETS:
-        raise ValueError(f"unknown VAE preset {name!r}: choose one of {sorted(VAE_PRESETS)}")
-    return VAE_PRESETS[name]
+    return lookup(name, VAE_PRESETS, VAEPreset, "VAE preset")
 
 
 def build_vae(

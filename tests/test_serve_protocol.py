@@ -135,11 +135,15 @@ def test_slow_consumer_backpressure_keeps_depth_bounded_and_loses_nothing():
     assert got == list(range(20)) and q.max_depth <= 3 and q.blocked_s > 0
 
 
-def test_drain_keeps_only_what_is_asked():
+def test_remove_takes_out_matches_and_keeps_the_rest_in_order():
     q = BoundedQueue("x", 4)
-    for epoch in (0, 0, 1):
-        q.put(epoch)
-    assert q.drain(keep=lambda e: e >= 1) == [1] and len(q) == 0
+    for key in ((0, 0), (0, 1), (1, 2), (0, 3)):
+        q.put(key)
+    assert q.remove(lambda k: k[0] == 0) == 3 and len(q) == 1
+    assert q.get() == (1, 2)
+    q.put("a")
+    q.put("b")
+    assert q.remove(lambda k: k == "zzz") == 0 and [q.get(), q.get()] == ["a", "b"]
 
 
 def test_deduplicator_passes_each_key_once_and_forgets_old_epochs():

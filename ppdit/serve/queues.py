@@ -78,14 +78,6 @@ class BoundedQueue:
             self._changed()
             return removed
 
-    def drain(self, keep=lambda item: True) -> list[Any]:
-        """Remove every item; return those ``keep`` accepts (a hard cut drops the rest)."""
-        with self._cond:
-            items = [x for x in self._items if keep(x)]
-            self._items.clear()
-            self._changed()
-            return items
-
     def _changed(self) -> None:
         depth = len(self._items)
         self.max_depth = max(self.max_depth, depth)
