@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 
 from ppdit.analysis.bubbles import layer_split_bubble, measured_bubble
-from ppdit.parallel.layer_schedule import LayerSplitPlan
-from ppdit.parallel.layer_split import run_layer_splits
+from ppdit.parallel.layer_split.run import run_layer_splits
+from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.sampler import Request, SamplingConfig
 
 

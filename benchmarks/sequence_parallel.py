@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from ppdit.model import get_preset
-from ppdit.parallel.layout_compare import LayoutCompare, run_compare
-from ppdit.parallel.sequence_comms import a2a_bytes_per_layer
-from ppdit.parallel.tensor_comms import tp_comm_per_block
+from ppdit.parallel.compare import LayoutCompare, run_compare
+from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
+from ppdit.parallel.tensor.comms import tp_comm_per_block
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 from ppdit.analysis.trace_stats import handoff_latencies
-from ppdit.parallel.step_split import make_plan, run_side_by_side
+from ppdit.parallel.step_split.plan import make_plan
+from ppdit.parallel.step_split.run import run_step_splits
 from ppdit.runtime import launch
 from ppdit.runtime.probes import handoff_pingpong, summarize_pingpong
 from ppdit.sampler import SamplingConfig
@@ -41,7 +42,7 @@ def _ratios(a: list[float], b: list[float]) -> float:
 def one_request(rounds: int) -> dict:
     """(a) One request on one device and over two stages, interleaved."""
     sampling = SamplingConfig(num_steps=28)
-    res = run_side_by_side({"one": make_plan(1, 1, sampling=sampling),
+    res = run_step_splits({"one": make_plan(1, 1, sampling=sampling),
                             "p2": make_plan(2, 1, sampling=sampling)}, rounds, echo=False)
     one, p2 = res["one"].makespans_s, res["p2"].makespans_s
     hand = [statistics.median(handoff_latencies(t)) for t in res["p2"].traces]
@@ -56,7 +57,7 @@ def filled(num_requests: int, rounds: int) -> dict:
     """(b) R requests: P=2 filled and stream batch vs one device, one at a time and batched,
     and two independent ranks (data parallel: this machine's two-core ceiling)."""
     sampling, r = SamplingConfig(num_steps=28), num_requests
-    res = run_side_by_side({
+    res = run_step_splits({
         "seq": make_plan(1, r, sampling=sampling),
         "batched": make_plan(1, r, sampling=sampling, micro_batch=r),
         "filled": make_plan(2, r, sampling=sampling),

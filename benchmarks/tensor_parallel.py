@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from ppdit.parallel.tensor_compare import TPCompare, TPVariant, run_tp_compare, speedup
+from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare, speedup
 
 V = TPVariant
 VARIANTS = tuple(V(s, c) for s in ("single", "funcol", "c10d", "dtensor") for c in (False, True))

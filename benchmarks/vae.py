@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from ppdit.runtime.device import Placement
-from ppdit.vae import build_vae
-from ppdit.vae_measure import format_table, measure_decode, ttff_target
+from ppdit.vae.measure import format_table, measure_decode, ttff_target
+from ppdit.vae.presets import build_vae
 
 
 def main(argv: list[str] | None = None) -> int:

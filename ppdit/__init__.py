@@ -1,19 +1,23 @@
 """ppdit: pipeline and tensor parallel inference of a video DiT (Wan 2.1), taught by running it.
 
-Map of the package (each module's docstring says why it is built the way it is):
+The folders are the map (each module's docstring says why it is built the way it is):
 
-* ``ppdit.model``         Wan 2.1 presets, identical weights from a seed, the stage view
-* ``ppdit.sampler``       flow-matching schedule, Euler steps, what a handoff carries
-* ``ppdit.runtime``       launching ranks, device/backend choice, P2P, tracing, compile cache
-* ``ppdit.parallel``      step split, layer split, tensor (funcol), sequence (Ulysses), PP x TP,
-                          decode overlap, and the torch.distributed.pipelining baseline
-* ``ppdit.serve``         the bring-up system: controller + generator mesh, PP0 -> PP1
-* ``ppdit.vae``           streaming causal decode of Wan's VAE (presets, measurements, plots)
-* ``ppdit.graphs``        one denoising step as a CUDA graph (eager on CPU, same buffers)
-* ``ppdit.analysis``      traces, bubbles, rooflines, hardware, memory, launch overhead
-* ``ppdit.viz``, ``*_plots`` timelines, busy bars, counters; schedule / roofline / VAE figures
-* ``ppdit.claims``        the claims ledger the book publishes
-* ``ppdit.labkit``        loading lab files for the checkers
+* ``model.py``, ``sampler.py``  Wan 2.1 through diffusers (presets, the stage view); the one
+                                sampling loop every layout drives (``Denoiser``)
+* ``cuda_graph.py``             one denoising step as a CUDA graph (eager on CPU, same buffers)
+* ``vae/``                      Wan's VAE: presets, streaming causal decode, its measurements
+* ``runtime/``                  launching ranks, device/backend, rank arrangement and groups
+                                (``mesh``), P2P, tracing, plans side by side (``rounds``)
+* ``parallel/``                 one folder per layout: ``step_split/``, ``layer_split/``,
+                                ``tensor/``, ``sequence/``, ``decode_overlap/``; ``pp_tp``
+                                composes, ``compare`` runs layouts side by side
+* ``serve/``                    the bring-up system: controller + generator mesh, PP0 -> PP1
+* ``analysis/``                 numbers only: traces, bubbles, rooflines, hardware, memory
+* ``viz/``                      every picture and explorer, and the files a job writes
+* ``teaching/``                 the claims ledger, lab helpers
+* ``cli.py``, ``jobs.py``       the command line: argument parsing; the jobs it runs
+* ``gpu_check/``                ``make gpu-check``: the GPU tests and measurements, written to
+                                ``gpu_runs/`` with their provenance
 """
 
 __version__ = "0.1.0"

@@ -109,6 +109,20 @@ PRESETS: dict[str, ModelPreset] = {
 }
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"fp32"`` / ``"bf16"`` / ``"fp16"`` (what plans and the CLI carry) as a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype {dtype} is not one of {list(DTYPES.values())}")
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
 def get_preset(name: str | ModelPreset) -> ModelPreset:
     """Look a preset up by name; the error lists the names that exist."""
     return lookup(name, PRESETS, ModelPreset, "model preset")
@@ -130,7 +144,7 @@ def build_model(
     seed: int = 0,
     checkpoint: str | Path | None = None,
     device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
+    dtype: str | torch.dtype = torch.float32,
 ) -> WanTransformer3DModel:
     """Build the Wan transformer in eval mode, identical on every rank that passes the same args.
 
@@ -140,18 +154,34 @@ def build_model(
     is left untouched. ``device="meta"`` builds shapes only (parameter counts of the 14B model
     without 57 GB of RAM).
     """
+    dtype = torch_dtype(dtype)
     if checkpoint is not None:
         path = Path(checkpoint)
         if not (path / "config.json").exists():
             raise ValueError(f"checkpoint={str(path)!r} is not a diffusers model folder "
                              "(it has no config.json); no weights are downloaded at run time")
         model = WanTransformer3DModel.from_pretrained(path, torch_dtype=dtype)
-        return model.to(device).eval().requires_grad_(False)
+        return own_memory(model.to(device)).eval().requires_grad_(False)
     if get_preset(preset).kind == "dummy":
         return DummyDiT().to(device=device, dtype=dtype).eval().requires_grad_(False)
     model = build_seeded(WanTransformer3DModel, get_preset(preset).diffusers_config(), seed,
                          device)
     return _cast(model, dtype).eval().requires_grad_(False)
+
+
+def own_memory(module: nn.Module) -> nn.Module:
+    """Copy every CPU parameter and buffer into memory of its own, in place.
+
+    Why: ``from_pretrained`` hands back tensors that view the safetensors file, at whatever
+    offset the file put them (8-byte aligned, not 64). CPU kernels take another vector path on
+    such data, so the loaded model differs from the saved one by rounding (7e-7 seen on the
+    tiny model): not bitwise equal. A copy gets freshly allocated, aligned memory (and lets the
+    file go).
+    """
+    for t in [*module.parameters(), *module.buffers()]:
+        if t.device.type == "cpu":
+            t.data = t.data.clone()
+    return module
 
 
 def build_seeded(cls, config: dict, seed: int, device: str | torch.device) -> nn.Module:

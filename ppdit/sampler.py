@@ -129,21 +129,40 @@ def conditioning_for(
     return Conditioning(text, null)
 
 
+def model_forward(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
+    """``forward(latent, timestep, text) -> velocity`` for a model: the stage view run end to
+    end (== ``model(...)`` bitwise), or the dummy model's own call.
+
+    A bf16 / fp16 model gets its inputs cast to its dtype, as diffusers' ``WanPipeline`` does
+    (the latent itself stays fp32 between steps: the solver's update runs in fp32); the
+    velocity comes back in the model's dtype.
+    """
+    if isinstance(model, DummyDiT):
+        return model
+    if model.dtype == torch.float32:
+        return partial(forward_by_stages, model)
+    return partial(_cast_forward, model, model.dtype)
+
+
+def _cast_forward(model, dtype: torch.dtype, latent: torch.Tensor, timestep: torch.Tensor,
+                  text: torch.Tensor) -> torch.Tensor:
+    return forward_by_stages(model, latent.to(dtype), timestep, text.to(dtype))
+
+
 def predict_velocity(
-    model: torch.nn.Module,
+    forward: Callable[..., torch.Tensor],
     latent: torch.Tensor,
     timestep: torch.Tensor,
     cond: Conditioning,
     guidance_scale: float,
     guided: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The model's velocity for a batch (B, C, F, H, W), in one forward.
+    """The velocity for a batch (B, C, F, H, W), in one call of ``forward``.
 
     ``timestep`` is (B,): every sample may sit at its own step (StreamDiffusion's stream batch).
     ``guided`` (B,) bool marks the samples that get classifier-free guidance; their
     unconditional copies are appended to the same batch, ``v = v_u + g (v_c - v_u)``.
     """
-    forward = model if isinstance(model, DummyDiT) else partial(forward_by_stages, model)
     if guided is None or not bool(guided.any()):
         return forward(latent, timestep, cond.text)
     if cond.null_text is None:
@@ -155,8 +174,14 @@ def predict_velocity(
         torch.cat([cond.text, cond.null_text[guided]]),
     )
     v, v_uncond = both[:b].clone(), both[b:]
-    v[guided] = v_uncond + guidance_scale * (v[guided] - v_uncond)
+    v[guided] = guide(v[guided], v_uncond, guidance_scale)
     return v
+
+
+def guide(v_cond: torch.Tensor, v_uncond: torch.Tensor, guidance_scale: float) -> torch.Tensor:
+    """Classifier-free guidance: ``v_u + g (v_c - v_u)`` (the arithmetic of diffusers' Wan
+    pipeline, term for term, so results match it bitwise)."""
+    return v_uncond + guidance_scale * (v_cond - v_uncond)
 
 
 def euler_update(
@@ -176,16 +201,24 @@ def euler_update(
 
 
 class Denoiser:
-    """Runs denoising steps for one model and sampling config; the unit every layout shares.
+    """Runs denoising steps for one model and sampling config: the one sampling loop every
+    layout drives.
 
-    Single-device ``generate``, every step-split stage and the stream batch all call
-    ``step`` / ``step_batch``, so they execute the same arithmetic: that is why step-split output
-    is bitwise equal to one device.
+    Single-device ``generate``, every step-split stage and the stream batch call ``step`` /
+    ``step_batch``; layouts that spread one forward over ranks plug their forward in
+    (``forward=``: sequence parallel, a causal chunk at an offset) or compute the velocity
+    themselves and call ``update`` (layer split's last stage, the torch pipelining baseline).
+    All of them therefore run the same update arithmetic, which is why their outputs equal one
+    device bitwise wherever the forward is the same.
     """
 
-    def __init__(self, model: torch.nn.Module, preset: str | ModelPreset, sampling: SamplingConfig):
+    def __init__(self, model: torch.nn.Module, preset: str | ModelPreset | None,
+                 sampling: SamplingConfig, *, forward: Callable[..., torch.Tensor] | None = None):
         self.model = model
-        self.preset = get_preset(preset)
+        self.forward = forward or model_forward(model)
+        # The preset sizes the seeded stand-in prompts; None when every request's prompt is
+        # given with ``condition_on``.
+        self.preset = None if preset is None else get_preset(preset)
         self.sampling = sampling
         self.device = next(model.parameters()).device
         self.sigmas = sampling.sigmas().to(self.device)
@@ -195,10 +228,22 @@ class Denoiser:
     def conditioning(self, request: Request) -> Conditioning:
         """Conditioning for a request, computed once and cached (it is the same every step)."""
         if request.request_id not in self._cond:
+            if self.preset is None:
+                raise ValueError(f"request {request.request_id} has no prompt: pass it with "
+                                 "condition_on(), or give the Denoiser a preset for seeded ones")
             self._cond[request.request_id] = conditioning_for(
                 request, self.preset, self.sampling, self.device
             )
         return self._cond[request.request_id]
+
+    def condition_on(self, request: Request, text: torch.Tensor,
+                     null_text: torch.Tensor | None = None) -> None:
+        """Use these prompt embeddings for ``request`` instead of its seeded stand-in."""
+        if self.sampling.uses_cfg and null_text is None:
+            null_text = torch.zeros_like(text)
+        self._cond[request.request_id] = Conditioning(text.to(self.device),
+                                                      None if null_text is None
+                                                      else null_text.to(self.device))
 
     def release(self, request: Request) -> None:
         """Forget a finished request's cached conditioning."""
@@ -223,27 +268,45 @@ class Denoiser:
         several changes the GEMM shapes, so results equal the one-at-a-time ``step`` only up to
         float rounding (``BATCHED_TOL`` in the tests), never bitwise.
         """
-        for s in states:
-            if not 0 <= s.step_index < self.sampling.num_steps:
-                raise ValueError(f"request {s.request_id}: step_index={s.step_index} is outside "
-                                 f"0..{self.sampling.num_steps - 1}")
+        self._check_steps(states)
         counts = [s.latent.shape[0] for s in states]
         idx = torch.tensor([s.step_index for s in states]).repeat_interleave(torch.tensor(counts))
         guided = torch.tensor([self.sampling.guided(int(i)) for i in idx], device=self.device)
-        idx = idx.to(self.device)
         latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
         conds = [self.conditioning(r) for r in requests]
         cond = Conditioning(
             torch.cat([c.text for c in conds]),
             None if conds[0].null_text is None else torch.cat([c.null_text for c in conds]),
         )
-        v = predict_velocity(self.model, latent, self.timesteps[idx], cond,
+        v = predict_velocity(self.forward, latent, self.timesteps[idx.to(self.device)], cond,
                              self.sampling.guidance_scale, guided)
-        latent = euler_update(latent, v, self.sigmas[idx], self.sigmas[idx + 1], out=out)
+        return self.update(states, v, out=out)
+
+    def guide(self, v_cond: torch.Tensor, v_uncond: torch.Tensor) -> torch.Tensor:
+        """Combine the two halves of a guided step computed separately (layer split)."""
+        return guide(v_cond, v_uncond, self.sampling.guidance_scale)
+
+    @torch.no_grad()
+    def update(self, states: Sequence[StepState], velocity: torch.Tensor,
+               out: torch.Tensor | None = None) -> list[StepState]:
+        """The solver step: each state's latent moved by its slice of ``velocity`` (rows in
+        the order of ``states``) from its step to the next; ``out`` receives the new latents."""
+        self._check_steps(states)
+        counts = [s.latent.shape[0] for s in states]
+        idx = torch.tensor([s.step_index for s in states]).repeat_interleave(torch.tensor(counts))
+        idx = idx.to(self.device)
+        latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
+        latent = euler_update(latent, velocity, self.sigmas[idx], self.sigmas[idx + 1], out=out)
         return [
             replace(s, step_index=s.step_index + 1, latent=chunk)
             for s, chunk in zip(states, latent.split(counts), strict=True)
         ]
+
+    def _check_steps(self, states: Sequence[StepState]) -> None:
+        for s in states:
+            if not 0 <= s.step_index < self.sampling.num_steps:
+                raise ValueError(f"request {s.request_id}: step_index={s.step_index} is outside "
+                                 f"0..{self.sampling.num_steps - 1}")
 
     def run(
         self,
@@ -267,6 +330,12 @@ class Denoiser:
                 states = self.step_batch(states, requests, out=out if i == steps.stop - 1 else None)
         return list(states)
 
+    def generate(self, request: Request, latent_shape: Sequence[int]) -> torch.Tensor:
+        """Every step for one request from its noise: the single-device reference."""
+        state = self.initial_state(request, latent_shape)
+        [state] = self.run([state], [request], range(self.sampling.num_steps))
+        return state.latent
+
 
 def generate(
     model: torch.nn.Module,
@@ -279,9 +348,7 @@ def generate(
     """The single-device reference: all steps for one request on one device -> final latent."""
     sampling = sampling or SamplingConfig()
     den = Denoiser(model, preset, sampling)
-    shape = tuple(latent_shape or den.preset.latent_shape)
-    [state] = den.run([den.initial_state(request, shape)], [request], range(sampling.num_steps))
-    return state.latent
+    return den.generate(request, tuple(latent_shape or den.preset.latent_shape))
 
 
 def generate_batched(

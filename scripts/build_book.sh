@@ -20,7 +20,7 @@ cp book/node_modules/mathjax/es5/tex-mml-chtml.js book/vendor/mathjax/
 cp -r book/node_modules/mathjax/es5/output/chtml/fonts/woff-v2 \
    book/vendor/mathjax/output/chtml/fonts/
 
-.venv/bin/python -c "from ppdit.claims import ledger_markdown; \
+.venv/bin/python -c "from ppdit.teaching.claims import ledger_markdown; \
 open('book/claims.md', 'w').write(ledger_markdown())"
 rm -rf book/_build
 .venv/bin/jupyter-book build book -W --keep-going

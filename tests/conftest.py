@@ -10,11 +10,33 @@ import pytest
 import torch
 
 from ppdit.model import build_model
+from ppdit.runtime.pool import RankPool, live_pids
 
 # Batched forwards use other GEMM shapes than one-at-a-time ones, so the float summation order
 # inside the matmuls differs: results agree to rounding, never bit for bit. Over 28 Euler steps
 # of the tiny model the worst difference seen is ~5e-6 on values of size ~5.
 BATCHED_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+# The CPU suite compares with CPU references bit for bit, so it keeps every rank on the CPU even
+# on a machine with GPUs (nbval's kernels inherit this too); the GPU tests (marked ``gpu``) ask
+# for CUDA explicitly and run there instead of skipping.
+os.environ.setdefault("PPDIT_DEVICE", "cpu")
+
+# Tests that start real ranks (seconds each) or build the book: ``pytest -m "not slow"`` leaves
+# them out for a quick iteration (about half a minute on 2 cores).
+RANK_FIXTURES = {"no_orphans", "pools", "tp2", "four_ranks", "world_sizes_run", "batching_run",
+                 "runs", "overlap_run"}
+SLOW_MODULES = {"test_launch", "test_p2p", "test_serve_system", "test_labs", "test_book"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        # nbval's notebook cells are items without a module.
+        owner = getattr(item, "module", None)
+        module = owner.__name__.rsplit(".", 1)[-1] if owner else ""
+        if module in SLOW_MODULES or RANK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -25,17 +47,38 @@ def tiny():
 
 
 def spawned_children() -> list[int]:
-    """PIDs of live processes whose parent is this test process and that were spawned."""
-    me, out = os.getpid(), []
+    """PIDs of live processes whose parent is this test process and that were spawned, other
+    than the ranks of the live pools the tests share (see ``pools``)."""
+    me, out, pooled = os.getpid(), [], live_pids()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             cmd = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == me and fields[0] != "Z" and b"spawn_main" in cmd:
-            out.append(int(stat.parent.name))
+        pid = int(stat.parent.name)
+        if int(fields[1]) == me and fields[0] != "Z" and b"spawn_main" in cmd and pid not in pooled:
+            out.append(pid)
     return out
+
+
+@pytest.fixture(scope="session")
+def pools():
+    """``pools(n)``: a live pool of n ranks shared by the tests that launch repeatedly, so the
+    suite pays each size's start-up once. Tests that expect a failure use fresh launches (a
+    failure stops a pool; the next use would restart it, which costs what it saves)."""
+    live: dict[tuple[int, bool], RankPool] = {}
+
+    def get(n: int, stage: bool = False) -> RankPool:
+        """``stage=True``: messages staged through host buffers, as ranks sharing a GPU do."""
+        if (n, stage) not in live:
+            live[(n, stage)] = RankPool(n, threads_per_rank=1, timeout_s=600, echo=False,
+                                        stage=stage or None)
+        return live[(n, stage)]
+
+    yield get
+    for pool in live.values():
+        pool.close()
 
 
 @pytest.fixture

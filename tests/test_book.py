@@ -86,7 +86,7 @@ def test_internal_links_resolve():
 
 
 def test_claims_ledger_lists_every_claim():
-    from ppdit.claims import CLAIMS
+    from ppdit.teaching.claims import CLAIMS
 
     ledger = (HTML / "claims.html").read_text()
     for claim in CLAIMS:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ppdit.labkit import load_module
+from ppdit.teaching.labkit import load_module
 
 LABS = Path(__file__).resolve().parents[1] / "labs"
 CASES = [("lab01_split_steps", "check_lab01"), ("lab02_handoff", "check_lab02"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ppdit.analysis.bubbles import layer_split_bubble
-from ppdit.parallel.layer_schedule import (
+from ppdit.parallel.layer_split.schedule import (
     LayerSplitPlan,
     input_message,
     messages_sent,
@@ -103,7 +103,7 @@ def test_schedule_figure_reports_simulated_and_formula_bubbles():
     import matplotlib
 
     matplotlib.use("Agg")
-    from ppdit.bubble_plots import schedule_figure
+    from ppdit.viz.schedules import schedule_figure
 
     title = schedule_figure(4, 8, 2, 2, wrap=False).axes[0].get_title(loc="left")
     expected = f"{layer_split_bubble(8, 4, 2, 2):.1%}"
@@ -113,7 +113,7 @@ def test_schedule_figure_reports_simulated_and_formula_bubbles():
 
 
 def test_explorer_has_its_controls():
-    from ppdit.bubble_plots import make_explorer
+    from ppdit.viz.schedules import make_explorer
 
     box = make_explorer()
     controls = [c for row in box.children[:2] for c in row.children]

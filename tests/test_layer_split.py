@@ -7,13 +7,14 @@ import torch
 
 from ppdit.analysis.bubbles import measured_bubble
 from ppdit.model import build_model, num_params
-from ppdit.parallel.layer_schedule import LayerSplitPlan
-from ppdit.parallel.layer_split import (
-    build_stage_model,
-    expected_param_count,
+from ppdit.parallel.layer_split.comms import message_spec
+from ppdit.parallel.layer_split.ranks import build_stage_model, expected_param_count
+from ppdit.parallel.layer_split.run import (
     layer_split_reference,
+    run_layer_split,
     run_layer_splits,
 )
+from ppdit.parallel.layer_split.schedule import LayerSplitPlan, Message
 from ppdit.sampler import Request, SamplingConfig, generate
 from tests.conftest import BATCHED_TOL
 
@@ -40,8 +41,8 @@ PLANS = {
 
 
 @pytest.fixture(scope="module")
-def runs():
-    return run_layer_splits(PLANS, rounds=1, timeout_s=600)
+def runs(pools):
+    return run_layer_splits(PLANS, rounds=1, timeout_s=600, pool=pools(4))
 
 
 @pytest.mark.parametrize("name", list(PLANS))
@@ -97,3 +98,11 @@ def test_wrap_trace_has_compute_for_every_task(runs):
                       for t in res.plan.tasks(r))
     assert seen == expected
     assert 0.0 <= measured_bubble(res.trace, 2) < 1.0
+
+
+def test_bf16_layer_split_equals_its_reference_in_bf16(pools):
+    plan = LayerSplitPlan(_reqs(2), 2, 2, sampling=THREE, dtype="bf16")
+    res = run_layer_split(plan, timeout_s=300, pool=pools(2))
+    ref = layer_split_reference(build_model("tiny", seed=0, dtype="bf16"), plan)
+    assert all(torch.equal(res.latents[k], ref[k]) for k in ref)
+    assert message_spec(plan, Message("hidden", 0, 0, 1), 64).dtype == torch.bfloat16

@@ -10,15 +10,15 @@ from ppdit.runtime.p2p import FrameSpec
 from tests import workers
 
 
-def test_any_tensor_round_trips(no_orphans):
-    sent, got = launch(workers.tensors_round_trip, 2, timeout_s=120)
+def test_any_tensor_round_trips(pools):
+    sent, got = launch(workers.tensors_round_trip, 2, timeout_s=120, pool=pools(2))
     for a, b in zip(sent, got, strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert torch.equal(a, b)
 
 
-def test_frames_carry_payload_and_metadata_in_order(no_orphans):
-    tx, rx = launch(workers.frames, 2, timeout_s=120)
+def test_frames_carry_payload_and_metadata_in_order(pools):
+    tx, rx = launch(workers.frames, 2, timeout_s=120, pool=pools(2))
     assert rx["meta"] == [[i, 10 * i, 0] for i in range(5)]
     for a, b in zip(tx["sent"], rx["payloads"], strict=True):
         assert torch.equal(a, b)

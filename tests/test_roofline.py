@@ -296,7 +296,8 @@ def test_explorer_draws_defaults_and_explains_impossible_choices():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ppdit.roofline_plots import explorer_figure, latent_for, make_explorer
+    from ppdit.analysis.roofline import latent_for
+    from ppdit.viz.roofline import explorer_figure, make_explorer
 
     assert latent_for("480p", 81) == (1, 16, 21, 60, 104)
     fig = explorer_figure()
@@ -307,8 +308,9 @@ def test_explorer_draws_defaults_and_explains_impossible_choices():
     plt.close("all")
 
 
-def test_comm_sweep_on_two_ranks(no_orphans):
-    sweep = launch(comm_sweep, 2, args=([4096, 65536],), threads_per_rank=1, timeout_s=120)[0]
+def test_comm_sweep_on_two_ranks(pools):
+    sweep = launch(comm_sweep, 2, args=([4096, 65536],), threads_per_rank=1, timeout_s=120,
+                   pool=pools(2))[0]
     assert sweep["bytes"] == [4096, 65536]
     latency, bandwidth = link_from_sweep(sweep)
     assert 0 < latency < 1 and bandwidth > 0

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ppdit.model import build_model, get_preset
-from ppdit.parallel.sequence import SPRun, check_sp_degree, setup_sp, sp_worker
-from ppdit.parallel.sequence_comms import a2a_bytes_per_layer, even_split
+from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
+from ppdit.parallel.sequence.ulysses import SPRun, check_sp_degree, setup_sp, sp_worker
 from ppdit.runtime import launch
 from ppdit.sampler import Request, SamplingConfig, generate
 
@@ -18,11 +18,11 @@ SP_TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
 @pytest.mark.parametrize("degree,shapes", [(2, (None, (1, 16, 5, 14, 18))), (4, (None,))])
-def test_sp_equals_one_device_with_and_without_v_first(degree, shapes, tiny, no_orphans):
+def test_sp_equals_one_device_with_and_without_v_first(degree, shapes, tiny, pools):
     runs = tuple(SPRun(num_steps=2, v_first=v, latent_shape=s) for s in shapes
                  for v in (True, False))  # the second shape has 315 tokens: uneven slices
     per_rank = launch(sp_worker, degree, args=(runs,), setup=setup_sp, threads_per_rank=1,
-                      timeout_s=300, echo=False)
+                      timeout_s=300, echo=False, pool=pools(degree))
     for i, run in enumerate(runs):
         out = [r[i] for r in per_rank]
         ref = generate(tiny, Request(0, 0), sampling=SamplingConfig(num_steps=2),

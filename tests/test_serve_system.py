@@ -22,9 +22,9 @@ def _delivered(res):
 
 
 @pytest.mark.parametrize("phase", ["pp0", "recompute"])
-def test_stream_equals_one_device_bitwise(phase, no_orphans):
+def test_stream_equals_one_device_bitwise(phase, pools):
     cfg = BringupConfig(phase=phase, chunks=3, **QUICK)
-    res = run_bringup(cfg, echo=False)
+    res = run_bringup(cfg, echo=False, pool=pools(2))
     ref = reference_stream(cfg)
     assert _delivered(res) == [(0, 0, i) for i in range(3)]
     for key, latent in res.controller.latents.items():
@@ -33,9 +33,9 @@ def test_stream_equals_one_device_bitwise(phase, no_orphans):
     assert frames == [1 + 4 * (cfg.chunk_frames - 1)] + [4 * cfg.chunk_frames] * 2
 
 
-def test_hard_cut_drops_results_in_flight_and_resets(no_orphans):
+def test_hard_cut_drops_results_in_flight_and_resets(pools):
     cfg = BringupConfig(phase="overlap", chunks=5, cut_at=3, in_flight=2, **QUICK)
-    res = run_bringup(cfg, echo=False)
+    res = run_bringup(cfg, echo=False, pool=pools(2))
     got = _delivered(res)
     cut = next(i for i, (epoch, _, _) in enumerate(got) if epoch == 1)
     assert all(epoch == 0 for epoch, _, _ in got[:cut])
@@ -49,25 +49,25 @@ def test_hard_cut_drops_results_in_flight_and_resets(no_orphans):
     assert res.controller.delivered[cut].frames == 1 + 4 * (cfg.chunk_frames - 1)
 
 
-def test_duplicate_envelope_yields_one_result(no_orphans):
+def test_duplicate_envelope_yields_one_result(pools):
     cfg = BringupConfig(phase="pp0", chunks=3, faults=Faults(duplicate_at=1), **QUICK)
-    res = run_bringup(cfg, echo=False)
+    res = run_bringup(cfg, echo=False, pool=pools(2))
     assert _delivered(res) == [(0, 0, 0), (0, 0, 1), (0, 0, 2)]
     assert res.mesh[0].duplicates == 1 and res.mesh[0].generated == 3
 
 
-def test_slow_consumer_backpressure_bounds_the_queue_and_loses_nothing(no_orphans):
+def test_slow_consumer_backpressure_bounds_the_queue_and_loses_nothing(pools):
     cfg = BringupConfig(phase="overlap", chunks=6, d_out_capacity=2, consumer_delay_s=0.3,
                         vae_preset=None, **QUICK)
-    res = run_bringup(cfg, echo=False)
+    res = run_bringup(cfg, echo=False, pool=pools(2))
     assert _delivered(res) == [(0, 0, i) for i in range(6)]
     assert res.controller.max_depth["D_OUT"] <= 2
     assert res.controller.producer_blocked_s > 0.1
 
 
-def test_pp1_tensor_parallel_mesh_matches_one_device(no_orphans):
+def test_pp1_tensor_parallel_mesh_matches_one_device(pools):
     cfg = BringupConfig(phase="pp1", tp=2, chunks=3, **QUICK)
-    res = run_bringup(cfg, echo=False)
+    res = run_bringup(cfg, echo=False, pool=pools(3))
     ref = reference_stream(cfg)
     assert _delivered(res) == [(0, 0, i) for i in range(3)]
     for key, latent in res.controller.latents.items():
@@ -102,10 +102,10 @@ def test_a_stopped_controller_ends_the_mesh(capsys, no_orphans):
     assert err.rank == 0 and "controller crashed on purpose" in str(err)
 
 
-def test_pp1_mesh_block_compiles_without_graph_breaks(no_orphans):
+def test_pp1_mesh_block_compiles_without_graph_breaks(pools):
     from ppdit.runtime import launch
     from ppdit.serve.pp1 import explain_mesh_block
 
-    for view in launch(explain_mesh_block, 2, timeout_s=300, echo=False):
+    for view in launch(explain_mesh_block, 2, timeout_s=300, echo=False, pool=pools(2)):
         assert view["graph_breaks"] == 0 and view["graphs"] == 1, view["reasons"]
         assert view["all_reduces_in_graph"] == 7  # 2 out-projections, 4 q/k norms, 1 FFN

@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from ppdit.analysis.trace_stats import busy_fractions, handoff_latencies, summary
-from ppdit.parallel.step_split import (
+from ppdit.model import build_model
+from ppdit.parallel.step_split.plan import make_plan
+from ppdit.parallel.step_split.run import (
     grouped_reference,
-    make_plan,
-    run_side_by_side,
     run_step_split,
+    run_step_splits,
     stream_batch_reference,
 )
 from ppdit.sampler import Request, SamplingConfig, generate
@@ -25,7 +26,7 @@ SEVEN = SamplingConfig(num_steps=7)
 
 
 @pytest.fixture(scope="module")
-def world_sizes_run():
+def world_sizes_run(pools):
     """World sizes 1-4, even and uneven splits, two requests each, one launch of 4 ranks."""
     plans = {
         "p1_7": make_plan(1, 2, sampling=SEVEN),
@@ -35,7 +36,7 @@ def world_sizes_run():
         "p4_8": make_plan(4, 2, sampling=SamplingConfig(num_steps=8)),  # divides
         "p2_no_fill": make_plan(2, 2, sampling=SEVEN, max_in_flight=1),
     }
-    return run_side_by_side(plans, rounds=1, timeout_s=300)
+    return run_step_splits(plans, rounds=1, timeout_s=300, pool=pools(4))
 
 
 @pytest.mark.parametrize("name", ["p1_7", "p2_7", "p3_7", "p4_7", "p4_8", "p2_no_fill"])
@@ -69,7 +70,7 @@ def test_trace_shows_handoffs_and_exports(world_sizes_run, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def batching_run():
+def batching_run(pools):
     """Filling with many requests, groups, stream batch, replicas, guidance: one launch."""
     guided = SamplingConfig(num_steps=6, guidance_scale=4.0, guidance_steps=3)
     plans = {
@@ -80,7 +81,7 @@ def batching_run():
         "dp": make_plan(1, 4, sampling=SEVEN, replicas=2),
         "guided": make_plan(2, 3, sampling=guided, weights=guided.step_costs()),
     }
-    return run_side_by_side(plans, rounds=1, timeout_s=300)
+    return run_step_splits(plans, rounds=1, timeout_s=300, pool=pools(4))
 
 
 @pytest.mark.parametrize("name", ["filled", "dp", "guided"])
@@ -126,8 +127,28 @@ def test_weighted_split_balances_guided_steps(batching_run):
     assert max(per_stage) - min(per_stage) <= 1  # 2+2+2+1+1+1 = 9 -> 5 and 4
 
 
-def test_progress_events_report_each_request(no_orphans):
+def test_progress_events_report_each_request(pools):
     seen = []
     plan = make_plan(2, 3, sampling=SamplingConfig(num_steps=2))
-    run_step_split(plan, on_event=lambda rank, e: seen.append((rank, e)), timeout_s=120)
+    run_step_split(plan, on_event=lambda rank, e: seen.append((rank, e)), timeout_s=120,
+                   pool=pools(2))
     assert sorted(seen) == [(1, ("done", i)) for i in range(3)]
+
+
+# bf16: the same arithmetic on every stage as on one device, so equal bit for bit; and not the
+# fp32 result (within bf16's rounding of it), which shows the weights really were bf16.
+BF16_VS_FP32 = {"rtol": 5e-2, "atol": 5e-2}  # 4 steps of bf16 activations (unit roundoff 2^-8)
+
+
+def test_bf16_step_split_equals_one_device_bf16(pools, tiny):
+    sampling = SamplingConfig(num_steps=4)
+    plan = make_plan(2, 2, sampling=sampling, dtype="bf16")
+    res = run_step_split(plan, timeout_s=120, pool=pools(2))
+    bf16 = build_model("tiny", seed=0, dtype="bf16")
+    for r in plan.requests:
+        out = res.latents[r.request_id]
+        assert out.dtype == torch.float32  # latents stay fp32 between steps
+        assert torch.equal(out, generate(bf16, r, sampling=sampling))
+        fp32 = generate(tiny, r, sampling=sampling)
+        assert not torch.equal(out, fp32)
+        torch.testing.assert_close(out, fp32, **BF16_VS_FP32)

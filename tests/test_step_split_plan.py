@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from ppdit.parallel.step_split import StepSplitPlan, make_plan, split_steps
+from ppdit.parallel.step_split.plan import StepSplitPlan, make_plan, split_steps
 from ppdit.sampler import Request, SamplingConfig
 
 

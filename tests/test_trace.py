@@ -16,7 +16,7 @@ from ppdit.analysis.trace_stats import (
     kind_totals,
 )
 from ppdit.runtime.trace import RankTrace, Span, Tracer, merge
-from ppdit.viz import plot_busy, plot_timeline
+from ppdit.viz.timeline import plot_busy, plot_timeline
 
 MS = 1_000_000
 

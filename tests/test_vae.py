@@ -10,19 +10,19 @@ import torch
 from diffusers import AutoencoderKLWan
 
 from ppdit.analysis.memory import track_peak_memory
-from ppdit.parallel.decode_overlap import OverlapPlan, overlap_reference, run_decode_overlap
+from ppdit.parallel.decode_overlap.plan import OverlapPlan
+from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.sampler import SamplingConfig
-from ppdit.vae import (
+from ppdit.vae.measure import measure_decode
+from ppdit.vae.presets import build_vae, get_vae_preset
+from ppdit.vae.streaming import (
     StreamingDecoder,
-    build_vae,
     decode_full,
     decode_streaming,
     denormalize,
-    get_vae_preset,
     iter_chunks,
     output_frames,
 )
-from ppdit.vae_measure import measure_decode
 
 # A push of k > 1 latent frames runs every causal conv over k frames at once: the same sums as
 # k single-frame pushes but blocked differently inside the convolution kernels, so the float
@@ -224,13 +224,13 @@ FAST = SamplingConfig(num_steps=2)
 
 
 @pytest.fixture(scope="module")
-def overlap_run():
+def overlap_run(pools):
     plans = {
         "serial": OverlapPlan(num_chunks=3, sampling=FAST, max_ahead=0, push_frames=1),
         "overlap": OverlapPlan(num_chunks=3, sampling=FAST, max_ahead=2),
         "graph": OverlapPlan(num_chunks=3, sampling=FAST, use_graph_runner=True, warmup=False),
     }
-    return run_decode_overlap(plans, rounds=1, timeout_s=300, echo=False)
+    return run_decode_overlap(plans, rounds=1, timeout_s=300, echo=False, pool=pools(2))
 
 
 @pytest.mark.parametrize("name", ["serial", "overlap", "graph"])

@@ -5,24 +5,28 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from ppdit.model import build_model
-from ppdit.parallel.pp_tp import PPxTPPlan, build_mesh, pp_tp_worker
-from ppdit.parallel.tensor import ParallelDims, parallelize_wan
-from ppdit.parallel.tensor_compare import TPCompare, tp_compare_worker
+from ppdit.parallel.step_split.plan import StepSplitPlan
+from ppdit.parallel.step_split.ranks import StepStageRunner
+from ppdit.parallel.tensor.compare import TPCompare, tp_compare_on_rank
+from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.launch import RankContext
+from ppdit.runtime.mesh import ParallelDims, build_groups
+from ppdit.runtime.rounds import Job, rounds_worker
 
 
-def tp4_errors_then_pp_tp(ctx: RankContext, spec: TPCompare, plan: PPxTPPlan) -> dict:
+def tp4_errors_then_pp_tp(ctx: RankContext, spec: TPCompare, plan: StepSplitPlan) -> dict:
     """On 4 ranks: TP=4 variants, the errors a wrong arrangement raises, then PP x TP."""
-    out = {"tp4": tp_compare_worker(ctx, spec), "errors": {}}
+    out = {"tp4": tp_compare_on_rank(ctx, spec), "errors": {}}
     three = dist.new_group([0, 1, 2])  # every rank creates every group, members or not
     if ctx.rank < 3:
         out["errors"]["heads"] = _error(lambda: parallelize_wan(build_model("tiny"),
                                                                 tp_group=three))
-    out["errors"]["mesh"] = _error(lambda: build_mesh(ParallelDims(1, 2, 2), ctx.rank))
+    out["errors"]["mesh"] = _error(lambda: build_groups(ParallelDims(1, 5, 5), ctx.rank))
+    out["errors"]["dims"] = _error(lambda: ParallelDims(2, 2, 5))
     sharded = parallelize_wan(build_model("tiny"), tp_group=dist.group.WORLD)
     out["errors"]["twice"] = _error(lambda: parallelize_wan(sharded, tp_group=dist.group.WORLD))
     dist.barrier()
-    out["pp_tp"] = pp_tp_worker(ctx, plan)
+    out["pp_tp"] = rounds_worker(ctx, Job(StepStageRunner, (plan,), 1))
     return out
 
 

@@ -40,7 +40,8 @@ def check(impl) -> None:
 def _run_pipeline(split) -> None:
     """Your split drives a real 2-stage pipeline; the result must equal one device."""
     from ppdit.model import build_model
-    from ppdit.parallel.step_split import StepSplitPlan, run_step_split
+    from ppdit.parallel.step_split.plan import StepSplitPlan
+    from ppdit.parallel.step_split.run import run_step_split
     from ppdit.sampler import Request, SamplingConfig, generate
 
     sampling = SamplingConfig(num_steps=5)
@@ -53,6 +54,6 @@ def _run_pipeline(split) -> None:
 
 
 def test_lab01():
-    from ppdit.labkit import lab_implementation
+    from ppdit.teaching.labkit import lab_implementation
 
     check(lab_implementation(HERE / "lab01_split_steps.py"))

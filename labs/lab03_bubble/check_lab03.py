@@ -11,7 +11,7 @@ HERE = Path(__file__).parent
 
 def check(impl) -> None:
     """Compare the student's schedule, bubble and formula with the reference clock."""
-    from ppdit.parallel.layer_schedule import LayerSplitPlan, sim_bubble, simulate
+    from ppdit.parallel.layer_split.schedule import LayerSplitPlan, sim_bubble, simulate
     from ppdit.sampler import Request, SamplingConfig
 
     for p in range(1, 7):
@@ -30,6 +30,6 @@ def check(impl) -> None:
 
 
 def test_lab03():
-    from ppdit.labkit import lab_implementation
+    from ppdit.teaching.labkit import lab_implementation
 
     check(lab_implementation(HERE / "lab03_bubble.py"))

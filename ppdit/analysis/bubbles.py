@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ppdit.parallel.layer_split.schedule import LayerSplitPlan, SimSpan, simulate
+from ppdit.sampler import Request, SamplingConfig
+
 
 def ideal_speedup(num_items: int, num_stages: int) -> float:
     """Throughput of a filled P-stage pipeline over one device doing the same M items."""
@@ -83,3 +86,29 @@ def _check(num_items: int, num_stages: int) -> None:
     if num_items < 1 or num_stages < 1:
         raise ValueError(f"need num_items >= 1 and num_stages >= 1, got M={num_items}, "
                          f"P={num_stages}")
+
+
+# Schedules on a simulated clock (the pictures of lesson 03 are drawn from these)
+
+EXPLORER_PRESET = "wan2.1-14b"  # 40 blocks: room for P x V up to 40; no weights are built
+
+
+def simulated_plan(num_stages: int, micro: int, virtual: int = 1, steps: int = 2,
+                   wrap: bool = False) -> LayerSplitPlan:
+    """A plan for schedule pictures: one request per micro-batch, a 40-block model (metadata
+    only — nothing is built)."""
+    requests = tuple(Request(i, i) for i in range(micro))
+    return LayerSplitPlan(requests, num_stages, micro, virtual, wrap,
+                          SamplingConfig(num_steps=steps), preset=EXPLORER_PRESET)
+
+
+def simulate_schedule(num_stages: int, micro: int, virtual: int = 1, steps: int = 2,
+                      wrap: bool = False, last_stage_slowdown: float = 0.0) -> list[SimSpan]:
+    """Simulated spans; the last stage costs ``1 + last_stage_slowdown`` times the others."""
+    plan = simulated_plan(num_stages, micro, virtual, steps, wrap)
+    slow = 1.0 + last_stage_slowdown
+
+    def cost(rank, task):
+        return (slow if rank == num_stages - 1 else 1.0) / virtual
+
+    return simulate(plan, cost)

@@ -14,12 +14,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from ppdit.analysis.hardware import Hardware
 from ppdit.analysis.roofline import (
     Op,
 )
+from ppdit.runtime.p2p import wire_device
 
 
 @contextmanager
@@ -150,13 +152,12 @@ def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
     ``dist.recv`` (one-way = round trip / 2) and both run ``dist.all_reduce``; the best of 3
     runs each. Iteration counts depend only on the size, so both ranks agree on them.
     """
-    import torch.distributed as dist
-
     if ctx.world_size != 2:
         raise ValueError(f"comm_sweep needs world_size=2, got {ctx.world_size}")
     peer, out = 1 - ctx.rank, {"bytes": [], "p2p_s": [], "allreduce_s": []}
     for size in sizes:
-        x = torch.zeros(max(1, size // 4), device=ctx.device)
+        # gloo moves host memory only: ranks that share a GPU time the host transport
+        x = torch.zeros(max(1, size // 4), device=wire_device(ctx.device, ctx.placement.staged))
         iters = max(2, min(30, int(3e7 // size)))
 
         def pingpong(x=x, iters=iters):

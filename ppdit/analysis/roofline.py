@@ -52,6 +52,19 @@ GROUPS = {"linear": "matmul", "sdpa": "attention", "qk": "attention", "pv": "att
           "patchify": "conv", "conv": "conv"}
 
 
+RESOLUTIONS = {"480p": (480, 832), "720p": (720, 1280)}  # (height, width) in pixels
+
+
+def latent_for(resolution: str = "480p", frames: int = 81, batch: int = 1) -> tuple[int, ...]:
+    """Wan's latent for a video: the VAE compresses 4x in time (plus the first frame), 8x in
+    space, into 16 channels. 480p x 81 frames -> (1, 16, 21, 60, 104)."""
+    if (frames - 1) % 4:
+        raise ValueError(f"frames={frames} must be 4k + 1 (the VAE keeps the first frame and "
+                         "compresses the rest 4x in time)")
+    h, w = RESOLUTIONS[resolution]
+    return (batch, 16, 1 + (frames - 1) // 4, h // 8, w // 8)
+
+
 def dtype_name(dtype: str | torch.dtype) -> str:
     """``"bf16"`` for ``torch.bfloat16`` or ``"bf16"``; the error lists the known names."""
     name = _TORCH_DTYPES.get(dtype, dtype) if isinstance(dtype, torch.dtype) else dtype

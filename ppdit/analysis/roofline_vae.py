@@ -14,6 +14,7 @@ from ppdit.analysis.roofline import DTYPE_BYTES, Op, attention_ops, dtype_name
 
 def wan_vae_config() -> dict:
     """The constructor defaults of ``diffusers.AutoencoderKLWan``: Wan 2.1's VAE."""
+    # diffusers takes seconds to import; the rest of the roofline analysis never needs it.
     from diffusers import AutoencoderKLWan
 
     sig = inspect.signature(AutoencoderKLWan.__init__)

@@ -1,7 +1,16 @@
-"""Parallel layouts of the Wan DiT, each checked against one device.
+"""Parallel layouts of the Wan DiT, one folder each, every one checked against one device.
 
-Step split (``step_split``), layer split (``layer_split`` with its pure schedule in
-``layer_schedule``), tensor parallelism with functional collectives (``tensor``), PP x TP
-(``pp_tp``), Ulysses sequence parallelism (``sequence``), the decode-overlap pattern
-(``decode_overlap``) and PyTorch's own pipelining as a baseline (``torch_pipelining``).
+Inside a layout's folder: ``plan.py`` (what every rank agrees on), ``ranks.py`` (what one rank
+does), ``run.py`` (launch it, merge results, the single-device reference), ``comms.py`` (what
+travels between ranks) where the layout has messages of its own.
+
+* ``step_split/``      stages own contiguous slices of the denoising steps; pipeline filling
+* ``layer_split/``     stages own contiguous blocks; micro-batches, GPipe, wrap, interleaving,
+                       and ``torch.distributed.pipelining`` as a baseline
+* ``tensor/``          Megatron TP with functional collectives; DTensor for comparison
+* ``sequence/``        Ulysses sequence parallelism, V-first
+* ``decode_overlap/``  decode chunk k while chunk k + 1 is generated
+* ``pp_tp.py``         step split whose stages are TP groups
+* ``compare.py``       one forward, several layouts, side by side
+* ``partition.py``     contiguous balanced splits shared by the layouts
 """

@@ -1,6 +1,7 @@
-"""Launching ranks, choosing devices, talking between ranks, and tracing what they do."""
+"""Launching ranks, choosing devices, arranging ranks into groups (``mesh``), talking between
+ranks (``p2p``), tracing what they do, and running plans side by side (``rounds``)."""
 
-from ppdit.runtime.device import Placement, choose_backend, placement_for
+from ppdit.runtime.device import Placement, PlacementDecision, decide_placement
 from ppdit.runtime.launch import (
     LaunchTimeout,
     RankContext,
@@ -10,10 +11,29 @@ from ppdit.runtime.launch import (
     run_under_torchrun,
 )
 from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
+from ppdit.runtime.pool import RankPool, ranks
 from ppdit.runtime.trace import RankTrace, Span, Trace, Tracer, merge
 
 __all__ = [
-    "FrameReceiver", "FrameSender", "FrameSpec", "LaunchTimeout", "Placement", "RankContext",
-    "RankError", "RankTrace", "Span", "Trace", "Tracer", "choose_backend", "in_torchrun", "launch",
-    "merge", "placement_for", "recv_tensor", "run_under_torchrun", "send_tensor",
+    "FrameReceiver",
+    "FrameSender",
+    "FrameSpec",
+    "LaunchTimeout",
+    "Placement",
+    "PlacementDecision",
+    "RankContext",
+    "RankError",
+    "RankPool",
+    "RankTrace",
+    "Span",
+    "Trace",
+    "Tracer",
+    "decide_placement",
+    "in_torchrun",
+    "launch",
+    "merge",
+    "ranks",
+    "recv_tensor",
+    "run_under_torchrun",
+    "send_tensor",
 ]

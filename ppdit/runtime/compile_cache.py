@@ -43,6 +43,7 @@ def use_project_compile_cache(path: str | Path | None = None) -> Path:
 def _inductor_default() -> str:
     """Inductor's own default folder. Inductor writes it into the environment the first time
     it needs a folder, so finding it there means nobody chose it: it may be replaced."""
+    # Imported here: Inductor's modules take a second to import, and most callers never ask.
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     return os.path.abspath(default_cache_dir())

@@ -1,8 +1,22 @@
 """Device and backend, chosen in one place; the few CUDA-only calls live here behind that choice.
 
-Rule: CUDA + NCCL when there is one GPU per local rank, else CPU + gloo. Everything else in
-ppdit asks a ``Placement`` instead of calling ``torch.cuda`` itself, so the CPU path used by
-the tests and the notebooks is the same code a GPU user runs, minus these guarded calls.
+The rule, decided once per launch by ``decide_placement``:
+
+* no CUDA GPU visible (or ``device="cpu"`` / ``PPDIT_DEVICE=cpu``): every rank on the CPU, gloo;
+* a GPU for each local rank: rank r on ``cuda:r``, NCCL;
+* fewer GPUs than local ranks (the common case of a learner with one GPU and a 2-rank lesson):
+  the ranks share the GPUs round-robin (rank r on ``cuda:(r % gpus)``) and talk over gloo.
+  NCCL refuses two ranks on one GPU, and gloo moves only host memory (a CUDA tensor given to
+  gloo fails with "writev ... Bad address"), so in this *shared* mode every message is
+  **staged**: copied to a host buffer before it is sent and back to the GPU after it arrives.
+  ``ppdit.runtime.p2p`` and the collectives of ``ppdit.parallel`` do that when the rank's
+  ``Placement.staged`` says so.
+
+Staging can be switched on for CPU ranks too (``stage=True``): the copies are then CPU to CPU,
+which is how the tests check the staged transport on a machine without a GPU.
+
+Everything else in ppdit asks a ``Placement`` instead of calling ``torch.cuda`` itself, so the
+CPU path used by the tests and the notebooks is the same code a GPU user runs.
 """
 
 from __future__ import annotations
@@ -13,6 +27,8 @@ from dataclasses import dataclass
 import torch
 
 BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("auto", "cpu", "cuda")
+DEVICE_ENV = "PPDIT_DEVICE"  # "cpu" keeps every rank on the CPU even when GPUs are visible
 
 
 @dataclass(frozen=True)
@@ -21,6 +37,7 @@ class Placement:
 
     device: torch.device
     backend: str  # "nccl" or "gloo"
+    staged: bool = False  # messages go through host buffers (gloo with CUDA tensors)
 
     @property
     def is_cuda(self) -> bool:
@@ -37,28 +54,90 @@ class Placement:
         return torch.cuda.memory_allocated(self.device) if self.is_cuda else 0
 
 
-def choose_backend(backend: str, local_world_size: int) -> str:
-    """Resolve ``"auto"``: NCCL if this host has a GPU for each local rank, else gloo."""
+@dataclass(frozen=True)
+class PlacementDecision:
+    """The placement of every rank of a launch, and why (picklable: it travels to the ranks)."""
+
+    kind: str  # "cpu", "cuda" (a GPU per rank) or "cuda-shared" (ranks share GPUs)
+    backend: str
+    gpus: int  # GPUs the ranks use (0 on CPU)
+    staged: bool
+    reason: str
+
+    def for_rank(self, local_rank: int) -> Placement:
+        """This rank's device (and, on CUDA, make it the current device)."""
+        if self.kind == "cpu":
+            return Placement(torch.device("cpu"), self.backend, self.staged)
+        device = torch.device("cuda", local_rank % self.gpus)
+        torch.cuda.set_device(device)
+        return Placement(device, self.backend, self.staged)
+
+
+def decide_placement(local_world_size: int, *, backend: str = "auto", device: str | None = None,
+                     stage: bool | None = None) -> PlacementDecision:
+    """Apply the module's rule for ``local_world_size`` ranks on this host.
+
+    ``device`` ("auto", "cpu", "cuda"; default: ``$PPDIT_DEVICE``, else "auto") and ``backend``
+    ("auto", "gloo", "nccl") override the rule where they can; a request that cannot work
+    (NCCL with two ranks on one GPU, CUDA without a GPU) is a ``ValueError`` saying why.
+    ``stage`` forces host staging on (CPU ranks too) or off (only where messages stay on the
+    host anyway); ``None`` stages exactly when gloo carries CUDA tensors.
+    """
+    device = device or os.environ.get(DEVICE_ENV) or "auto"
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not one of {DEVICES} (from the argument or "
+                         f"${DEVICE_ENV})")
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
-    if backend != "auto":
-        if backend == "nccl" and torch.cuda.device_count() < local_world_size:
-            raise ValueError(f"backend='nccl' needs one GPU per local rank: {local_world_size} "
-                             f"local ranks but {torch.cuda.device_count()} GPUs visible")
-        return backend
-    enough_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size
-    return "nccl" if enough_gpus else "gloo"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "cuda" and gpus == 0:
+        raise ValueError("device='cuda' but no CUDA GPU is visible to this process")
+    if device == "cpu" or gpus == 0:
+        return _cpu(backend, stage, "no CUDA GPU is visible" if device != "cpu" else
+                    f"the CPU was asked for (device='cpu' or {DEVICE_ENV}=cpu)")
+    return _cuda(local_world_size, gpus, backend, stage)
 
 
-def placement_for(backend: str, local_rank: int) -> Placement:
-    """The device a rank uses under a resolved backend: ``cuda:local_rank`` for NCCL, else CPU."""
+def _cpu(backend: str, stage: bool | None, why: str) -> PlacementDecision:
     if backend == "nccl":
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        return Placement(device, backend)
-    return Placement(torch.device("cpu"), backend)
+        raise ValueError(f"backend='nccl' needs CUDA GPUs, but the ranks run on the CPU ({why})")
+    return PlacementDecision("cpu", "gloo", 0, bool(stage),
+                             f"CPU + gloo: {why}" + ("; messages staged through host buffers "
+                                                     "(forced)" if stage else ""))
+
+
+def _cuda(ranks: int, gpus: int, backend: str, stage: bool | None) -> PlacementDecision:
+    enough = gpus >= ranks
+    if backend == "nccl" and not enough:
+        raise ValueError(f"backend='nccl' needs one GPU per local rank: {ranks} local ranks but "
+                         f"{gpus} GPU(s) visible (NCCL refuses two ranks on one GPU); use "
+                         "backend='gloo' or 'auto' to share the GPUs")
+    if backend == "nccl" or (backend == "auto" and enough):
+        if stage:
+            raise ValueError("stage=True with NCCL: NCCL moves GPU memory itself, there is "
+                             "nothing to stage")
+        return PlacementDecision("cuda", "nccl", ranks, False,
+                                 f"CUDA + NCCL: {gpus} GPU(s) for {ranks} rank(s), one each")
+    if stage is False:
+        raise ValueError("stage=False with gloo on CUDA: gloo moves only host memory, so CUDA "
+                         "tensors must be staged through host buffers")
+    used = min(gpus, ranks)
+    share = (f"{ranks} ranks share {used} GPU(s) round-robin" if not enough
+             else f"{ranks} ranks on {used} GPU(s), gloo asked for")
+    return PlacementDecision("cuda-shared" if not enough else "cuda", "gloo", used, True,
+                             f"CUDA + gloo: {share}; gloo moves only host memory, so every "
+                             "message is staged through pinned host buffers")
+
+
+def choose_backend(backend: str, local_world_size: int) -> str:
+    """The backend ``decide_placement`` picks for this many local ranks (a shortcut)."""
+    return decide_placement(local_world_size, backend=backend).backend
 
 
 def local_world_size() -> int:
     """Ranks on this host: torchrun's LOCAL_WORLD_SIZE, else the whole world."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+
+
+__all__ = ["BACKENDS", "DEVICES", "DEVICE_ENV", "Placement", "PlacementDecision",
+           "choose_backend", "decide_placement", "local_world_size"]

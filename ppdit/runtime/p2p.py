@@ -13,6 +13,12 @@ on a ``FrameSpec`` once (the first message is its header, checked by the receive
 each handoff as **one** message, the payload with a few int64 metadata slots appended (request id,
 step index, ...). With ``FrameSender.claim`` the producing step writes straight into the outgoing
 frame, so a handoff costs what a bare ``dist.send`` of the latent costs.
+
+Staging (``staged=True``, from the rank's ``Placement``: ranks sharing a GPU over gloo, which
+moves only host memory): what goes on the wire lives in a (pinned) host buffer. A sender copies
+the device tensor into it before sending; a receiver copies the arrived bytes back to its device
+and hands out that copy. Every entry point checks that the tensors it is given live on the rank's
+device and says which tensor, where it was expected and where it is.
 """
 
 from __future__ import annotations
@@ -45,6 +51,24 @@ def wait_for(work, timeout_s: float, what: str) -> None:
         raise
 
 
+def check_on(what: str, tensor: torch.Tensor, device: torch.device | str) -> None:
+    """Raise ``ValueError`` unless ``tensor`` is on ``device`` (a CPU tensor handed to a CUDA
+    rank's send, or the reverse, is the classic way a GPU port of CPU code fails)."""
+    if tensor.device != torch.device(device):
+        raise ValueError(f"{what}: the tensor is on {tensor.device}, but this rank computes on "
+                         f"{torch.device(device)}: move it first")
+
+
+def wire_device(device: torch.device | str, staged: bool) -> torch.device:
+    """Where a message's bytes live while the backend moves them: the host when staged."""
+    return torch.device("cpu") if staged else torch.device(device)
+
+
+def host_empty(nbytes: int, device: torch.device | str) -> torch.Tensor:
+    """A uint8 host staging buffer, pinned when the rank computes on a GPU."""
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=torch.device(device).type == "cuda")
+
+
 def _header(shape: Sequence[int], dtype: torch.dtype, meta_slots: int, device) -> torch.Tensor:
     if len(shape) > MAX_NDIM:
         raise ValueError(f"tensor has {len(shape)} dims; P2P headers carry at most {MAX_NDIM}")
@@ -64,10 +88,11 @@ def _parse_header(h: torch.Tensor, src: int) -> tuple[tuple[int, ...], torch.dty
     return tuple(vals[4:4 + ndim]), DTYPES[vals[1]], vals[3]
 
 
-def send_tensor(tensor: torch.Tensor, dst: int, *, group=None,
+def send_tensor(tensor: torch.Tensor, dst: int, *, group=None, staged: bool = False,
+                device: torch.device | str | None = None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Send any tensor (header, then contiguous payload) to global rank ``dst``; blocks."""
-    isend_tensor(tensor, dst, group=group).wait(timeout_s)
+    isend_tensor(tensor, dst, group=group, staged=staged, device=device).wait(timeout_s)
 
 
 class PendingSend:
@@ -94,24 +119,48 @@ class PendingSend:
             wait_for(w, timeout_s, f"sending to rank {self.dst}")
 
 
-def isend_tensor(tensor: torch.Tensor, dst: int, *, group=None,
+def isend_tensor(tensor: torch.Tensor, dst: int, *, group=None, staged: bool = False,
+                 device: torch.device | str | None = None,
                  pending: PendingSend | None = None) -> PendingSend:
-    """Post the header and the contiguous payload without waiting; ``wait()`` on the result."""
-    payload = tensor.contiguous()
+    """Post the header and the contiguous payload without waiting; ``wait()`` on the result.
+    ``device`` (optional) is checked against the tensor's; ``staged`` sends a host copy."""
+    if device is not None:
+        check_on(f"sending a tensor to rank {dst}", tensor, device)
+    payload = tensor.detach().to("cpu") if staged else tensor
+    payload = payload.contiguous()
     pending = pending or PendingSend(dst)
     pending.add(_header(payload.shape, payload.dtype, 0, payload.device), group)
     return pending.add(payload, group)
 
 
 def recv_tensor(src: int, *, device: torch.device | str = "cpu", group=None,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
-    """Receive a tensor sent with ``send_tensor`` from global rank ``src``."""
-    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=device)
+                staged: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
+    """Receive a tensor sent with ``send_tensor`` from global rank ``src``, on ``device``."""
+    wire = wire_device(device, staged)
+    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire)
     wait_for(dist.irecv(h, src, group=group), timeout_s, f"receiving a header from rank {src}")
     shape, dtype, _ = _parse_header(h, src)
-    out = torch.empty(shape, dtype=dtype, device=device)
+    out = torch.empty(shape, dtype=dtype, device=wire)
     wait_for(dist.irecv(out, src, group=group), timeout_s, f"receiving a tensor from rank {src}")
-    return out
+    return out.to(device)
+
+
+def broadcast_tensor(tensor: torch.Tensor | None, src: int, *, group=None,
+                     device: torch.device | str = "cpu", staged: bool = False) -> torch.Tensor:
+    """Collective over ``group``: every rank returns global rank ``src``'s tensor on ``device``
+    (header, then contiguous payload, as ``send_tensor``); the other ranks pass ``None``."""
+    wire = wire_device(device, staged)
+    if dist.get_rank() == src:
+        payload = tensor.to(wire).contiguous()
+        dist.broadcast(_header(payload.shape, payload.dtype, 0, wire), src=src, group=group)
+        dist.broadcast(payload, src=src, group=group)
+        return payload.to(device)
+    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire)
+    dist.broadcast(h, src=src, group=group)
+    shape, dtype, _ = _parse_header(h, src)
+    out = torch.empty(shape, dtype=dtype, device=wire)
+    dist.broadcast(out, src=src, group=group)
+    return out.to(device)
 
 
 @dataclass(frozen=True)
@@ -140,13 +189,19 @@ class FrameSpec:
         """Bytes on the wire per frame."""
         return self.payload_nbytes + 8 * self.meta_slots
 
-    def new_frame(self, device: torch.device | str = "cpu") -> Frame:
+    def new_frame(self, device: torch.device | str = "cpu", staged: bool = False) -> Frame:
         """An empty frame buffer with its payload and metadata views made once (making them costs
-        more Python time per handoff than the copy they would avoid)."""
-        buf = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+        more Python time per handoff than the copy they would avoid). Staged: the buffer is on
+        the host, and ``compute`` is a tensor of the payload's shape on ``device`` to produce
+        into."""
+        buf = (host_empty(self.nbytes, device) if staged else
+               torch.empty(self.nbytes, dtype=torch.uint8, device=device))
         payload = buf[:self.raw_payload_nbytes].view(self.dtype).view(self.shape)
         meta = buf[self.payload_nbytes:].view(torch.int64)
-        return Frame(buf, payload, meta, meta.numpy() if meta.device.type == "cpu" else None)
+        compute = (torch.empty(self.shape, dtype=self.dtype, device=device) if staged
+                   else payload)
+        return Frame(buf, payload, meta, meta.numpy() if meta.device.type == "cpu" else None,
+                     compute)
 
 
 @dataclass
@@ -157,6 +212,7 @@ class Frame:
     payload: torch.Tensor  # view of shape ``spec.shape``
     meta: torch.Tensor  # (meta_slots,) int64 view
     meta_np: object  # numpy view of ``meta`` on CPU (cheap writes), else None
+    compute: torch.Tensor  # where a producer writes: ``payload`` itself, or a device tensor
 
     def fill(self, spec: FrameSpec, tensor: torch.Tensor, meta: Sequence[int]) -> None:
         """Put ``tensor`` (copied unless it already is the payload) and ``meta`` in the frame."""
@@ -177,6 +233,13 @@ class Frame:
         """The metadata slots as Python ints."""
         return self.meta_np.tolist() if self.meta_np is not None else self.meta.tolist()
 
+    def arrived(self, device: torch.device, copy: bool) -> torch.Tensor:
+        """The payload on ``device``: a view of the buffer, or (``copy``, or a staged frame on
+        another device) a tensor of its own."""
+        if self.payload.device != device:
+            return self.payload.to(device)
+        return self.payload.clone() if copy else self.payload
+
 
 class FrameSender:
     """Sends frames of one ``FrameSpec`` to one peer, one message each, without blocking.
@@ -187,15 +250,17 @@ class FrameSender:
 
     Zero-copy: ``claim()`` returns the payload view of the next outgoing buffer; a producer that
     writes its result there (``torch.add(..., out=claimed)``) makes ``send`` skip the copy. On
-    this CPU that copy of a 256 KB latent costs ~30% of the whole handoff.
+    this CPU that copy of a 256 KB latent costs ~30% of the whole handoff. (Staged, ``claim``
+    returns a device tensor and ``send`` copies it to the host buffer: one copy either way.)
     """
 
     def __init__(self, spec: FrameSpec, dst: int, *, device: torch.device | str = "cpu",
                  group=None, max_in_flight: int = 2, announce: bool = True,
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+                 staged: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight={max_in_flight} must be >= 1")
         self.spec, self.dst, self.device, self.group = spec, dst, torch.device(device), group
+        self.staged = staged
         self.max_in_flight, self.timeout_s = max_in_flight, timeout_s
         # (work, Frame to recycle or None, tensor the transport is still reading)
         self._pending: deque = deque()
@@ -210,13 +275,16 @@ class FrameSender:
             self._reap()
             while len(self._pending) >= self.max_in_flight:
                 self._wait_oldest()
-            self._claimed = self._free.pop() if self._free else self.spec.new_frame(self.device)
-        return self._claimed.payload
+            self._claimed = (self._free.pop() if self._free else
+                             self.spec.new_frame(self.device, self.staged))
+        return self._claimed.compute
 
     def send(self, tensor: torch.Tensor, meta: Sequence[int]) -> None:
         """Queue one frame for ``dst``; returns once the send is posted."""
+        check_on(f"sending a frame to rank {self.dst}", tensor, self.device)
         if not self._announced:
-            h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots, self.device)
+            wire = wire_device(self.device, self.staged)
+            h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots, wire)
             self._pending.append((dist.isend(h, self.dst, group=self.group), None, h))
             self._announced = True
         self.claim()
@@ -256,12 +324,12 @@ class FrameReceiver:
     """
 
     def __init__(self, spec: FrameSpec, src: int, *, device: torch.device | str = "cpu",
-                 group=None, depth: int = 2, count: int | None = None,
+                 group=None, depth: int = 2, count: int | None = None, staged: bool = False,
                  timeout_s: float = DEFAULT_TIMEOUT_S):
         self.spec, self.src, self.device, self.group = spec, src, torch.device(device), group
-        self.timeout_s, self.count = timeout_s, count
+        self.timeout_s, self.count, self.staged = timeout_s, count, staged
         self.ahead = 1 if count is not None else 0  # never post a receive that may not come
-        self._ring = [spec.new_frame(self.device) for _ in range(depth + self.ahead)]
+        self._ring = [spec.new_frame(self.device, staged) for _ in range(depth + self.ahead)]
         self._posted: deque = deque()  # (frame, work) in arrival order
         self._next_post = 0
         self._received = 0
@@ -269,7 +337,8 @@ class FrameReceiver:
 
     def recv(self, timeout_s: float | None = None, copy: bool = False
              ) -> tuple[torch.Tensor, list[int]]:
-        """The next frame's payload (a ring-buffer view unless ``copy``) and its metadata."""
+        """The next frame's payload on this rank's device (a ring-buffer view unless ``copy``
+        or staged) and its metadata."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         if self.count is not None and self._received >= self.count:
             raise RuntimeError(f"all {self.count} frames from rank {self.src} were received")
@@ -280,7 +349,7 @@ class FrameReceiver:
         wait_for(work, timeout_s, f"receiving a frame from rank {self.src}")
         self._received += 1
         self._post_until(self._received + self.ahead)
-        return (frame.payload.clone() if copy else frame.payload), frame.read_meta()
+        return frame.arrived(self.device, copy), frame.read_meta()
 
     def _post_until(self, upto: int) -> None:
         if self.count is not None:
@@ -291,7 +360,8 @@ class FrameReceiver:
             self._next_post += 1
 
     def _check_header(self, timeout_s: float) -> None:
-        h = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.device)
+        h = torch.empty(HEADER_LEN, dtype=torch.int64,
+                        device=wire_device(self.device, self.staged))
         wait_for(dist.irecv(h, self.src, group=self.group), timeout_s,
               f"receiving the frame header from rank {self.src}")
         shape, dtype, slots = _parse_header(h, self.src)

@@ -15,12 +15,19 @@ import torch
 import torch.distributed as dist
 
 from ppdit.runtime.launch import RankContext
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
+from ppdit.runtime.p2p import (
+    FrameReceiver,
+    FrameSender,
+    FrameSpec,
+    recv_tensor,
+    send_tensor,
+    wire_device,
+)
 
 
 def hello(ctx: RankContext) -> dict:
     """Who am I: rank, device, backend, threads, process id, host; plus an all-reduce check."""
-    x = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
+    x = torch.tensor([float(ctx.rank + 1)], device=wire_device(ctx.device, ctx.placement.staged))
     dist.all_reduce(x)
     return {"rank": ctx.rank, "world_size": ctx.world_size, "device": str(ctx.device),
             "backend": ctx.placement.backend, "threads": torch.get_num_threads(),
@@ -31,7 +38,7 @@ def raise_on(ctx: RankContext, bad_rank: int, message: str = "boom") -> int:
     """``bad_rank`` raises; every other rank blocks on a receive from it (and would hang)."""
     if ctx.rank == bad_rank:
         raise ValueError(message)
-    recv_tensor(bad_rank, device=ctx.device, timeout_s=600)
+    recv_tensor(bad_rank, **ctx.wire, timeout_s=600)
     return ctx.rank
 
 
@@ -39,14 +46,20 @@ def die_on(ctx: RankContext, bad_rank: int) -> int:
     """``bad_rank`` is killed with SIGKILL (no Python cleanup at all); the others wait on it."""
     if ctx.rank == bad_rank:
         os.kill(os.getpid(), signal.SIGKILL)
-    recv_tensor(bad_rank, device=ctx.device, timeout_s=600)
+    recv_tensor(bad_rank, **ctx.wire, timeout_s=600)
+    return ctx.rank
+
+
+def sleep_for(ctx: RankContext, seconds: float) -> int:
+    """Every rank sleeps: a long job to interrupt (lesson 00's exercise)."""
+    time.sleep(seconds)
     return ctx.rank
 
 
 def recv_never(ctx: RankContext, timeout_s: float = 2.0) -> int:
     """Rank 1 waits for a tensor rank 0 never sends: the P2P timeout turns it into an error."""
     if ctx.rank == 1:
-        recv_tensor(0, device=ctx.device, timeout_s=timeout_s)
+        recv_tensor(0, **ctx.wire, timeout_s=timeout_s)
     else:
         time.sleep(timeout_s + 5)  # stay alive so the failure is the timeout, not a dead peer
     return ctx.rank
@@ -65,11 +78,13 @@ def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
     """
     if ctx.world_size != 2:
         raise ValueError(f"handoff_pingpong needs world_size=2, got {ctx.world_size}")
-    x = torch.randn(shape, device=ctx.device)
+    # The bare and described trips move the wire's tensor (host memory when staged); the frame
+    # trip includes the staging copies a pipeline stage pays.
+    x = torch.randn(shape, device=wire_device(ctx.device, ctx.placement.staged))
     peer = 1 - ctx.rank
     spec = FrameSpec(tuple(shape), x.dtype, meta_slots=2)
-    tx = FrameSender(spec, peer, device=ctx.device)
-    rx = FrameReceiver(spec, peer, device=ctx.device)
+    tx = FrameSender(spec, peer, **ctx.wire)
+    rx = FrameReceiver(spec, peer, **ctx.wire)
     ways = {"bare": _bare, "frame": _frame, "header+payload": _described}
     out: dict[str, list[float]] = {k: [] for k in ways}
     for _ in range(rounds):
@@ -119,7 +134,7 @@ def mismatched_collectives(ctx: RankContext) -> int:
     """The classic multi-rank hang: two ranks issue the same two collectives in different
     orders. Each waits inside its first collective for a partner that is in another one; only
     the process group's timeout (``launch(..., pg_timeout_s=...)``) ends it, as an error."""
-    x = torch.ones(4, device=ctx.device)
+    x = torch.ones(4, device=wire_device(ctx.device, ctx.placement.staged))
     if ctx.rank == 0:
         dist.all_reduce(x)
         dist.broadcast(x, src=0)

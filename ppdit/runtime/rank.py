@@ -1,16 +1,31 @@
-"""The rank's side of a launch: the ordered life of one spawned (or torchrun-started) process.
+"""The rank's side: the ordered life of one spawned (or torchrun-started) process.
 
-Order inside a rank (``run_rank``): threads -> import diffusers -> ``setup`` (build the model)
--> ``init_process_group`` -> worker -> barrier -> ``destroy_process_group``. Importing diffusers
-(which imports ``torch._dynamo``) *after* the process group exists made gloo teardown leave
-threads behind and occasionally abort at exit on this machine, so it happens first.
+A spawned rank (``child_main``) lives as long as its pool (``ppdit.runtime.pool``): it starts,
+joins the process group once, then runs jobs from its queue until told to stop::
+
+    redirect output -> watch the parent -> threads -> import diffusers -> [first job's setup]
+    -> init_process_group -> { job: setup -> worker -> barrier -> result } ... -> destroy
+
+Importing diffusers (which imports ``torch._dynamo``) *after* the process group exists made
+gloo teardown leave threads behind and occasionally abort at exit on this machine, so it
+happens first; the first job's ``setup`` (building the model) also runs before the group
+exists, as it did when every launch was a fresh process.
+
+A rank never outlives the process that started it: ``watch_parent`` asks Linux to SIGKILL the
+rank when its parent dies (``PR_SET_PDEATHSIG``) and, everywhere, runs a thread that exits the
+rank once its parent is gone (a kernel restart, ``kill -9``). SIGINT is ignored here: an
+interrupt is the caller's decision, and the caller then ends every rank itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
+import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -19,11 +34,19 @@ from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from ppdit.runtime.device import Placement, choose_backend, local_world_size, placement_for
+from ppdit._spawn_entry import die_with_parent
+from ppdit.runtime.device import (
+    Placement,
+    PlacementDecision,
+    decide_placement,
+    local_world_size,
+)
 from ppdit.runtime.trace import Tracer
 
 DEFAULT_TIMEOUT_S = 300.0
+PARENT_POLL_S = 0.5  # how often a rank checks that its parent is alive
 
 
 @dataclass
@@ -35,17 +58,24 @@ class RankContext:
     local_rank: int
     placement: Placement
     tracer: Tracer
-    prepared: Any = None  # whatever ``setup`` returned, built before the process group existed
+    prepared: Any = None  # whatever the job's ``setup`` returned
     _events: Any = field(default=None, repr=False)
     # perf_counter_ns at each phase of the rank's start: "spawn" (parent, before starting it),
     # "entry" (interpreter up, torch + ppdit imported), "setup" (model built), "group" (process
-    # group ready). Workers add their own ("warm-up"); see ppdit.runtime.trace.boot_trace.
+    # group ready); a job on a live pool rank has "submit" (parent) and "dispatch" (the rank got
+    # it) instead of the first three. Workers add their own ("warm-up"); see
+    # ppdit.runtime.trace.boot_trace.
     boot_ns: dict[str, int] = field(default_factory=dict)
 
     @property
     def device(self) -> torch.device:
         """This rank's device."""
         return self.placement.device
+
+    @property
+    def wire(self) -> dict:
+        """``device=`` and ``staged=`` for the P2P helpers: ``FrameSender(..., **ctx.wire)``."""
+        return {"device": self.placement.device, "staged": self.placement.staged}
 
     def emit(self, event: Any) -> None:
         """Send a small progress event to the caller's ``on_event`` (dropped under torchrun)."""
@@ -54,67 +84,105 @@ class RankContext:
 
 
 @dataclass(frozen=True)
-class RankSpec:
-    """How to run a worker on each rank (picklable: it travels to the spawned processes)."""
+class PoolSpec:
+    """How the ranks of a pool start (picklable: it travels to the spawned processes)."""
 
     world_size: int
     port: int
-    backend: str
+    placement: PlacementDecision  # device, backend and staging of every rank, and why
     threads: int
-    worker: Callable[..., Any]
-    setup: Callable[..., Any] | None
-    args: tuple
     pg_timeout_s: float
+    parent_pid: int
+    pdeathsig: bool  # False when the pool was started from a thread that may end first
     spawn_ns: int = 0  # when the parent started the processes (perf_counter_ns)
 
 
-def child_main(rank: int, spec: RankSpec, results_q, events_q, log_path: str) -> None:
-    """A spawned rank: redirect output, run, report exactly one message, exit."""
+@dataclass(frozen=True)
+class RankJob:
+    """One job for every rank of a pool: ``worker(ctx, *args)`` after ``setup``."""
+
+    job_id: int
+    worker: Callable[..., Any]
+    setup: Callable[..., Any] | None = None
+    args: tuple = ()
+    threads: int | None = None  # None: the pool's
+    submit_ns: int = 0  # when the parent handed it over (perf_counter_ns)
+
+
+def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results_q, events_q,
+               log_path: str) -> None:
+    """A spawned rank: serve jobs until ``None`` arrives; report one message per job."""
     entry_ns = time.perf_counter_ns()
     _redirect_output(log_path)
-    init = f"tcp://127.0.0.1:{spec.port}"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides; it then ends us
+    watch_parent(spec.parent_pid, spec.pdeathsig)
+    job = first
     try:
-        result = run_rank(rank, spec.world_size, rank, spec, init, events_q,
-                          {"spawn": spec.spawn_ns, "entry": entry_ns})
-        results_q.put(("ok", rank, dumps(result)))
+        torch.set_num_threads(spec.threads)
+        import diffusers  # noqa: F401  (pulls in torch._dynamo before the process group exists)
+
+        prepared = _setup(first, rank, spec.world_size)
+        setup_ns = time.perf_counter_ns()
+        placement = spec.placement.for_rank(rank)
+        dist.init_process_group(placement.backend, init_method=f"tcp://127.0.0.1:{spec.port}",
+                                rank=rank, world_size=spec.world_size,
+                                timeout=timedelta(seconds=spec.pg_timeout_s))
+        boot = {"spawn": spec.spawn_ns, "entry": entry_ns, "setup": setup_ns,
+                "group": time.perf_counter_ns()}
+        while True:
+            job = job or jobs_q.get()
+            if job is None:
+                break
+            if job is not first:
+                boot = {"submit": job.submit_ns, "dispatch": time.perf_counter_ns()}
+                prepared = _setup(job, rank, spec.world_size)
+                boot["setup"] = time.perf_counter_ns()
+            torch.set_num_threads(job.threads or spec.threads)
+            ctx = RankContext(rank, spec.world_size, rank, placement,
+                              Tracer(rank, placement), prepared, events_q, boot)
+            result = job.worker(ctx, *job.args)
+            dist.barrier()  # nobody moves on while a peer still receives from it
+            results_q.put(("ok", rank, job.job_id, dumps(result)))
+            job = prepared = None
+        dist.destroy_process_group()
     except BaseException:
         # The time lets the caller tell the first failure from the peers it dragged down.
-        results_q.put(("error", rank, (time.monotonic(), traceback.format_exc())))
+        results_q.put(("error", rank, getattr(job, "job_id", -1),
+                       (time.monotonic(), traceback.format_exc())))
         results_q.close()
         results_q.join_thread()
-        os._exit(1)  # peers may be blocked on us; skip a teardown that could hang
+        # No teardown: peers may be blocked on us, and destroying the group first would break
+        # their receives before this rank's report arrives.
+        os._exit(1)
     results_q.close()
     results_q.join_thread()
 
 
-def run_rank(rank: int, world_size: int, local_rank: int, spec: RankSpec, init_method: str,
-             events_q, boot_ns: dict[str, int] | None = None) -> Any:
-    """The ordered life of one rank (see the module docstring for why this order)."""
-    import torch.distributed as dist
+def _setup(job: RankJob | None, rank: int, world_size: int) -> Any:
+    if job is None or job.setup is None:
+        return None
+    return job.setup(rank, world_size, *job.args)
 
-    torch.set_num_threads(spec.threads)
-    import diffusers  # noqa: F401  (pulls in torch._dynamo before the process group exists)
 
-    boot_ns = dict(boot_ns or {"entry": time.perf_counter_ns()})
-    prepared = spec.setup(rank, world_size, *spec.args) if spec.setup is not None else None
-    boot_ns["setup"] = time.perf_counter_ns()
-    placement = placement_for(spec.backend, local_rank)
-    owns_group = not dist.is_initialized()
-    if owns_group:
-        dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
-                                world_size=world_size,
-                                timeout=timedelta(seconds=spec.pg_timeout_s))
-    boot_ns["group"] = time.perf_counter_ns()
-    ctx = RankContext(rank, world_size, local_rank, placement, Tracer(rank, placement),
-                      prepared, events_q, boot_ns)
-    # No try/finally: on an exception the group is left as it is and the process exits at once.
-    # Tearing it down first would break the peers' receives *before* this rank reports, and a
-    # teardown with peers blocked on us can itself hang.
-    result = spec.worker(ctx, *spec.args)
-    dist.barrier()  # nobody tears down while a peer still receives from it
-    if owns_group:
-        dist.destroy_process_group()
-    return result
+def watch_parent(parent_pid: int, pdeathsig: bool = True) -> None:
+    """End this process when ``parent_pid`` is gone, within ``PARENT_POLL_S`` seconds.
+
+    Linux can do it for us (``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the child
+    when the *thread* that started it ends, so callers starting ranks from a short-lived
+    thread pass ``pdeathsig=False``); a daemon thread polling ``getppid()`` covers the rest.
+    """
+    if pdeathsig:
+        die_with_parent()
+    threading.Thread(target=_watch, args=(parent_pid,), name="ppdit-parent-watch",
+                     daemon=True).start()
+
+
+def _watch(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    with contextlib.suppress(Exception):
+        print(f"ppdit: parent process {parent_pid} is gone; this rank exits", flush=True)
+    os._exit(3)
 
 
 def run_under_torchrun(
@@ -123,31 +191,38 @@ def run_under_torchrun(
     args: Sequence[Any] = (),
     setup: Callable[..., Any] | None = None,
     backend: str = "auto",
+    device: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Any] | None:
     """Run the same worker in a process started by ``torchrun``; rank 0 gets every result.
 
     ``torchrun --nproc-per-node N -m ppdit demo`` lands here: the rendezvous comes from env://
     (RANK, WORLD_SIZE, MASTER_ADDR, ...), and results are gathered to rank 0 as Python objects.
+    torchrun itself owns the processes: SIGINT / SIGTERM to it reach every rank, and each rank
+    watches the agent in case it is killed outright.
     """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    spec = RankSpec(world, 0, choose_backend(backend, local_world_size()),
-                      int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())),
-                      _gathering(worker), setup, tuple(args), timeout_s)
-    return run_rank(rank, world, local_rank, spec, "env://", None)
+    watch_parent(os.getppid())  # torchrun puts each rank in a session of its own: if the
+    # agent is killed outright (SIGKILL), nothing else would end this rank
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    import diffusers  # noqa: F401  (see the module docstring)
 
-
-def _gathering(worker: Callable[..., Any]) -> Callable[..., Any]:
-    def gather_to_rank0(ctx: RankContext, *args):
-        import torch.distributed as dist
-
-        result = _to_cpu(worker(ctx, *args))
-        out = [None] * ctx.world_size if ctx.rank == 0 else None
-        dist.gather_object(result, out, dst=0)
-        return out
-
-    return gather_to_rank0
+    prepared = setup(rank, world, *args) if setup is not None else None
+    decision = decide_placement(local_world_size(), backend=backend, device=device)
+    placement = decision.for_rank(local_rank)
+    owns_group = not dist.is_initialized()
+    if owns_group:
+        dist.init_process_group(placement.backend, init_method="env://", rank=rank,
+                                world_size=world,
+                                timeout=timedelta(seconds=timeout_s))
+    ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared)
+    result = _to_cpu(worker(ctx, *args))
+    out = [None] * world if rank == 0 else None
+    dist.gather_object(result, out, dst=0)
+    if owns_group:
+        dist.destroy_process_group()
+    return out
 
 
 def in_torchrun() -> bool:
@@ -162,8 +237,6 @@ def in_torchrun() -> bool:
 
 def _redirect_output(log_path: str) -> None:
     """Point fds 1 and 2 (Python *and* C++ output, e.g. gloo warnings) at the rank's log."""
-    import sys
-
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from ppdit.runtime.device import Placement
 
@@ -73,8 +74,6 @@ class Tracer:
 
     def align(self, group=None) -> None:
         """Set this rank's epoch at a barrier so hosts without a shared clock line up."""
-        import torch.distributed as dist
-
         dist.barrier(group=group)
         self.epoch_ns = time.perf_counter_ns()
 
@@ -233,9 +232,10 @@ def merge(rank_traces: Sequence[RankTrace]) -> Trace:
 
 BOOT_PHASES = {  # boot_ns key -> what happened between the previous stamp and this one
     "entry": "start python, import torch + ppdit",
-    "setup": "import diffusers, build model",
+    "setup": "build the model (a fresh rank imports diffusers first)",
     "group": "init_process_group",
     "warm-up": "warm-up forward",
+    "dispatch": "job handed to a live rank",
 }
 
 
@@ -243,7 +243,8 @@ def boot_trace(boot_ns_by_rank: dict[int, dict[str, int]]) -> Trace:
     """A timeline of how each rank came up, from ``RankContext.boot_ns`` stamps (same host).
 
     One ``boot`` span per phase, from the previous stamp to this one; time 0 is the parent's
-    spawn. It shows what a wall-clock "total time" of a short distributed job is made of.
+    spawn (or, for a job on a live pool, its submission). It shows what a wall-clock "total
+    time" of a short distributed job is made of.
     """
     spans = []
     for rank, stamps in boot_ns_by_rank.items():

@@ -20,12 +20,13 @@ whole sequence with a block-causal mask and per-token timesteps — which the te
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from ppdit.model import apply_rope, epilogue, prologue, run_blocks
-from ppdit.sampler import SamplingConfig, euler_update
+from ppdit.sampler import Denoiser, Request, SamplingConfig, StepState
 
 
 class KVCache:
@@ -121,7 +122,9 @@ def offset_rope(model, chunk_shape: tuple[int, ...], frame_offset: int):
 
 def chunk_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor,
                   frame_offset: int) -> torch.Tensor:
-    """The velocity of one chunk at absolute position ``frame_offset`` (cache per its mode)."""
+    """The velocity of one chunk at absolute position ``frame_offset`` (cache per its mode);
+    inputs are cast to the model's dtype, as ``ppdit.sampler.model_forward`` does."""
+    latent, text = latent.to(model.dtype), text.to(model.dtype)
     hidden, ctx = prologue(model, latent, timestep, text)
     ctx.rotary_emb = offset_rope(model, tuple(latent.shape), frame_offset)
     return epilogue(model, run_blocks(model, hidden, ctx), ctx)
@@ -158,8 +161,6 @@ class ChunkGenerator:
         self.model, self.cfg = model, cfg
         self.device = next(model.parameters()).device
         self.cache = KVCache(len(model.blocks), cfg.window)
-        self.sigmas = cfg.sampling.sigmas().to(self.device)
-        self.timesteps = cfg.sampling.timesteps().to(self.device)
         if cfg.causal:
             install(model, self.cache)
         self.next_chunk = 0
@@ -181,9 +182,14 @@ class ChunkGenerator:
                                                          self.cfg.chunk_shape())).to(self.device)
         offset = chunk_index * self.cfg.chunk_frames
         self.cache.mode = "use"
-        for i in range(self.cfg.sampling.num_steps):
-            v = chunk_forward(self.model, x, self.timesteps[i:i + 1], text, offset)
-            x = euler_update(x, v, self.sigmas[i:i + 1], self.sigmas[i + 1:i + 2])
+        # The shared sampling loop, with the forward placed at this chunk's frames.
+        den = Denoiser(self.model, None, self.cfg.sampling,
+                       forward=partial(chunk_forward, self.model, frame_offset=offset))
+        request = Request(chunk_index, seed)
+        den.condition_on(request, text)
+        [state] = den.run([StepState(chunk_index, 0, x)], [request],
+                          range(self.cfg.sampling.num_steps))
+        x = state.latent
         if self.cfg.causal:
             self.record(x, offset, text)
         self.next_chunk = chunk_index + 1

@@ -42,6 +42,7 @@ class BringupConfig:
     window: int | None = None  # causal context kept, in chunks (None: all)
     preset: str = "tiny"
     model_seed: int = 0
+    dtype: str = "fp32"  # the mesh's DiT (the controller's VAE decodes in fp32)
     vae_preset: str | None = "tiny"  # None: no decode (the controller only collects latents)
     seeds: tuple[int, int] = (11, 22)  # video seeds before / after the cut
     in_flight: int | None = None  # envelopes ahead; default 1 for pp0, 2 otherwise

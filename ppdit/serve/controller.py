@@ -24,6 +24,7 @@ from ppdit.sampler import Request, prompt_embeddings
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator
+from ppdit.vae.streaming import StreamingDecoder
 
 LEADER = 1  # the mesh leader's global rank
 
@@ -58,8 +59,6 @@ class Controller:
     """The rank-0 loop of one bring-up run."""
 
     def __init__(self, ctx: RankContext, cfg: BringupConfig, vae, tracer: Tracer):
-        from ppdit.vae import StreamingDecoder
-
         self.ctx, self.cfg, self.tracer = ctx, cfg, tracer
         self.decoder = StreamingDecoder(vae) if vae is not None else None
         self.d_in = BoundedQueue("D_IN", cfg.ahead, tracer)
@@ -128,7 +127,7 @@ class Controller:
     def receive(self) -> None:
         """One result from the leader: drop it if stale or repeated, else decode and deliver."""
         with self.tracer.span("recv", "result"):
-            res = recv_message(LEADER, device=self.ctx.device, timeout_s=self.cfg.timeout_s)
+            res = recv_message(LEADER, **self.ctx.wire, timeout_s=self.cfg.timeout_s)
         if not isinstance(res, PPResultV1):
             raise RuntimeError(f"expected a PPResultV1 from the mesh, got {type(res).__name__}")
         self.d_in.remove(lambda key: key == res.key)
@@ -159,7 +158,7 @@ class Controller:
             return torch.cat(pieces, dim=2)
 
     def _send(self, env: PPEnvelopeV1, version: int = 1) -> None:
-        self.sends.append(isend_message(env, LEADER, device=self.ctx.device, version=version))
+        self.sends.append(isend_message(env, LEADER, **self.ctx.wire, version=version))
         self.sends = [s for s in self.sends if not s.done()]
 
     def _consume(self) -> None:

@@ -13,14 +13,13 @@ import torch
 import torch.distributed as dist
 
 from ppdit.model import build_model, condition, embed_patches
-from ppdit.parallel.tensor import parallelize_wan
-from ppdit.parallel.tensor_comms import trace_report
+from ppdit.parallel.tensor.comms import trace_report
+from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.launch import RankContext
-from ppdit.runtime.p2p import HEADER_LEN as SHAPE_LEN
-from ppdit.runtime.p2p import _header, _parse_header
+from ppdit.runtime.p2p import broadcast_tensor
 from ppdit.sampler import Request, SamplingConfig, prompt_embeddings
 from ppdit.serve.causal import ChunkGenerator, StreamConfig, offset_rope
-from ppdit.serve.protocol import HEADER_LEN, PPEnvelopeV1, decode, encode
+from ppdit.serve.protocol import PPEnvelopeV1, decode, encode
 
 LEADER = 1
 
@@ -34,47 +33,37 @@ class MeshChannel:
     def share(self, env: PPEnvelopeV1) -> None:
         """Leader: broadcast ``env`` (header, then each payload with its shape)."""
         header, payloads = encode(env)
-        dev = self.ctx.device
-        dist.broadcast(header.to(dev), src=LEADER, group=self.group)
+        broadcast_tensor(header, LEADER, group=self.group, **self.ctx.wire)
         for t in payloads:
-            t = t.to(dev).contiguous()
-            dist.broadcast(_header(t.shape, t.dtype, 0, dev), src=LEADER, group=self.group)
-            dist.broadcast(t, src=LEADER, group=self.group)
+            broadcast_tensor(t, LEADER, group=self.group, **self.ctx.wire)
 
     def receive(self) -> PPEnvelopeV1:
         """Follower: the envelope the leader is about to process."""
-        dev = self.ctx.device
-        header = torch.empty(HEADER_LEN, dtype=torch.int64, device=dev)
-        dist.broadcast(header, src=LEADER, group=self.group)
-        payloads = []
-        for _ in range(int(header[10])):
-            shape_h = torch.empty(SHAPE_LEN, dtype=torch.int64, device=dev)
-            dist.broadcast(shape_h, src=LEADER, group=self.group)
-            shape, dtype, _ = _parse_header(shape_h, LEADER)
-            t = torch.empty(shape, dtype=dtype, device=dev)
-            dist.broadcast(t, src=LEADER, group=self.group)
-            payloads.append(t)
+        header = broadcast_tensor(None, LEADER, group=self.group, **self.ctx.wire)
+        payloads = [broadcast_tensor(None, LEADER, group=self.group, **self.ctx.wire)
+                    for _ in range(int(header[10]))]
         return decode(header.cpu(), payloads)
 
 
-def parallelize_mesh_model(model, mesh_group):
+def parallelize_mesh_model(model, mesh_group, staged: bool = False):
     """Shard the DiT's blocks over the mesh (functional collectives: compile-friendly)."""
-    return parallelize_wan(model, tp_group=mesh_group, collectives="funcol")
+    return parallelize_wan(model, tp_group=mesh_group, collectives="funcol", staged=staged)
 
 
 def explain_mesh_block(ctx: RankContext, context_chunks: int = 2) -> dict:
     """On every rank of a TP group: Dynamo's view of one mesh block as PP1 runs it — TP layers
     with functional collectives, the causal processor attending to a KV cache. Returns graph
     and graph-break counts (no Inductor compile: seconds)."""
-    model = parallelize_mesh_model(build_model("tiny", seed=0), dist.group.WORLD)
+    model = parallelize_mesh_model(build_model("tiny", seed=0, device=ctx.device),
+                                   dist.group.WORLD, ctx.placement.staged)
     gen = ChunkGenerator(model, StreamConfig(chunk_frames=2,
                                              sampling=SamplingConfig(num_steps=2)))
-    text = prompt_embeddings(Request(0, 1), "tiny")
+    text = prompt_embeddings(Request(0, 1), "tiny").to(ctx.device)
     for k in range(context_chunks):
         gen.generate(k, 1, text)
-    x = torch.zeros(1, 16, 2, 16, 16)
+    x = torch.zeros(1, 16, 2, 16, 16, device=ctx.device)
     with torch.no_grad():
-        cond = condition(model, tuple(x.shape), torch.tensor([500.0]), text)
+        cond = condition(model, tuple(x.shape), torch.tensor([500.0], device=ctx.device), text)
         cond.rotary_emb = offset_rope(model, tuple(x.shape), 2 * context_chunks)
         block = model.blocks[0]
         report = trace_report(lambda h: block(h, cond.text, cond.timestep_proj, cond.rotary_emb),

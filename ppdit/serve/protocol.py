@@ -131,32 +131,33 @@ def decode(header: torch.Tensor, payloads: list[torch.Tensor]) -> Message:
 
 
 def send_message(msg: Message, dst: int, *, device: torch.device | str = "cpu", group=None,
-                 timeout_s: float = 60.0, version: int = VERSION) -> None:
+                 staged: bool = False, timeout_s: float = 60.0, version: int = VERSION) -> None:
     """Header, then each payload, to global rank ``dst``; blocks until all were taken."""
-    isend_message(msg, dst, device=device, group=group, version=version).wait(timeout_s)
+    isend_message(msg, dst, device=device, group=group, staged=staged,
+                  version=version).wait(timeout_s)
 
 
 def isend_message(msg: Message, dst: int, *, device: torch.device | str = "cpu", group=None,
-                  version: int = VERSION) -> PendingSend:
+                  staged: bool = False, version: int = VERSION) -> PendingSend:
     """Post a message without waiting (the overlap phase). Tensors go on ``device`` first:
-    NCCL only moves GPU tensors."""
+    NCCL only moves GPU tensors (and ``staged`` then copies them to the host for gloo)."""
     header, payloads = encode(msg, version)
-    pending = isend_tensor(header.to(device), dst, group=group)
+    pending = isend_tensor(header.to(device), dst, group=group, staged=staged)
     for t in payloads:
-        isend_tensor(t.to(device), dst, group=group, pending=pending)
+        isend_tensor(t.to(device), dst, group=group, staged=staged, pending=pending)
     return pending
 
 
 def recv_message(src: int, *, device: torch.device | str = "cpu", group=None,
-                 timeout_s: float = 60.0) -> Message:
+                 staged: bool = False, timeout_s: float = 60.0) -> Message:
     """Receive one message from global rank ``src``: the header says how many payloads."""
-    header = recv_tensor(src, device=device, group=group, timeout_s=timeout_s).cpu()
+    wire = dict(device=device, group=group, staged=staged, timeout_s=timeout_s)
+    header = recv_tensor(src, **wire).cpu()
     if header.shape != (HEADER_LEN,):
         raise ProtocolError(f"expected a {HEADER_LEN}-int header from rank {src}, got shape "
                             f"{tuple(header.shape)}")
     n = int(header[10]) if int(header[0]) == MAGIC else 0
-    payloads = [recv_tensor(src, device=device, group=group, timeout_s=timeout_s)
-                for _ in range(n)]
+    payloads = [recv_tensor(src, **wire) for _ in range(n)]
     return decode(header, payloads)
 
 

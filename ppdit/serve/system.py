@@ -7,66 +7,67 @@ queue and drop statistics, each mesh rank's report, and the merged trace.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ppdit.model import build_model
-from ppdit.runtime.launch import RankContext, launch
-from ppdit.runtime.trace import Trace, Tracer, merge
+from ppdit.runtime.mesh import ParallelDims, build_groups
+from ppdit.runtime.rank import RankContext
+from ppdit.runtime.rounds import Runner, run_side_by_side
+from ppdit.runtime.trace import Trace
 from ppdit.sampler import Request, prompt_embeddings
 from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.controller import Controller, ControllerReport
-from ppdit.serve.mesh import Mesh, MeshReport
+from ppdit.serve.generator import GeneratorRank, GeneratorReport
+from ppdit.serve.pp1 import MeshChannel, parallelize_mesh_model
+from ppdit.vae.presets import build_vae
 
 
-def setup_bringup(rank: int, world_size: int, cfgs, rounds: int = 1):
-    """Before the process group exists: the VAE on rank 0, the DiT on every mesh rank."""
-    cfg = cfgs[0]
-    if rank == 0:
-        if all(c.vae_preset is None for c in cfgs):
-            return None
-        from ppdit.vae_presets import build_vae
-
-        return build_vae(next(c.vae_preset for c in cfgs if c.vae_preset), seed=cfg.model_seed)
-    return build_model(cfg.preset, seed=cfg.model_seed)
+def mesh_dims(world_size: int) -> ParallelDims:
+    """Rank 0 outside, ranks 1..N one tensor-parallel group: the generator mesh."""
+    return ParallelDims(pp=1, tp=world_size - 1, world_size=world_size, first_rank=1)
 
 
-def bringup_worker(ctx: RankContext, cfgs, rounds: int = 1):
-    """Rank 0 runs the controller, every other rank the mesh; each config ``rounds`` times,
-    interleaved (so two phases can be compared on a shared machine)."""
-    import torch.distributed as dist
+class BringupRunner(Runner):
+    """Rank 0 runs the controller, every other rank the generator mesh, for each config."""
 
-    worlds = {c.world_size for c in cfgs}
-    if worlds != {ctx.world_size} or len({(c.preset, c.model_seed) for c in cfgs}) != 1:
-        raise ValueError(f"configs run together need one world size (launched with "
-                         f"{ctx.world_size}, configs need {sorted(worlds)}) and one model")
-    mesh_group = dist.new_group(list(range(1, ctx.world_size)))  # every rank must call this
-    model = ctx.prepared.to(ctx.device) if ctx.rank > 0 else None
-    if ctx.rank > 0 and cfgs[0].tp > 1:
-        from ppdit.serve.pp1 import parallelize_mesh_model
+    @staticmethod
+    def prepare(rank: int, world_size: int, cfgs: Sequence[BringupConfig]):
+        """Before the process group exists: the VAE on rank 0, the DiT on every mesh rank."""
+        if rank > 0:
+            return build_model(cfgs[0].preset, seed=cfgs[0].model_seed, dtype=cfgs[0].dtype)
+        vae = next((c.vae_preset for c in cfgs if c.vae_preset), None)
+        return None if vae is None else build_vae(vae, seed=cfgs[0].model_seed)
 
-        model = parallelize_mesh_model(model, mesh_group)
-    out = [[] for _ in cfgs]
-    for k in range(rounds):
-        for i in [(k + j) % len(cfgs) for j in range(len(cfgs))]:
-            tracer = Tracer(ctx.rank, ctx.placement)
-            tracer.align()
-            out[i].append((_run_one(ctx, cfgs[i], model, mesh_group, tracer), tracer.finish()))
-    return out
+    def __init__(self, ctx: RankContext, cfgs: Sequence[BringupConfig]):
+        super().__init__(ctx, cfgs)
+        worlds = {c.world_size for c in cfgs}
+        models = {(c.preset, c.model_seed, c.dtype) for c in cfgs}
+        if worlds != {ctx.world_size} or len(models) != 1:
+            raise ValueError(f"configs run together need one world size (launched with "
+                             f"{ctx.world_size}, configs need {sorted(worlds)}) and one model")
+        groups = build_groups(mesh_dims(ctx.world_size), ctx.rank)  # every rank takes part
+        self.mesh_group = None if groups is None else groups.tp_group
+        prepared = ctx.prepared
+        if prepared is None and (ctx.rank > 0 or any(c.vae_preset for c in cfgs)):
+            prepared = self.prepare(ctx.rank, ctx.world_size, cfgs)
+        self.module = None if prepared is None else prepared.to(ctx.device)
+        if ctx.rank > 0 and self.mesh_group is not None:
+            self.module = parallelize_mesh_model(self.module, self.mesh_group,
+                                                 ctx.placement.staged)
 
-
-def _run_one(ctx: RankContext, cfg: BringupConfig, model, mesh_group, tracer: Tracer):
-    if ctx.rank == 0:
-        vae = ctx.prepared.to(ctx.device) if cfg.vae_preset and ctx.prepared is not None else None
-        return Controller(ctx, cfg, vae, tracer).run()
-    channel = None
-    if cfg.tp > 1:
-        from ppdit.serve.pp1 import MeshChannel
-
-        channel = MeshChannel(ctx, mesh_group)
-    return Mesh(ctx, cfg, model, tracer, mesh_group, channel).run()
+    def run(self, i: int, tracer):
+        """One stream: the controller's report on rank 0, a mesh rank's report elsewhere."""
+        cfg = self.plans[i]
+        if self.ctx.rank == 0:
+            return Controller(self.ctx, cfg, self.module if cfg.vae_preset else None,
+                              tracer).run()
+        channel = None if self.mesh_group is None else MeshChannel(self.ctx, self.mesh_group)
+        return GeneratorRank(self.ctx, cfg, self.module, tracer, self.mesh_group,
+                             channel).run()
 
 
 @dataclass
@@ -75,7 +76,7 @@ class BringupResult:
 
     cfg: BringupConfig
     controller: ControllerReport
-    mesh: list[MeshReport]
+    mesh: list[GeneratorReport]  # ranks 1..N
     trace: Trace
 
     @property
@@ -102,27 +103,26 @@ class BringupResult:
 
 
 def run_bringup(cfg: BringupConfig, **launch_kwargs) -> BringupResult:
-    """Launch the controller and the mesh (one thread each by default) and run ``cfg``."""
-    return run_bringups({"run": cfg}, 1, **launch_kwargs)["run"][0]
+    """Launch the controller and the mesh (one thread each by default) and run ``cfg``
+    (``None`` on torchrun ranks other than 0)."""
+    out = run_bringups({"run": cfg}, 1, **launch_kwargs)
+    return None if out is None else out["run"][0]
 
 
 def run_bringups(cfgs: dict[str, BringupConfig], rounds: int = 1,
-                 **launch_kwargs) -> dict[str, list[BringupResult]]:
+                 **launch_kwargs) -> dict[str, list[BringupResult]] | None:
     """Several configs (same world size and model) in one launch, interleaved round by round."""
-    launch_kwargs.setdefault("threads_per_rank", 1)
     worst = max(c.timeout_s for c in cfgs.values())
     launch_kwargs.setdefault("timeout_s", max(120.0, worst * 3 * len(cfgs) * rounds))
-    ordered = tuple(cfgs.values())
-    world = ordered[0].world_size
-    per_rank = launch(bringup_worker, world, args=(ordered, rounds), setup=setup_bringup,
-                      **launch_kwargs)
-    out = {}
-    for i, (name, cfg) in enumerate(cfgs.items()):
-        out[name] = [BringupResult(cfg, per_rank[0][i][k][0],
-                                   [r[i][k][0] for r in per_rank[1:]],
-                                   merge([r[i][k][1] for r in per_rank]))
-                     for k in range(rounds)]
-    return out
+    world = next(iter(cfgs.values())).world_size
+    runs = run_side_by_side(cfgs, runner=BringupRunner, world_size=world, rounds=rounds,
+                            **launch_kwargs)
+    if runs is None:
+        return None
+    return {name: [BringupResult(cfg, runs[name].outputs[0][k],
+                                 [runs[name].outputs[r][k] for r in range(1, world)],
+                                 runs[name].traces[k]) for k in range(rounds)]
+            for name, cfg in cfgs.items()}
 
 
 def reference_stream(cfg: BringupConfig, model=None) -> dict[tuple[int, int], torch.Tensor]:
@@ -130,7 +130,7 @@ def reference_stream(cfg: BringupConfig, model=None) -> dict[tuple[int, int], to
 
     Follows the same schedule (a cut resets the context) with the same seeds and prompts.
     """
-    model = model or build_model(cfg.preset, seed=cfg.model_seed)
+    model = model or build_model(cfg.preset, seed=cfg.model_seed, dtype=cfg.dtype)
     gen = ChunkGenerator(model, cfg.stream())
     prompts = {v: prompt_embeddings(Request(v, s), cfg.preset) for v, s in enumerate(cfg.seeds)}
     out = {}

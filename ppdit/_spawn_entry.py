@@ -1,0 +1,37 @@
+"""The first code a spawned rank runs: tie the rank's life to its caller before anything heavy.
+
+Why a module of its own, outside ``ppdit.runtime``: a spawned process unpickles its target and
+arguments before running anything, importing every module they name, and ``ppdit.runtime``
+imports torch (seconds; more on a busy machine). A rank whose caller dies during those seconds
+(a kernel restarted right after a launch) would live on until its imports finish. This module
+imports nothing heavy, so the rank asks Linux to kill it with its parent first
+(``PR_SET_PDEATHSIG``) and only then unpickles its real arguments and imports torch.
+"""
+
+import contextlib
+import ctypes
+import os
+import pickle
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent thread ends (elsewhere: nothing)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def main(parent_pid: int, pdeathsig: bool, payload: bytes, *queues) -> None:
+    """Die with the parent, then become the rank: ``child_main(*payload, *queues)``."""
+    if pdeathsig:
+        die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before the request above took effect
+        os._exit(3)
+    from ppdit.runtime.rank import child_main
+
+    rank, spec, first, log_path = pickle.loads(payload)
+    child_main(rank, spec, first, *queues, log_path)

@@ -1,0 +1,288 @@
+"""One denoising step recorded once as a CUDA graph and replayed; on CPU, the same discipline.
+
+Why: a DiT step is a few hundred to a few thousand small kernels, each launched by Python
+through the dispatcher (~5-10 µs apiece on a GPU host). When the kernels themselves are short —
+small latents, small models, one request — the GPU idles between launches and the step is
+*overhead-bound*. A CUDA graph records the kernels of one step once; ``replay()`` then launches
+all of them with one call, without Python, the dispatcher or the allocator in the loop.
+
+What a graph fixes for good, and therefore what ``StepGraph`` enforces on every device:
+
+* **shapes** — the kernels were chosen for one latent shape; another shape needs another graph
+  (``StepGraph`` raises instead of silently replaying the wrong kernels);
+* **addresses** — the graph reads and writes the same memory on every replay, so inputs are
+  *copied into* static buffers (``static_latent``, ``static_step``, ``static_text``) and the
+  output is *always* ``static_out``, overwritten by the next step (clone it to keep it);
+* **no host syncs, no host decisions** — ``.item()``, ``bool(tensor)``, ``torch.tensor(list)``
+  inside the step would either fail during capture or be frozen into the graph. The step index
+  is therefore a device tensor, and the schedule lookups (``timesteps[idx]``, ``sigmas[idx]``)
+  happen inside the graph.
+
+The captured body is exactly ``Denoiser.step`` without guidance — ``predict_velocity`` then
+``euler_update`` — so eager and replayed steps run the same kernels (bitwise equal on CPU, where
+the body simply runs eagerly; on GPU, equal to the eager step up to kernel choice).
+
+P2P stays *outside* the graph: receive into your own tensor, ``step(...)`` copies it in; send
+from ``static_out`` (or a clone) after. Capturing NCCL sends/receives or collectives is possible
+(see NCCL's "Using NCCL with CUDA Graphs") but ties the graph to a communicator, which is where
+the shutdown hang below comes from.
+
+Shutdown order (pytorch/pytorch#115388: ``destroy_process_group()`` can hang in
+``ncclCommDestroy`` while a graph that captured NCCL work is still alive)::
+
+    1. stop replaying; placement.synchronize()   -- no graph work in flight
+    2. runner.close()                            -- graph.reset(): the graph and its pool go
+    3. dist.barrier()                            -- every rank has released its graphs
+    4. dist.destroy_process_group()
+
+``ppdit.runtime`` does 3 and 4 after the worker returns, so a worker closes its runners (2)
+before returning — a ``with StepGraph(...)`` block does it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ppdit.analysis.measure import best_time
+from ppdit.analysis.overhead import count_ops
+from ppdit.model import ModelPreset, build_model, get_preset
+from ppdit.runtime.device import Placement
+from ppdit.sampler import (
+    Conditioning,
+    Denoiser,
+    Request,
+    SamplingConfig,
+    euler_update,
+    model_forward,
+    predict_velocity,
+    prompt_embeddings,
+)
+
+
+class StepGraph:
+    """A denoising step for fixed shapes: captured into a ``torch.cuda.CUDAGraph`` on a CUDA
+    placement, run eagerly (same static buffers, same checks) anywhere else.
+
+    ``step(latent, i)`` -> ``static_out`` (the latent after step i). Batch B is
+    ``latent_shape[0]``; ``set_text`` takes (B, text_len, text_dim), ``load_request`` builds
+    it from a request's seed as ``Denoiser`` does.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        latent_shape: Sequence[int],
+        sampling: SamplingConfig,
+        preset: str | ModelPreset = "tiny",
+        placement: Placement | None = None,
+        warmup: int = 3,
+    ):
+        if sampling.uses_cfg:
+            raise ValueError(
+                f"StepGraph captures steps without classifier-free guidance (guidance_scale="
+                f"{sampling.guidance_scale}): a guided step doubles the batch only on some "
+                "steps (a dynamic shape) and predict_velocity decides that with a host sync "
+                "(bool(guided.any())). Use guidance_scale=1.0, or one graph per batch shape")
+        if warmup < 1:
+            raise ValueError(f"warmup={warmup} must be >= 1: the first runs allocate and "
+                             "choose kernels, which must not happen during capture")
+        self.model = model
+        self.forward = model_forward(model)
+        self.preset = get_preset(preset)
+        self.sampling = sampling
+        device = next(model.parameters()).device
+        self.placement = placement or Placement(device, "gloo")
+        if self.placement.device != device:
+            raise ValueError(f"model is on {device} but placement says {self.placement.device}")
+        self.latent_shape = tuple(latent_shape)
+        b = self.latent_shape[0]
+        # Static inputs and output: allocated once, read and written in place on every step.
+        self.static_latent = torch.zeros(self.latent_shape, device=device)
+        self.static_step = torch.zeros(b, dtype=torch.int64, device=device)  # (B,) step index
+        self.static_text = torch.zeros(b, self.preset.text_len, self.preset.text_dim,
+                                       device=device)
+        self.static_out = torch.empty_like(self.static_latent)
+        self.sigmas = sampling.sigmas().to(device)
+        self.timesteps = sampling.timesteps().to(device)
+        self._closed = False
+        self.graph = self._capture(warmup) if self.placement.is_cuda else None
+
+    @property
+    def captured(self) -> bool:
+        """Whether steps replay a CUDA graph (False: eager, e.g. on CPU)."""
+        return self.graph is not None
+
+    # -- the captured region ----------------------------------------------------------------
+
+    @torch.no_grad()
+    def _body(self) -> None:
+        """Static inputs -> static_out. No host syncs, no Python decisions on tensor values."""
+        idx = self.static_step
+        v = predict_velocity(self.forward, self.static_latent, self.timesteps[idx],
+                             Conditioning(self.static_text, None), 1.0)
+        euler_update(self.static_latent, v, self.sigmas[idx], self.sigmas[idx + 1],
+                     out=self.static_out)
+
+    def _capture(self, warmup: int) -> torch.cuda.CUDAGraph:
+        """Warm up on a side stream (allocations, kernel choice), then record one step."""
+        device = self.placement.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self._body()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._body()
+        self.placement.synchronize()
+        return graph
+
+    # -- running ----------------------------------------------------------------------------
+
+    def set_text(self, text: torch.Tensor) -> None:
+        """Copy a prompt embedding (B, text_len, text_dim) into the static text buffer."""
+        self._check("text", text, self.static_text)
+        self.static_text.copy_(text)
+
+    def load_request(self, request: Request) -> None:
+        """Use a request's (synthetic) prompt, built exactly as ``Denoiser`` builds it."""
+        b = self.latent_shape[0]
+        self.set_text(prompt_embeddings(request, self.preset, batch=b).to(self.placement.device))
+
+    def step(self, latent: torch.Tensor, step_index: int) -> torch.Tensor:
+        """Run step ``step_index`` on ``latent`` (copied in) -> ``static_out`` (not a copy!)."""
+        if self._closed:
+            raise RuntimeError("step() after close(): build a new StepGraph")
+        if not 0 <= step_index < self.sampling.num_steps:
+            raise ValueError(f"step_index={step_index} is outside 0..{self.sampling.num_steps - 1}")
+        self._check("latent", latent, self.static_latent)
+        if latent.data_ptr() != self.static_latent.data_ptr():
+            self.static_latent.copy_(latent)
+        self.static_step.fill_(step_index)
+        if self.graph is None:
+            self._body()
+        else:
+            self.graph.replay()
+        return self.static_out
+
+    def run(self, latent: torch.Tensor, steps: range) -> torch.Tensor:
+        """Run consecutive ``steps`` from ``latent``; returns ``static_out`` after the last."""
+        out = latent
+        for i in steps:
+            out = self.step(out, i)
+        return out
+
+    def _check(self, what: str, given: torch.Tensor, static: torch.Tensor) -> None:
+        if tuple(given.shape) != tuple(static.shape):
+            redo = ("on GPU that needs a new capture" if self.placement.is_cuda
+                    else "on GPU it would need a new capture")
+            raise ValueError(f"{what} shape {tuple(given.shape)} differs from the shape this "
+                             f"StepGraph was built for, {tuple(static.shape)}: a graph replays "
+                             f"fixed shapes; build another StepGraph ({redo})")
+        if given.dtype != static.dtype or given.device != static.device:
+            raise ValueError(f"{what} is {given.dtype} on {given.device}; the static buffer is "
+                             f"{static.dtype} on {static.device}: move it first (a copy across "
+                             "devices here would hide a host sync in the step)")
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the graph and its memory pool (step 2 of the shutdown order above)."""
+        if self.graph is not None:
+            self.placement.synchronize()
+            self.graph.reset()
+            self.graph = None
+        self._closed = True  # a closed runner refuses to step
+
+    def __enter__(self) -> StepGraph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurements: what a step costs, and what replaying it saves
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One denoising step of one model size and batch, measured on this machine."""
+
+    preset: str
+    batch: int
+    tokens: int  # tokens per sample
+    step_s: float  # best time of one step (model forward + Euler update)
+    ops: int  # top-level operators per step (profiler)
+    per_op_s: float  # measured cost of one trivial operator
+
+    @property
+    def overhead_s(self) -> float:
+        """The step's launch/dispatch share, estimated as ops x per-op cost."""
+        return self.ops * self.per_op_s
+
+    @property
+    def overhead_share(self) -> float:
+        """Estimated fraction of the step spent issuing operators rather than computing."""
+        return min(1.0, self.overhead_s / self.step_s)
+
+
+def step_costs(presets: tuple[str, ...] = ("tiny", "small"), batches: tuple[int, ...] = (1, 4),
+               *, per_op_s: float, num_steps: int = 4, min_time_s: float = 0.05
+               ) -> list[StepCost]:
+    """Time one step (the ``StepGraph`` body, eager here) for each preset and batch size."""
+    rows = []
+    sampling = SamplingConfig(num_steps=num_steps)
+    for name in presets:
+        preset = get_preset(name)
+        model = build_model(preset, seed=0)
+        for b in batches:
+            shape = (b, *preset.latent_shape[1:])
+            runner = StepGraph(model, latent_shape=shape, sampling=sampling, preset=preset)
+            latent = torch.randn(shape, generator=torch.Generator().manual_seed(b))
+            ops = count_ops(lambda r=runner, x=latent: r.step(x, 0)).top_level
+            t = best_time(lambda r=runner, x=latent: r.step(x, 0), min_time_s, repeats=3)
+            rows.append(StepCost(name, b, preset.num_tokens(shape), t, ops, per_op_s))
+    return rows
+
+
+def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tuple[int, ...],
+                      placement, steps: int = 20) -> dict[str, float]:
+    """GPU only: ms per step of the eager ``Denoiser.step`` vs a replayed ``StepGraph``."""
+    if not placement.is_cuda:
+        raise ValueError("eager_vs_graph_ms needs a CUDA placement: on CPU there is no graph "
+                         "to replay (StepGraph runs eagerly there)")
+    sampling = SamplingConfig(num_steps=steps)
+    request = Request(0, 0)
+    den = Denoiser(model, preset, sampling)
+    state0 = den.initial_state(request, latent_shape)
+
+    def eager():
+        state = state0
+        for _ in range(steps):
+            state = den.step(state, request)
+
+    with StepGraph(model, latent_shape=latent_shape, sampling=sampling, preset=preset,
+                   placement=placement) as graph:
+        graph.load_request(request)
+        out = {}
+        for name, fn in [("eager", eager), ("graph", lambda: graph.run(state0.latent,
+                                                                         range(steps)))]:
+            fn()  # warm-up
+            placement.synchronize()
+            start = time.perf_counter()
+            fn()
+            placement.synchronize()
+            out[f"{name}_ms"] = (time.perf_counter() - start) / steps * 1e3
+    out["speedup"] = out["eager_ms"] / out["graph_ms"]
+    return out
+
+
+__all__ = ["StepCost", "StepGraph", "eager_vs_graph_ms", "step_costs"]

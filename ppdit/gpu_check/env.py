@@ -1,0 +1,117 @@
+"""Where a GPU run was measured: the provenance block of ``gpu_runs/*.json``, and its file name.
+
+Collected from what this process can know without guessing: the GPU as CUDA reports it, the
+driver as ``nvidia-smi`` reports it, the versions of torch, diffusers and Python, and the git
+commit of the checkout (plus whether it had uncommitted changes). Whatever cannot be found is
+``null`` and listed in ``unknown``: a missing fact stays visibly missing, never filled in.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import re
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout this ppdit runs from
+
+
+def gpu_facts() -> dict:
+    """Name, count, memory (GB) and compute capability of GPU 0; nulls without CUDA."""
+    if not torch.cuda.is_available():
+        return {"name": None, "count": None, "memory_gb": None, "capability": None}
+    props = torch.cuda.get_device_properties(0)
+    return {"name": props.name, "count": torch.cuda.device_count(),
+            "memory_gb": round(props.total_memory / 1e9, 1),
+            "capability": f"{props.major}.{props.minor}"}
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (``nvidia-smi``), or ``None`` where it cannot be asked."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    first = out.strip().splitlines()
+    return first[0].strip() if first else None
+
+
+def git_state(root: Path = REPO) -> dict:
+    """The checkout's commit, and whether tracked files (or untracked ones outside
+    ``gpu_runs/``) differ from it; nulls outside a git checkout."""
+    try:
+        commit = _git(root, "rev-parse", "HEAD").strip()
+        changes = _git(root, "status", "--porcelain", "--", ".", ":(exclude)gpu_runs")
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(changes.strip())}
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20,
+                          check=True).stdout
+
+
+def package_version(name: str) -> str | None:
+    """An installed distribution's version, or ``None``."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def provenance(*, command: str, duration_s: float | None, today: dt.date | None = None) -> dict:
+    """The provenance block of a run made on this machine now (see the module docstring)."""
+    date = (today or dt.date.today()).isoformat()
+    git = git_state()
+    commit = f", commit {git['commit'][:7]}" if git["commit"] else ""
+    dirty = " with uncommitted changes" if git["dirty"] else ""
+    block = {
+        "source": "measured by make gpu-check (python -m ppdit gpu-check) on this machine",
+        "origin": f"make gpu-check, {date}{commit}{dirty}",
+        "command": command, "date": date,
+        "duration_s": None if duration_s is None else round(duration_s, 1),
+        "gpu": gpu_facts(), "driver": driver_version(), "cuda": torch.version.cuda,
+        "torch": torch.__version__, "diffusers": package_version("diffusers"),
+        "python": platform.python_version(), "git": git, "unknown": [], "notes": None,
+    }
+    block["unknown"] = unknown_fields(block)
+    return block
+
+
+def unknown_fields(block: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the null fields of a provenance block (``notes`` aside)."""
+    out = []
+    for key, value in block.items():
+        if key == "notes":
+            continue
+        if isinstance(value, dict):
+            out += unknown_fields(value, f"{prefix}{key}.")
+        elif value is None:
+            out.append(prefix + key)
+    return out
+
+
+def gpu_slug(name: str, count: int = 1) -> str:
+    """A file-name form of a GPU: "NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3"; "2x-..." for
+    two of them."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-").removeprefix("nvidia-")
+    return f"{count}x-{slug}" if count > 1 else slug
+
+
+def report_path(folder: Path, slug: str, date: str) -> Path:
+    """``folder/<slug>-<date>.json``; a second run on the same day gets ``-2``, and so on, so
+    that no measurement overwrites another."""
+    path, n = folder / f"{slug}-{date}.json", 2
+    while path.exists():
+        path, n = folder / f"{slug}-{date}-{n}.json", n + 1
+    return path
+
+
+__all__ = ["driver_version", "git_state", "gpu_facts", "gpu_slug", "package_version",
+           "provenance", "report_path", "unknown_fields"]

@@ -1,0 +1,117 @@
+"""What ranks cost on this machine: starting them, and a denoising step of each layout at 2 ranks.
+
+Both use the launcher's default placement, as a user's first run would: on a machine with one
+GPU the two ranks share it (or stay on the CPU, if that is what the placement rule decides);
+which devices they got is recorded beside the numbers.
+
+Per-layout step times are small and short on purpose (the ``small`` preset, a few requests and
+steps): they show that every layout runs here and what its machinery costs next to one device,
+in the same launch, interleaved round by round (``ppdit.runtime.rounds``). They are not the
+480p figures; those are ``forwards``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import traceback
+
+from ppdit.gpu_check.sections import first_line, sig
+from ppdit.parallel.compare import LayoutCompare, run_compare
+from ppdit.parallel.layer_split.run import run_layer_splits
+from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.parallel.step_split.plan import make_plan
+from ppdit.parallel.step_split.run import run_step_splits
+from ppdit.runtime.launch import launch
+from ppdit.runtime.pool import ranks
+from ppdit.runtime.probes import hello
+from ppdit.sampler import Request, SamplingConfig
+
+WORLD = 2
+PRESET = "small"  # a few ms per step on a GPU: the layouts' own costs stay visible
+REQUESTS, STEPS, ROUNDS = 4, 8, 2
+TIMEOUT_S = 300  # per job: far above what these take, low enough to end a hang in the budget
+
+
+def launch_cost(world_size: int = WORLD, fresh_calls: int = 2, pool_jobs: int = 5) -> dict:
+    """Seconds of ``launch(hello, n)`` on fresh ranks vs the same job on a live pool."""
+    fresh = []
+    for _ in range(fresh_calls):
+        start = time.perf_counter()
+        rows = launch(hello, world_size, timeout_s=TIMEOUT_S, echo=False)
+        fresh.append(time.perf_counter() - start)
+    with ranks(world_size, timeout_s=TIMEOUT_S, echo=False) as pool:
+        start = time.perf_counter()
+        pool.run(hello)
+        pool_start = time.perf_counter() - start
+        jobs = []
+        for _ in range(pool_jobs):
+            start = time.perf_counter()
+            pool.run(hello)
+            jobs.append(time.perf_counter() - start)
+    return {"world_size": world_size, "devices": [r["device"] for r in rows],
+            "fresh_s": sig(statistics.median(fresh), 3),
+            "fresh_s_range": [sig(min(fresh), 3), sig(max(fresh), 3)],
+            "pool_start_s": sig(pool_start, 3), "pool_job_s": sig(statistics.median(jobs), 3)}
+
+
+def layout_step_times() -> dict:
+    """ms per denoising step (or forward) of each layout at 2 ranks, with its one-device run
+    from the same launch. A layout that fails leaves a reason and the others still run."""
+    rows, failed = [], []
+    with ranks(WORLD, timeout_s=TIMEOUT_S, echo=False) as pool:
+        where = pool.run(hello)
+        for name, measure in (("step split", _step_split), ("layer split", _layer_split),
+                              ("TP and SP", _tp_sp)):
+            try:
+                rows += measure(pool)
+            except Exception as err:  # recorded; the pool restarts its ranks for the next
+                traceback.print_exc()
+                failed.append(f"{name}: {type(err).__name__}: {first_line(err)}")
+    out = {"world_size": WORLD, "devices": [r["device"] for r in where],
+           "backend": where[0]["backend"], "rows": rows}
+    if failed:
+        out.update(status="partial" if rows else "error", reason="; ".join(failed))
+    return out
+
+
+def _row(layout: str, per: str, ms: float, one_device_ms: float) -> dict:
+    return {"layout": layout, "per": per, "preset": PRESET, "ms": sig(ms),
+            "one_device_ms": sig(one_device_ms), "speedup": sig(one_device_ms / ms, 3)}
+
+
+def _step_split(pool) -> list[dict]:
+    sampling = SamplingConfig(num_steps=STEPS)
+    res = run_step_splits({"one": make_plan(1, REQUESTS, sampling=sampling, preset=PRESET),
+                           "p2": make_plan(2, REQUESTS, sampling=sampling, preset=PRESET)},
+                          ROUNDS, pool=pool, echo=False, timeout_s=TIMEOUT_S)
+    per_step = {k: statistics.median(v.makespans_s) / (REQUESTS * STEPS) * 1e3
+                for k, v in res.items()}
+    return [_row(f"step split P=2, {REQUESTS} requests filled", "request-step", per_step["p2"],
+                 per_step["one"])]
+
+
+def _layer_split(pool) -> list[dict]:
+    reqs = tuple(Request(i, i) for i in range(REQUESTS))
+    sampling = SamplingConfig(num_steps=STEPS)
+    res = run_layer_splits({
+        "one": LayerSplitPlan(reqs, 1, REQUESTS, sampling=sampling, preset=PRESET),
+        "p2": LayerSplitPlan(reqs, 2, REQUESTS, wrap=True, sampling=sampling, preset=PRESET),
+    }, rounds=ROUNDS, pool=pool, echo=False, timeout_s=TIMEOUT_S)
+    per_step = {k: statistics.median(v.makespans_s) / (REQUESTS * STEPS) * 1e3
+                for k, v in res.items()}
+    return [_row(f"layer split P=2, M={REQUESTS}, wrap", "request-step", per_step["p2"],
+                 per_step["one"])]
+
+
+def _tp_sp(pool) -> list[dict]:
+    spec = LayoutCompare(preset=PRESET, rounds=ROUNDS)
+    res = run_compare(spec, WORLD, pool=pool, echo=False, timeout_s=TIMEOUT_S)
+    one = res.seconds["one device"] * 1e3
+    names = {"TP": "TP=2", "SP, V-first": "SP (Ulysses, V-first)",
+             "SP, V last": "SP (Ulysses, V last)"}
+    return [_row(f"{label}, latent {spec.latent_shape}", "forward", res.seconds[v] * 1e3, one)
+            for v, label in names.items()]
+
+
+__all__ = ["launch_cost", "layout_step_times"]

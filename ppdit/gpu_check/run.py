@@ -1,0 +1,127 @@
+"""The check from start to end: tests, measurements, the report file, the printed table.
+
+Without CUDA it stops at once, says why and writes nothing: a GPU run file made on a CPU would
+be evidence of nothing. With CUDA, every section ends with a status (see ``sections``), the
+report is checked against its schema before it is written, and the exit status is 0 only when
+the tests passed and no measurement failed (a section skipped for memory is not a failure).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ppdit.analysis.gpu_run_schema import MEASUREMENTS, SCHEMA, TESTS, check_report, empty_section
+from ppdit.gpu_check.env import gpu_slug, provenance, report_path
+from ppdit.gpu_check.sections import cuda_placement, run_section
+from ppdit.gpu_check.suite import run_gpu_tests
+
+# The measurement modules and ppdit.analysis.gpu_runs import diffusers (seconds): they are
+# imported where they are used, so that a machine without CUDA gets its answer at once.
+
+SECTIONS = tuple(MEASUREMENTS)  # launch, layouts, device, cuda_graphs, vae, forwards
+BUDGET_S = 8 * 60  # the issue's bound for one H100
+
+
+def no_cuda_message() -> str:
+    """What the check says on a machine without CUDA (and then it exits non-zero)."""
+    build = torch.version.cuda
+    why = (f"this torch ({torch.__version__}) is built for CUDA {build} but sees no GPU"
+           if build else f"this torch ({torch.__version__}) is a CPU-only build")
+    return (f"gpu-check needs a CUDA GPU: torch.cuda.is_available() is False ({why}). Nothing "
+            "was run and nothing was written. On a GPU machine, install a CUDA build of torch "
+            "(TORCH_SPEC, see scripts/bootstrap.sh) and run `make gpu-check` again.")
+
+
+def gpu_check(out: Path = Path("gpu_runs"), *, tests: bool = True,
+              tests_timeout_s: float = 300, skip: Sequence[str] = (),
+              command: str | None = None) -> int:
+    """Run the check (see ``ppdit.gpu_check``); write ``out/<gpu>-<date>.json``; exit status."""
+    unknown = set(skip) - set(SECTIONS)
+    if unknown:
+        raise ValueError(f"skip={sorted(unknown)}: the sections are {', '.join(SECTIONS)}")
+    if not torch.cuda.is_available():
+        print(no_cuda_message(), file=sys.stderr)
+        return 1
+    from ppdit.analysis.gpu_runs import GpuRun, format_report
+
+    start = time.perf_counter()
+    command = command or shlex.join(["python", "-m", "ppdit", *sys.argv[1:]])
+    print(f"gpu-check on {torch.cuda.get_device_name(0)}: the GPU tests, then the "
+          f"measurements ({', '.join(s for s in SECTIONS if s not in skip)}); about "
+          f"{BUDGET_S // 60} minutes on one H100", flush=True)
+    tests_section = _tests(tests, tests_timeout_s)
+    report = build_report(tests_section, measure(skip), command=command,
+                          duration_s=time.perf_counter() - start)
+    path = write_report(report, out)
+    print("\n" + format_report(GpuRun(path, report)))
+    took = report["provenance"]["duration_s"]
+    over = f" (over the {BUDGET_S // 60}-minute budget)" if took > BUDGET_S else ""
+    print(f"\nwrote {path} in {took:.0f} s{over}")
+    return 0 if passed(report) else 1
+
+
+def build_report(tests: dict, measurements: dict, *, command: str, duration_s: float) -> dict:
+    """The report: sections as measured, provenance collected now; checked against the schema
+    (a bug in the check must not be written down as evidence)."""
+    report = {"schema": SCHEMA, "provenance": provenance(command=command, duration_s=duration_s),
+              "tests": tests, "measurements": measurements}
+    check_report(report, "the report gpu-check built")
+    return report
+
+
+def write_report(report: dict, out: Path) -> Path:
+    """``out/<gpu>-<date>.json`` (``-2``, ``-3`` ... for more runs that day); the path."""
+    gpu = report["provenance"]["gpu"]
+    out.mkdir(parents=True, exist_ok=True)
+    path = report_path(out, gpu_slug(gpu["name"] or "unknown-gpu", gpu["count"] or 1),
+                       report["provenance"]["date"])
+    path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def _tests(run: bool, timeout_s: float) -> dict:
+    if not run:
+        return empty_section(TESTS, "skipped", "--skip-tests was given")
+    return run_section("tests", TESTS, run_gpu_tests, timeout_s=timeout_s)
+
+
+def measure(skip: Sequence[str] = ()) -> dict:
+    """Every measurement section in order: ranks first (before this process holds GPU memory),
+    then the ceilings, which the forwards' second bound needs, the largest models last."""
+    from ppdit.gpu_check import forwards, kernels, ranks, streaming_vae
+
+    gpu = cuda_placement()
+    plan = {"launch": (ranks.launch_cost,), "layouts": (ranks.layout_step_times,),
+            "device": (kernels.device_ceilings, gpu), "cuda_graphs": (kernels.graph_replay, gpu),
+            "vae": (streaming_vae.streaming_vae, gpu)}
+    out = {}
+    for name in SECTIONS:
+        if name in skip:
+            out[name] = empty_section(MEASUREMENTS[name], "skipped", f"--skip {name}")
+        elif name == "forwards":
+            device = out["device"]
+            ceilings = device if device["status"] == "ok" else None
+            out[name] = run_section(name, MEASUREMENTS[name], forwards.wan_forwards, gpu,
+                                    ceilings)
+        else:
+            fn, *args = plan[name]
+            out[name] = run_section(name, MEASUREMENTS[name], fn, *args)
+    return out
+
+
+def passed(report: dict) -> bool:
+    """The tests passed (or were skipped on purpose) and no measurement failed."""
+    sections = report["measurements"].values()
+    return report["tests"]["status"] in ("ok", "skipped") and all(
+        s["status"] != "error" for s in sections)
+
+
+__all__ = ["BUDGET_S", "SECTIONS", "build_report", "gpu_check", "measure", "no_cuda_message",
+           "passed", "write_report"]

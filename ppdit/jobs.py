@@ -1,0 +1,139 @@
+"""The command line's jobs: run something on ranks (spawned, or started by torchrun), then
+write its artifacts and say where they are. ``cli.py`` only parses arguments.
+
+Each job calls the same ``run_*`` entry point a notebook calls; under ``torchrun`` that call
+gathers the results to rank 0 and returns ``None`` on the other ranks, which then simply exit.
+Each job imports what it runs when it runs: diffusers and matplotlib cost seconds to import,
+and a job needs only its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from ppdit.runtime.launch import in_torchrun
+
+
+def demo(out: Path, *, chunks: int = 6, cut_at: int | None = 3, tp: int = 2,
+         num_steps: int = 4, dtype: str = "fp32", device: str | None = None) -> int:
+    """The streaming system: rank 0 (controller + streaming VAE) and a TP mesh stream a video
+    chunk by chunk with a hard cut; writes video.gif, timeline.png, trace.json, summary.json."""
+    from ppdit.serve.config import BringupConfig
+    from ppdit.serve.system import run_bringup
+
+    cfg = BringupConfig(phase="pp1" if tp > 1 else "recompute", chunks=chunks, cut_at=cut_at,
+                        tp=tp, num_steps=num_steps, dtype=dtype)
+    if not in_torchrun():
+        print(f"ppdit demo: streaming {chunks} chunks (hard cut before chunk {cut_at}) from a "
+              f"{tp}-rank tensor-parallel mesh to a controller with a streaming VAE; spawning "
+              f"{cfg.world_size} ranks...", flush=True)
+    result = run_bringup(cfg, device=device)
+    if result is None:  # a torchrun rank other than 0
+        return 0
+    _write_demo(result, out)
+    return 0
+
+
+def _write_demo(result, out: Path) -> None:
+    from ppdit.viz.artifacts import save_gif, save_timeline
+
+    out.mkdir(parents=True, exist_ok=True)
+    frames = save_gif(result.controller.video, out / "video.gif")
+    save_timeline(result.trace, out / "timeline.png", f"bring-up phase {result.cfg.phase}: "
+                  "rank 0 controller + decode, ranks 1.. the mesh")
+    result.trace.save_chrome(out / "trace.json")
+    summary = {**result.summary(), "frames_written": frames}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"{summary['fps']:.1f} frames/s, first frame after "
+          f"{summary['time_to_first_frame_s'] * 1e3:.0f} ms, {summary['chunks_delivered']} "
+          f"chunks delivered, {summary['dropped_stale_results']} stale results dropped, "
+          f"max queue depth {summary['max_queue_depth']}")
+    _wrote(out, "video.gif", "timeline.png", "trace.json", "summary.json")
+
+
+def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int = 28,
+               preset: str = "tiny", mode: str = "filled", dtype: str = "fp32",
+               device: str | None = None) -> int:
+    """Lessons 01-02's pipeline: requests through step-split stages, with a progress bar;
+    writes timeline.png, trace.json and summary.json."""
+    from tqdm import tqdm
+
+    from ppdit.parallel.step_split.plan import make_plan
+    from ppdit.parallel.step_split.run import run_step_split
+    from ppdit.sampler import SamplingConfig
+
+    plan = make_plan(stages, requests, sampling=SamplingConfig(num_steps=num_steps),
+                     preset=preset, mode=mode, dtype=dtype)
+    if in_torchrun():
+        result = run_step_split(plan, device=device)
+    else:
+        print(f"ppdit step-split: {requests} requests x {num_steps} steps of the {preset!r} Wan "
+              f"DiT over {stages} step-split stages ({mode}); spawning {plan.world_size} "
+              "ranks...", flush=True)
+        with tqdm(total=requests, unit="req", desc="generated") as bar:
+            result = run_step_split(plan, on_event=lambda rank, event: bar.update(1),
+                                    timeout_s=1800, device=device)
+    if result is None:
+        return 0
+    _write_step_split(result, out)
+    return 0
+
+
+def _write_step_split(result, out: Path) -> None:
+    from ppdit.analysis.trace_stats import summary
+    from ppdit.viz.artifacts import save_timeline
+
+    out.mkdir(parents=True, exist_ok=True)
+    plan, trace = result.plan, result.trace
+    save_timeline(trace, out / "timeline.png", f"step-split PP, {plan.num_stages} stages, "
+                  f"{len(plan.requests)} requests ({plan.mode})", busy=True)
+    trace.save_chrome(out / "trace.json")
+    info = summary(trace, len(plan.requests))
+    info["config"] = jsonable({**asdict(plan), "requests": len(plan.requests)})
+    (out / "summary.json").write_text(json.dumps(info, indent=2))
+    busy = ", ".join(f"rank {r}: {v:.0%}" for r, v in info["busy_fraction"].items())
+    print(f"\n{info['requests_per_s']:.2f} requests/s over {info['makespan_s']:.2f} s; "
+          f"busy {busy}; median handoff {info['handoff_ms_median'] or 0:.2f} ms")
+    _wrote(out, "timeline.png", "trace.json", "summary.json")
+
+
+def info() -> int:
+    """Devices, backend and a 2-rank hello: a setup check."""
+    from ppdit.runtime.launch import launch
+    from ppdit.runtime.probes import hello
+
+    rows = launch(hello, 2, timeout_s=120)
+    for row in rows or []:
+        print(row)
+    return 0
+
+
+def gpu_check(out: Path, *, tests: bool = True, tests_timeout_s: float = 300,
+              skip: list[str] | tuple[str, ...] = ()) -> int:
+    """On a CUDA machine: the GPU test suite, then the GPU measurements, written to
+    ``out/<gpu>-<date>.json`` with their provenance (see ``ppdit.gpu_check``). Without CUDA:
+    says so and writes nothing (exit status 1)."""
+    from ppdit.gpu_check.run import gpu_check as run_check
+
+    return run_check(out, tests=tests, tests_timeout_s=tests_timeout_s, skip=skip)
+
+
+def _wrote(out: Path, *names: str) -> None:
+    paths = ", ".join(str(out / n) for n in names)
+    print(f"wrote {paths} (open trace.json in https://ui.perfetto.dev)")
+
+
+def jsonable(obj):
+    """Plan fields as JSON: ranges as [start, stop]; anything else unknown as its string."""
+    if isinstance(obj, range):
+        return [obj.start, obj.stop]
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj if isinstance(obj, (int, float, str, bool, type(None))) else str(obj)
+
+
+__all__ = ["demo", "gpu_check", "info", "jsonable", "step_split"]

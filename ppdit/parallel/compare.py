@@ -1,0 +1,122 @@
+"""One forward pass of the DiT three ways on the same ranks, timed side by side: one device,
+Ulysses sequence parallelism (with and without V-first), tensor parallelism.
+
+Every variant runs in the same launch, interleaved round by round, on identical weights and
+inputs, so their ratios mean something on a shared machine. Used by notebook 12 and
+``benchmarks/sequence_parallel.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ppdit.model import build_model, forward_by_stages, get_preset, torch_dtype
+from ppdit.parallel.sequence.comms import even_split
+from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward, uninstall_ulysses
+from ppdit.parallel.tensor.parallelize import parallelize_wan
+from ppdit.runtime.rank import RankContext
+from ppdit.runtime.rounds import Runner, run_side_by_side
+from ppdit.runtime.trace import RankTrace, Tracer
+
+VARIANTS = ("one device", "SP, V-first", "SP, V last", "TP")
+
+
+@dataclass(frozen=True)
+class LayoutCompare:
+    """What to run: a preset, a latent shape, forwards per round, rounds."""
+
+    preset: str = "small"
+    latent_shape: tuple[int, ...] = (1, 16, 8, 32, 32)  # 2,048 tokens: attention matters
+    forwards: int = 2
+    rounds: int = 3
+    dtype: str = "fp32"
+
+
+class LayoutRunner(Runner):
+    """The variants of a ``LayoutCompare`` on one rank; the job's plans are (spec, variant)."""
+
+    @staticmethod
+    def prepare(rank: int, world_size: int, plans):
+        """Two identical copies of the model: one for SP (and one device), one to shard for TP."""
+        spec = plans[0][0]
+        return tuple(build_model(spec.preset, seed=0, dtype=spec.dtype) for _ in range(2))
+
+    def __init__(self, ctx: RankContext, plans):
+        super().__init__(ctx, plans)
+        spec = self.spec = plans[0][0]
+        full, tp_model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
+        self.full = full.to(ctx.device)
+        self.world, self.staged = dist.group.WORLD, ctx.placement.staged
+        self.tp_model = parallelize_wan(tp_model.to(ctx.device), tp_group=self.world,
+                                        staged=ctx.placement.staged)
+        g = torch.Generator().manual_seed(0)
+        p = get_preset(spec.preset)
+        dtype = torch_dtype(spec.dtype)
+        self.x = torch.randn(spec.latent_shape, generator=g).to(ctx.device, dtype)
+        self.t = torch.tensor([500.0], device=ctx.device)
+        self.text = torch.randn(1, p.text_len, p.text_dim, generator=g).to(ctx.device, dtype)
+        self.split = even_split(p.num_tokens(spec.latent_shape), ctx.world_size)
+
+    def _forward(self, name: str) -> None:
+        if name == "one device":
+            uninstall_ulysses(self.full)
+            if self.ctx.rank == 0:
+                forward_by_stages(self.full, self.x, self.t, self.text)
+        elif name == "TP":
+            forward_by_stages(self.tp_model, self.x, self.t, self.text)
+        else:
+            install_ulysses(self.full, self.world, self.split, v_first=name != "SP, V last",
+                            staged=self.staged)
+            sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
+
+    @torch.no_grad()
+    def run(self, i: int, tracer: Tracer) -> float:
+        """Seconds per forward of variant ``i`` in this round."""
+        name = self.plans[i][1]
+        start = time.perf_counter()
+        for _ in range(self.spec.forwards):
+            self._forward(name)
+        return (time.perf_counter() - start) / self.spec.forwards
+
+    @torch.no_grad()
+    def result(self, i: int):
+        """For the two SP variants: one traced forward (every rank), to draw the timeline."""
+        name = self.plans[i][1]
+        if not name.startswith("SP"):
+            return None
+        tracer = Tracer(self.ctx.rank, self.ctx.placement)
+        install_ulysses(self.full, self.world, self.split, v_first=name == "SP, V-first",
+                        tracer=tracer, staged=self.staged)
+        tracer.align()
+        sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
+        return tracer.finish()
+
+
+@dataclass
+class CompareResult:
+    """Median seconds per forward of each variant, and ratios against one device."""
+
+    seconds: dict[str, float]
+    rounds: dict[str, list[float]]
+    traces: dict[bool, list[RankTrace]]
+
+    def speedup(self, name: str, base: str = "one device") -> float:
+        """Median over rounds of base time / variant time."""
+        return statistics.median(b / v for b, v in zip(self.rounds[base], self.rounds[name],
+                                                       strict=True))
+
+
+def run_compare(spec: LayoutCompare, world_size: int = 2, **launch_kwargs) -> CompareResult:
+    """Launch ``world_size`` ranks (one thread each) and compare the layouts."""
+    launch_kwargs.setdefault("timeout_s", 600)
+    runs = run_side_by_side({v: (spec, v) for v in VARIANTS}, runner=LayoutRunner,
+                            world_size=world_size, rounds=spec.rounds, **launch_kwargs)
+    rounds = {v: runs[v].outputs[0] for v in VARIANTS}
+    traces = {vf: [runs[name].results[r] for r in range(world_size)]
+              for vf, name in ((True, "SP, V-first"), (False, "SP, V last"))}
+    return CompareResult({k: statistics.median(v) for k, v in rounds.items()}, rounds, traces)

@@ -1,0 +1,1 @@
+"""Decode overlapped with generation: ``plan``, ``ranks`` (generator and decoder), ``run``."""

@@ -1,0 +1,163 @@
+"""What each rank of a decode-overlap run does (the plan: ``plan.py``; entry point: ``run.py``).
+
+Generator (rank 1), per chunk k: wait for a credit if it is ``max_ahead`` chunks ahead ->
+denoise chunk k, the last step writing straight into the outgoing frame -> send it (posted,
+not waited for) -> next chunk. Decoder (rank 0), per chunk: receive (the next receive is posted
+early, so the transfer overlaps this decode) -> push into the streaming decoder -> return a
+credit. Spans: ``compute`` (a denoising step), ``decode`` (a VAE push), ``send`` / ``recv`` /
+``wait`` (P2P and credits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ppdit.cuda_graph import StepGraph
+from ppdit.model import build_model
+from ppdit.parallel.decode_overlap.plan import DECODER_RANK, GENERATOR_RANK, OverlapPlan
+from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
+from ppdit.runtime.rank import RankContext
+from ppdit.runtime.rounds import Runner
+from ppdit.runtime.trace import Tracer
+from ppdit.sampler import Denoiser, Request, initial_noise
+from ppdit.vae.presets import build_vae
+from ppdit.vae.streaming import StreamingDecoder
+
+CREDIT = FrameSpec((1,), torch.int64, meta_slots=1)  # payload unused; meta = decoded chunk
+
+
+class OverlapRunner(Runner):
+    """Rank 1 generates, rank 0 decodes; each plan's rounds run both sides in step."""
+
+    @staticmethod
+    def prepare(rank: int, world_size: int, plans: Sequence[OverlapPlan]):
+        """Before the process group exists: the generator builds the DiT, the decoder the VAE."""
+        if world_size != 2:
+            raise ValueError(f"decode overlap runs on exactly 2 ranks, got world_size="
+                             f"{world_size}")
+        p = plans[0]
+        if rank == GENERATOR_RANK:
+            return build_model(p.preset, seed=p.model_seed, dtype=p.dtype)
+        return build_vae(p.vae_preset, seed=p.vae_seed)
+
+    def __init__(self, ctx: RankContext, plans: Sequence[OverlapPlan]):
+        super().__init__(ctx, plans)
+        module = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
+        module = module.to(ctx.device)
+        self.side = (_Generator(ctx, module) if ctx.rank == GENERATOR_RANK
+                     else _Decoder(ctx, module))
+
+    def warm_up(self, i: int) -> None:
+        """One untimed chunk stream through both sides (a graph, if used, is captured here)."""
+        if self.plans[i].warmup:
+            self.side.run(self.plans[i], Tracer(self.ctx.rank, self.ctx.placement,
+                                                enabled=False))
+
+    def run(self, i: int, tracer: Tracer):
+        """The decoder returns (video, received latents); the generator None."""
+        return self.side.run(self.plans[i], tracer)
+
+    def close(self) -> None:
+        """Graphs are released before the runtime's barrier + destroy_process_group."""
+        self.side.close()
+
+
+class _Generator:
+    def __init__(self, ctx: RankContext, model: torch.nn.Module):
+        self.ctx, self.model = ctx, model
+        self._graphs: dict[tuple, object] = {}  # one StepGraph per (shape, sampling, preset)
+
+    def close(self) -> None:
+        """Release every captured graph (see ppdit.cuda_graph for why before process-group exit)."""
+        for graph in self._graphs.values():
+            graph.close()
+        self._graphs.clear()
+
+    def run(self, plan: OverlapPlan, tracer: Tracer) -> None:
+        outbox = FrameSender(plan.frame_spec(), DECODER_RANK, **self.ctx.wire,
+                             max_in_flight=2, timeout_s=plan.timeout_s)
+        credits = (FrameReceiver(CREDIT, DECODER_RANK, **self.ctx.wire,
+                                 count=plan.num_credits(), timeout_s=plan.timeout_s)
+                   if plan.num_credits() else None)
+        den = Denoiser(self.model, plan.preset, plan.sampling)
+        graph = self._graph_runner(plan) if plan.use_graph_runner else None
+        for k, request in enumerate(plan.requests()):
+            if k >= 1 + plan.max_ahead:  # chunk k waits until chunk k-1-max_ahead is out
+                with tracer.span("wait", "credit", chunk=k):
+                    credits.recv()
+            frame = outbox.claim()  # the last step writes here: the send copies nothing
+
+            def span(i, k=k):
+                return tracer.span("compute", f"c{k}", gpu=True, chunk=k, step=i)
+
+            if graph is None:
+                self._denoise(den, plan, request, frame, span)
+            else:
+                self._denoise_graph(plan, request, frame, span, graph)
+            with tracer.span("send", f"c{k}", chunk=k):
+                outbox.send(frame, [k])
+        outbox.flush()
+
+    @staticmethod
+    def _denoise(den: Denoiser, plan: OverlapPlan, request: Request, frame: torch.Tensor,
+                 span) -> None:
+        steps = range(plan.sampling.num_steps)
+        den.run([den.initial_state(request, plan.chunk_shape)], [request], steps, span=span,
+                out=frame)
+        den.release(request)
+
+    def _graph_runner(self, plan: OverlapPlan):
+        """Captured once per shape and reused by every round (capture costs warm-up runs)."""
+        key = (plan.chunk_shape, plan.sampling, plan.preset)
+        if key not in self._graphs:
+            self._graphs[key] = StepGraph(self.model, latent_shape=plan.chunk_shape,
+                                          sampling=plan.sampling, preset=plan.preset,
+                                          placement=self.ctx.placement)
+        return self._graphs[key]
+
+    def _denoise_graph(self, plan: OverlapPlan, request: Request, frame: torch.Tensor, span,
+                       graph) -> None:
+        """The same steps through a StepGraph; P2P stays outside the captured region."""
+        graph.load_request(request)
+        latent = initial_noise(request, plan.chunk_shape).to(self.ctx.device)
+        for i in range(plan.sampling.num_steps):
+            with span(i):
+                latent = graph.step(latent, i)
+        frame.copy_(latent)  # static_out is overwritten by the next chunk's first step
+
+
+class _Decoder:
+    def __init__(self, ctx: RankContext, vae):
+        self.ctx, self.vae = ctx, vae
+
+    def close(self) -> None:
+        """Nothing outlives a run: each run's StreamingDecoder is closed when it ends."""
+
+    def run(self, plan: OverlapPlan, tracer: Tracer) -> tuple[torch.Tensor, torch.Tensor]:
+        inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, **self.ctx.wire,
+                              count=plan.num_chunks, timeout_s=plan.timeout_s)
+        credits = (FrameSender(CREDIT, GENERATOR_RANK, **self.ctx.wire,
+                               timeout_s=plan.timeout_s) if plan.num_credits() else None)
+        frames, chunks = [], []
+        with StreamingDecoder(self.vae) as decoder:
+            for k in range(plan.num_chunks):
+                with tracer.span("recv", f"c{k}", chunk=k):
+                    latent, (index,) = inbox.recv()  # a ring-buffer view, valid while we decode
+                if index != k:
+                    raise RuntimeError(f"decoder expected chunk {k}, received chunk {index}")
+                chunks.append(latent.clone())
+                for piece in plan.pushes(latent, k):
+                    with tracer.span("decode", f"c{k}", gpu=True, chunk=k,
+                                     latent_frames=piece.shape[2]) as s:
+                        out = decoder.push(piece)
+                        s.meta["frames_out"] = out.shape[2]
+                    frames.append(out)
+                if k < plan.num_credits():  # chunk k is out: the generator may go on
+                    with tracer.span("send", "credit", chunk=k):
+                        credits.send(torch.ones(1, dtype=torch.int64, device=self.ctx.device),
+                                     [k])
+        if credits is not None:
+            credits.flush()
+        return torch.cat(frames, dim=2), torch.cat(chunks, dim=2)

@@ -1,0 +1,103 @@
+"""Layer split from the caller's side: launch plans side by side, and the single-device
+reference of a plan's arithmetic."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from ppdit.parallel.layer_split.ranks import LayerStageRunner, micro_text, update_request
+from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.runtime.rounds import run_side_by_side
+from ppdit.runtime.trace import Trace
+from ppdit.sampler import Denoiser
+
+ENGINES = ("ppdit", "torch")
+
+
+@dataclass
+class LayerSplitResult:
+    """Final latents, one merged timeline per round, and each rank's parameter count."""
+
+    plan: LayerSplitPlan
+    latents: dict[int, torch.Tensor]
+    traces: list[Trace]
+    params_per_rank: list[int] = field(default_factory=list)
+
+    @property
+    def trace(self) -> Trace:
+        """The last round's timeline."""
+        return self.traces[-1]
+
+    @property
+    def makespans_s(self) -> list[float]:
+        """Compute window of each round (first compute start to last compute end), seconds."""
+        return [_compute_window(t) for t in self.traces]
+
+    def throughput(self) -> float:
+        """Requests per second, median round."""
+        return len(self.plan.requests) / statistics.median(self.makespans_s)
+
+
+def _compute_window(trace: Trace) -> float:
+    spans = trace.select("compute")
+    return (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e9
+
+
+def run_layer_split(plan: LayerSplitPlan, rounds: int = 1, **launch_kwargs) -> LayerSplitResult:
+    """Launch ``plan.num_stages`` ranks (one thread each by default) and run the plan."""
+    return run_layer_splits({"plan": plan}, rounds, **launch_kwargs)["plan"]
+
+
+def run_layer_splits(plans: dict[str, LayerSplitPlan], rounds: int = 1,
+                     engines: dict[str, str] | None = None,
+                     **launch_kwargs) -> dict[str, LayerSplitResult]:
+    """Several plans in one launch, interleaved round by round, so they can be compared.
+
+    ``engines`` may name plans to run with ``torch.distributed.pipelining`` ("torch") instead
+    of ppdit's executor, on the same stage models.
+    """
+    engines = engines or {}
+    if set(engines.values()) - set(ENGINES):
+        raise ValueError(f"engines {engines} must each be one of {ENGINES}")
+    jobs = {name: (plan, engines.get(name, "ppdit")) for name, plan in plans.items()}
+    world = max(p.num_stages for p in plans.values())
+    runs = run_side_by_side(jobs, runner=LayerStageRunner, world_size=world, rounds=rounds,
+                            **launch_kwargs)
+    out = {}
+    for name, plan in plans.items():
+        r = runs[name]
+        latents = {k: v for got in r.last().values() for k, v in got.items()}
+        out[name] = LayerSplitResult(plan, dict(sorted(latents.items())), r.traces,
+                                     [r.results[rank] for rank in sorted(r.results)])
+    return out
+
+
+def layer_split_reference(model, plan: LayerSplitPlan) -> dict[int, torch.Tensor]:
+    """The plan's arithmetic on one device: the same micro-batches, the same updates.
+
+    Equal to ``run_layer_split`` bit for bit. Equal to per-request ``generate`` bit for bit when
+    every micro-batch is one request without guidance; otherwise the batch shapes differ and
+    only rounding separates them.
+    """
+    den = Denoiser(model, plan.preset, plan.sampling)
+    latent = [den.initial_state(r, plan.shape).latent for r in plan.requests]
+    for step in range(plan.sampling.num_steps):
+        velocity: dict[tuple[int, int], torch.Tensor] = {}
+        for m in range(plan.micro_batches):
+            samples = plan.micro_samples(m)
+            x = torch.stack([latent[q.request][0] for q in samples])
+            t = den.timesteps[step].expand(len(samples))
+            with torch.no_grad():
+                v = den.forward(x, t, micro_text(den, plan, samples))
+            velocity.update({(q.request, q.half): row
+                             for q, row in zip(samples, v.split(1), strict=True)})
+        for r in range(len(plan.requests)):
+            latent[r] = update_request(den, plan, r, step, latent[r], velocity)
+    return {r.request_id: x for r, x in zip(plan.requests, latent, strict=True)}
+
+
+__all__ = ["ENGINES", "LayerSplitResult", "layer_split_reference", "run_layer_split",
+           "run_layer_splits"]

@@ -1,0 +1,103 @@
+"""The two all-to-alls of Ulysses sequence parallelism, and what they move.
+
+With P ranks each holding a slice of the S tokens (sizes ``split``, uneven allowed), attention
+needs the opposite layout: every token, but only H/P heads. ``seq_to_heads`` goes there,
+``heads_to_seq`` comes back::
+
+    (B, S_r, H, hd) on rank r --seq_to_heads--> (B, S, H/P, hd) --heads_to_seq--> (B, S_r, H, hd)
+
+Each is one ``all_to_all_single`` with split sizes (functional collectives: the result is a
+tensor, so ``torch.compile`` can trace it, and waiting is deferred until it is used — which is
+what lets V's all-to-all run while Q and K are still being computed).
+
+``staged`` (ranks sharing a GPU over gloo, which moves only host memory): each all-to-all runs
+on a host copy and its result returns to the device when it is waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+
+@dataclass
+class A2ACounter:
+    """Counts all-to-alls and the bytes this rank sends to other ranks (its own chunk stays)."""
+
+    calls: int = 0
+    bytes_sent: int = 0
+    per_call: list[int] = field(default_factory=list)
+
+    def add(self, nbytes: int) -> None:
+        """Record one all-to-all that sent ``nbytes`` off this rank."""
+        self.calls += 1
+        self.bytes_sent += nbytes
+        self.per_call.append(nbytes)
+
+
+def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
+                 counter: A2ACounter | None = None, staged: bool = False) -> torch.Tensor:
+    """(B, S_r, H, hd) local tokens, all heads -> (B, S, H/P, hd) all tokens, my heads.
+
+    Returns an async tensor: the wait happens at first use (or ``funcol.wait_tensor``).
+    """
+    b, s_r, h, hd = x.shape
+    p = len(split)
+    # chunk j of dim 0 = my tokens, heads of rank j: (P * S_r, B, H/P, hd)
+    chunks = x.view(b, s_r, p, h // p, hd).permute(2, 1, 0, 3, 4).reshape(p * s_r, b, h // p, hd)
+    if counter is not None:
+        counter.add(s_r * (p - 1) * b * (h // p) * hd * x.element_size())
+    wire = chunks.to("cpu") if staged else chunks
+    out = funcol.all_to_all_single(wire.contiguous(), list(split), [s_r] * p, group)
+    # (S, B, H/P, hd) -> (B, S, H/P, hd) once waited
+    return _LazyPermute(out, (1, 0, 2, 3), x.device)
+
+
+def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,
+                 counter: A2ACounter | None = None, staged: bool = False) -> torch.Tensor:
+    """(B, S, H/P, hd) all tokens, my heads -> (B, S_r, H, hd) my tokens, all heads."""
+    b, s, hp, hd = y.shape
+    p, s_r = len(split), split[rank]
+    rows = y.permute(1, 0, 2, 3).contiguous()  # (S, B, H/P, hd): chunk j = rank j's tokens
+    if counter is not None:
+        counter.add((s - s_r) * b * hp * hd * y.element_size())
+    wire = rows.to("cpu") if staged else rows
+    out = funcol.wait_tensor(funcol.all_to_all_single(wire, [s_r] * p, list(split), group))
+    out = out.to(y.device)
+    # (P * S_r, B, H/P, hd): chunk j = my tokens, heads of rank j
+    return out.view(p, s_r, b, hp, hd).permute(2, 1, 0, 3, 4).reshape(b, s_r, p * hp, hd)
+
+
+class _LazyPermute:
+    """An all-to-all result not yet waited for, with the permute to apply once it is."""
+
+    def __init__(self, tensor: torch.Tensor, dims: tuple[int, ...], device: torch.device):
+        self.tensor, self.dims, self.device = tensor, dims, device
+
+    def wait(self) -> torch.Tensor:
+        """Block until the data is here; return it in (B, S, H/P, hd) layout, on the device."""
+        return funcol.wait_tensor(self.tensor).to(self.device).permute(*self.dims)
+
+
+def a2a_bytes_per_layer(*, batch: int, tokens: int, dim: int, degree: int,
+                        bytes_per_element: int) -> int:
+    """Bytes one rank sends per self-attention layer with an even split: Q, K, V to heads and
+    the output back — 4 all-to-alls, each keeping 1/P of its (B, S/P, D) slice at home."""
+    per_rank = batch * (tokens // degree) * dim * bytes_per_element
+    return 4 * per_rank * (degree - 1) // degree
+
+
+def even_split(tokens: int, degree: int) -> tuple[int, ...]:
+    """Tokens per rank, differing by at most one (earlier ranks take the extra): an uneven
+    split, no padding — attention never sees a fake token."""
+    base, extra = divmod(tokens, degree)
+    return tuple(base + (1 if r < extra else 0) for r in range(degree))
+
+
+def group_rank(group) -> int:
+    """This process's rank inside ``group``."""
+    return dist.get_rank(group)

@@ -1,0 +1,181 @@
+"""Ulysses sequence parallelism for the Wan DiT: split the tokens, not the weights.
+
+Every rank holds the whole model and a slice of the S tokens. Everything in a block except
+self-attention works token by token — norms, modulation, the FFN, and cross-attention (queries
+from my tokens, keys and values from the text, which every rank has) — so it runs on the slice
+with no communication. Even Wan's q/k RMSNorm "across heads" is per token: unlike tensor
+parallelism (lesson 04) it needs no extra all-reduce here. Self-attention needs every token, so
+it swaps layouts twice (``comms.py``): Q, K, V to a head split, attention over all tokens
+for H/P heads, the output back to a token split.
+
+V-first (the CoCoDiff paper's scheduling): V needs only its projection, while Q and K also need
+their norm and rope. So V's all-to-all is issued first and waited for only just before
+attention, hiding it behind the Q/K work; without V-first each all-to-all is waited for at once.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
+from functools import partial
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+import torch.nn.functional as F
+from diffusers.models.transformers.transformer_wan import WanAttnProcessor
+
+from ppdit.model import (
+    apply_rope,
+    build_model,
+    get_preset,
+    project_out,
+    prologue,
+    run_blocks,
+    unpatchify,
+)
+from ppdit.parallel.sequence.comms import A2ACounter, even_split, heads_to_seq, seq_to_heads
+from ppdit.runtime.trace import Tracer
+from ppdit.sampler import Denoiser, Request, SamplingConfig
+
+
+def check_sp_degree(num_heads: int, degree: int) -> None:
+    """Heads must split evenly: attention runs H/P whole heads per rank."""
+    if degree < 1 or num_heads % degree:
+        raise ValueError(f"sequence parallel degree {degree} must divide the {num_heads} "
+                         f"attention heads (each rank attends with heads/degree heads)")
+
+
+class UlyssesAttnProcessor:
+    """Self-attention on a token slice, through a head split and back."""
+
+    def __init__(self, group, split: tuple[int, ...], rank: int, v_first: bool,
+                 counter: A2ACounter, tracer: Tracer | None = None, staged: bool = False):
+        self.group, self.split, self.rank, self.v_first = group, split, rank, v_first
+        self.counter, self.tracer, self.staged = counter, tracer, staged
+
+    def _span(self, kind: str, name: str):
+        return self.tracer.span(kind, name) if self.tracer is not None else nullcontext()
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
+                 rotary_emb=None):
+        h = attn.heads
+        a2a = dict(split=self.split, group=self.group, rank=self.rank, counter=self.counter,
+                   staged=self.staged)
+        if self.v_first:  # issue V's all-to-all before any Q/K work
+            with self._span("compute", "v"):
+                v = attn.to_v(hidden_states).unflatten(2, (h, -1))
+            v_far = seq_to_heads(v, **a2a)
+        with self._span("compute", "q, k: project, norm, rope"):
+            q = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (h, -1))
+            k = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (h, -1))
+            q, k = apply_rope(q, *rotary_emb), apply_rope(k, *rotary_emb)
+            if not self.v_first:
+                v = attn.to_v(hidden_states).unflatten(2, (h, -1))
+        with self._span("wait", "all-to-all q, k, v"):
+            q_far = seq_to_heads(q, **a2a).wait()
+            k_far = seq_to_heads(k, **a2a).wait()
+            v_far_t = (v_far if self.v_first else seq_to_heads(v, **a2a)).wait()
+        with self._span("compute", "attention"):
+            q_far, k_far, v_far_t = (x.permute(0, 2, 1, 3) for x in (q_far, k_far, v_far_t))
+            out = F.scaled_dot_product_attention(q_far, k_far, v_far_t).permute(0, 2, 1, 3)
+        with self._span("wait", "all-to-all out"):
+            out = heads_to_seq(out.contiguous(), **a2a)
+        return attn.to_out[1](attn.to_out[0](out.flatten(2, 3).type_as(q)))
+
+
+def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
+                    tracer: Tracer | None = None, staged: bool = False) -> A2ACounter:
+    """Route every block's self-attention through Ulysses; returns the all-to-all counter."""
+    check_sp_degree(model.config.num_attention_heads, len(split))
+    counter = A2ACounter()
+    rank = dist.get_rank(group)
+    for block in model.blocks:
+        block.attn1.set_processor(UlyssesAttnProcessor(group, split, rank, v_first, counter,
+                                                       tracer, staged))
+    return counter
+
+
+def uninstall_ulysses(model) -> None:
+    """Back to diffusers' own self-attention (the model runs on one device again)."""
+    for block in model.blocks:
+        block.attn1.set_processor(WanAttnProcessor())
+
+
+def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor,
+               group, split: tuple[int, ...], staged: bool = False) -> torch.Tensor:
+    """The velocity (B, C, F, H, W) with the blocks run on this rank's token slice; every rank
+    returns the whole result (the slices are gathered before unpatchify)."""
+    rank = dist.get_rank(group)
+    latent, text = latent.to(model.dtype), text.to(model.dtype)  # as model_forward does
+    hidden, ctx = prologue(model, latent, timestep, text)  # patchify: cheap, done everywhere
+    start = sum(split[:rank])
+    mine = slice(start, start + split[rank])
+    cos, sin = ctx.rotary_emb
+    local = replace(ctx, rotary_emb=(cos[:, mine], sin[:, mine]))  # my tokens' positions
+    tokens = project_out(model, run_blocks(model, hidden[:, mine].contiguous(), local), local)
+    return unpatchify(model, gather_tokens(tokens, split, group, staged), ctx.grid)
+
+
+def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
+                  staged: bool = False) -> torch.Tensor:
+    """All ranks' (B, S_r, C') slices -> (B, S, C') everywhere (padded to the longest slice for
+    the all-gather, trimmed after)."""
+    longest = max(split)
+    pad = longest - tokens.shape[1]
+    padded = F.pad(tokens, (0, 0, 0, pad)) if pad else tokens
+    wire = padded.to("cpu") if staged else padded  # gloo moves host memory only
+    every = funcol.wait_tensor(funcol.all_gather_tensor(wire.contiguous(), 0, group))
+    every = every.to(tokens.device)
+    parts = every.chunk(len(split))
+    return torch.cat([p[:, :n] for p, n in zip(parts, split, strict=True)], dim=1)
+
+
+@dataclass(frozen=True)
+class SPRun:
+    """One sequence-parallel generation."""
+
+    preset: str = "tiny"
+    latent_shape: tuple[int, ...] | None = None
+    num_steps: int = 4
+    seed: int = 0
+    v_first: bool = True
+    dtype: str = "fp32"
+
+    def shape(self) -> tuple[int, ...]:
+        """The latent shape (the preset's by default)."""
+        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
+
+
+def sp_generate(model, run: SPRun, group, tracer: Tracer | None = None, staged: bool = False):
+    """All denoising steps with the blocks sequence-parallel; (latent, all-to-all counter).
+
+    The shared sampling loop (``Denoiser``) with ``sp_forward`` as its forward: every rank
+    applies the same update to the same gathered velocity, so every rank ends with the latent.
+    """
+    shape = run.shape()
+    tokens = get_preset(run.preset).num_tokens(shape)
+    split = even_split(tokens, dist.get_world_size(group))
+    counter = install_ulysses(model, group, split, v_first=run.v_first, tracer=tracer,
+                              staged=staged)
+    den = Denoiser(model, run.preset, SamplingConfig(num_steps=run.num_steps),
+                   forward=partial(sp_forward, model, group=group, split=split, staged=staged))
+    return den.generate(Request(0, run.seed), shape), counter
+
+
+def setup_sp(rank: int, world_size: int, runs: tuple[SPRun, ...]):
+    """Before the process group exists: the whole model on every rank."""
+    return build_model(runs[0].preset, seed=0, dtype=runs[0].dtype)
+
+
+def sp_worker(ctx, runs: tuple[SPRun, ...]) -> list[dict]:
+    """Every rank generates each run with its token slice; all return the final latents."""
+    out = []
+    for run in runs:
+        tracer = Tracer(ctx.rank, ctx.placement)
+        tracer.align()
+        latent, counter = sp_generate(ctx.prepared.to(ctx.device), run, dist.group.WORLD,
+                                      tracer, ctx.placement.staged)
+        out.append({"latent": latent, "a2a_calls": counter.calls, "trace": tracer.finish(),
+                    "a2a_bytes": counter.bytes_sent, "a2a_per_call": counter.per_call})
+    return out

@@ -1,0 +1,171 @@
+"""Step-split pipeline parallelism: stage s runs a contiguous slice of the denoising steps.
+
+Every rank holds the whole model. A request's latent enters stage 0 as noise, each stage runs
+its steps, and the ``StepState`` (latent + step index, see ``ppdit.sampler``) moves on::
+
+    steps:   0 1 2 3 4 5 6          (7 steps over 3 stages: 3 + 2 + 2)
+    stage 0: [0 1 2] --latent-->
+    stage 1:         [3 4] --latent-->
+    stage 2:               [5 6] -> final latent
+
+One request alone gains nothing: the stages run one after another. The gain is *pipeline
+filling*: with R requests in flight, stage 1 works on request r while stage 0 starts r + 1, so
+throughput approaches P times one device, ``R P / (R + P - 1)`` of it for R requests. Two modes:
+
+* ``"filled"``: each stage takes requests in order, ``micro_batch`` at a time (a group moves
+  through the stages as one batch; 1 = one request at a time, ``R`` = everything batched).
+  ``max_in_flight`` caps how many groups may be inside the pipeline (1 = no filling, the
+  earlier report's setting); the last stage returns a credit to stage 0 per finished group.
+* ``"stream_batch"``: a stage holds up to one request per step of its slice and runs them as
+  one batch, each sample at its own timestep (StreamDiffusion's *stream batch*, here per stage).
+  Batching buys arithmetic efficiency; the price is bitwise equality with one-at-a-time.
+
+Splits are contiguous and balanced by step count (``split_steps``) or by per-step cost
+(``weights``: e.g. ``SamplingConfig.step_costs()`` when only early steps use guidance).
+
+This file is the plan every rank agrees on; ``ranks.py`` is what one stage does on its rank,
+``run.py`` launches a plan and holds the single-device references it must equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ppdit.model import build_model, get_preset, torch_dtype
+from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
+from ppdit.parallel.tensor.layers import COLLECTIVES
+from ppdit.parallel.tensor.parallelize import check_tp_degree
+from ppdit.runtime.mesh import ParallelDims
+from ppdit.runtime.p2p import FrameSpec
+from ppdit.sampler import Request, SamplingConfig
+
+MODES = ("filled", "stream_batch")
+
+
+def split_steps(num_steps: int, num_stages: int,
+                weights: Sequence[float] | None = None) -> list[range]:
+    """Contiguous step ranges, one per stage, every stage getting at least one step.
+
+    Without ``weights`` the sizes differ by at most one (earlier stages take the extra steps).
+    With ``weights`` (one cost per step) the split minimises the most expensive stage, which is
+    what bounds a filled pipeline's throughput (exact, by dynamic programming).
+    """
+    if num_stages < 1:
+        raise ValueError(f"num_stages={num_stages} must be >= 1")
+    if num_steps < num_stages:
+        raise ValueError(f"num_steps={num_steps} cannot be split over {num_stages} stages: "
+                         "step-split PP needs at least one step per stage "
+                         "(num_steps >= num_stages)")
+    if weights is None:
+        return to_ranges(even_sizes(num_steps, num_stages))
+    if len(weights) != num_steps or any(w <= 0 for w in weights):
+        raise ValueError(f"weights must hold {num_steps} positive per-step costs, "
+                         f"got {len(weights)} values (min {min(weights, default=0)})")
+    return to_ranges(balanced_sizes(list(weights), num_stages))
+
+
+@dataclass(frozen=True)
+class StepSplitPlan:
+    """Everything every stage must agree on; picklable, sent to each spawned rank."""
+
+    requests: tuple[Request, ...]
+    stages: tuple[range, ...]
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    preset: str = "tiny"
+    model_seed: int = 0
+    dtype: str = "fp32"  # the model's ("bf16": weights and activations; latents stay fp32)
+    latent_shape: tuple[int, ...] | None = None  # None: the preset's default
+    mode: str = "filled"
+    micro_batch: int = 1  # "filled": requests that travel together as one batch
+    max_in_flight: int | None = None  # "filled": groups inside the pipeline; None = no limit
+    # Independent copies of the pipeline, requests dealt round-robin: replicas x stages ranks.
+    # One stage and two replicas is plain data parallelism, the baseline step split must beat.
+    replicas: int = 1
+    warmup: int = 1  # untimed forwards per rank before the timed run (0 shows the cold start)
+    timeout_s: float = 120.0  # bound on every P2P wait inside the ranks
+    # PP x TP: each stage a tensor-parallel group of ``tp`` ranks (ppdit.parallel.pp_tp).
+    tp: int = 1
+    collectives: str = "funcol"  # how TP all-reduces are issued (parallel.tensor.layers)
+    compiled: bool = False  # torch.compile(fullgraph=True) every block (TP stages)
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)  # fails early, naming the presets that exist
+        torch_dtype(self.dtype)
+        if self.mode not in MODES:
+            raise ValueError(f"mode={self.mode!r} is not one of {MODES}")
+        if not self.requests:
+            raise ValueError("a plan needs at least one request")
+        if len({r.request_id for r in self.requests}) != len(self.requests):
+            raise ValueError("request ids must be unique")
+        steps = [i for r in self.stages for i in r]
+        if steps != list(range(self.sampling.num_steps)) or any(len(r) == 0 for r in self.stages):
+            raise ValueError(f"stages {list(self.stages)} must cover steps "
+                             f"0..{self.sampling.num_steps - 1} contiguously, each once, "
+                             "at least one step per stage")
+        if self.micro_batch < 1:
+            raise ValueError(f"micro_batch={self.micro_batch} must be >= 1")
+        if self.mode == "stream_batch" and self.micro_batch != 1:
+            raise ValueError("stream_batch forms its own batches: micro_batch must be 1")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight={self.max_in_flight} must be >= 1 (or None)")
+        if self.replicas < 1 or self.warmup < 0:
+            raise ValueError(f"replicas={self.replicas} must be >= 1, warmup={self.warmup} >= 0")
+        if self.tp > 1:
+            check_tp_degree(build_model(self.preset, device="meta").config, self.tp)
+        if self.collectives not in COLLECTIVES:
+            raise ValueError(f"collectives={self.collectives!r} is not one of {COLLECTIVES}")
+        if len(self.requests) % (self.replicas * self.micro_batch):
+            raise ValueError(f"{len(self.requests)} requests cannot be dealt to replicas="
+                             f"{self.replicas} in groups of micro_batch={self.micro_batch}")
+
+    @property
+    def num_stages(self) -> int:
+        """P, the number of ranks this plan runs on."""
+        return len(self.stages)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the plan runs on: replicas x stages x tp."""
+        return self.replicas * self.num_stages * self.tp
+
+    @property
+    def dims(self) -> ParallelDims:
+        """The rank arrangement: dp = replicas, pp = stages, tp."""
+        return ParallelDims(pp=self.num_stages, tp=self.tp, world_size=self.world_size,
+                            dp=self.replicas)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The latent shape of every request."""
+        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
+
+    def groups(self, replica: int = 0) -> list[tuple[Request, ...]]:
+        """A replica's requests (every ``replicas``-th) in the order they enter its pipeline,
+        ``micro_batch`` at a time."""
+        mine, g = self.requests[replica::self.replicas], self.micro_batch
+        return [mine[i:i + g] for i in range(0, len(mine), g)]
+
+    def frame_spec(self) -> FrameSpec:
+        """The handoff frame: one group's latents plus (first request id, step index). Latents
+        stay fp32 whatever the model's dtype (the sampler's state, as in diffusers)."""
+        b, *rest = self.shape
+        return FrameSpec((b * self.micro_batch, *rest), torch.float32, meta_slots=2)
+
+
+def make_plan(
+    num_stages: int,
+    num_requests: int = 1,
+    *,
+    sampling: SamplingConfig | None = None,
+    weights: Sequence[float] | None = None,
+    first_seed: int = 0,
+    **kwargs,
+) -> StepSplitPlan:
+    """A plan for ``num_requests`` requests (seeds ``first_seed``, +1, ...) over ``num_stages``."""
+    sampling = sampling or SamplingConfig()
+    stages = split_steps(sampling.num_steps, num_stages, weights)
+    requests = tuple(Request(i, first_seed + i) for i in range(num_requests))
+    return StepSplitPlan(requests, tuple(stages), sampling, **kwargs)

@@ -1,0 +1,238 @@
+"""What one step-split stage does on its rank: receive a group, run its steps, pass it on.
+
+``plan.py`` holds the plan, ``run.py`` the entry points; this file is the per-rank side. Rank r
+serves pipeline ``dp_rank`` as stage ``pp_rank`` (and, under PP x TP, as TP rank ``tp_rank``
+of that stage: ``ppdit.runtime.mesh``). Phases of a "filled" stage, per group of requests: wait
+for a credit (stage 0, if in-flight groups are capped) -> take (noise on stage 0, else a frame
+from the previous stage) -> run this stage's steps, the last one writing straight into the
+outgoing frame -> give (send on, or keep the result on the last stage and return a credit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from ppdit.model import build_model
+from ppdit.parallel.step_split.plan import StepSplitPlan
+from ppdit.parallel.tensor.parallelize import (
+    compile_blocks,
+    local_param_count,
+    parallelize_wan,
+)
+from ppdit.runtime.compile_cache import use_project_compile_cache
+from ppdit.runtime.mesh import RankGroups, build_groups
+from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
+from ppdit.runtime.rank import RankContext
+from ppdit.runtime.rounds import Runner
+from ppdit.runtime.trace import Tracer
+from ppdit.sampler import Denoiser, Request, StepState
+
+
+@dataclass
+class StageInfo:
+    """Where a rank sat in a plan and what it held (``Runner.result``)."""
+
+    rank: int
+    dp_rank: int
+    pp_rank: int
+    tp_rank: int
+    local_params: int  # parameters this rank holds (1/tp of the split layers under TP)
+    warmup_s: float  # the untimed warm-up, torch.compile included when the plan compiles
+
+
+class StepStageRunner(Runner):
+    """Every plan of a side-by-side job on one rank (see ``ppdit.runtime.rounds``)."""
+
+    @staticmethod
+    def prepare(rank: int, world_size: int, plans: Sequence[StepSplitPlan]):
+        """Before the process group exists: build the (full) model every stage holds."""
+        return build_model(plans[0].preset, seed=plans[0].model_seed, dtype=plans[0].dtype)
+
+    def __init__(self, ctx: RankContext, plans: Sequence[StepSplitPlan]):
+        super().__init__(ctx, plans)
+        if any(p.compiled for p in plans):
+            use_project_compile_cache()
+        base = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
+        base = base.to(ctx.device)
+        # Every rank creates every plan's groups, in plan order (group creation is collective).
+        self.groups = [build_groups(p.dims, ctx.rank) for p in plans]
+        self.dens: list[Denoiser | None] = []
+        for plan, groups in zip(plans, self.groups, strict=True):
+            model = None if groups is None else self._model(base, plan, groups)
+            self.dens.append(None if model is None else
+                             Denoiser(model, plan.preset, plan.sampling))
+        self.warmup_s = [0.0] * len(plans)
+
+    def _model(self, base, plan: StepSplitPlan, groups: RankGroups):
+        """The plain model, or a fresh copy sharded over the stage's TP group (and compiled)."""
+        if plan.tp == 1:
+            return compile_blocks(base) if plan.compiled else base
+        model = build_model(plan.preset, seed=plan.model_seed, dtype=plan.dtype,
+                            device=self.ctx.device)
+        model = parallelize_wan(model, tp_group=groups.tp_group, collectives=plan.collectives,
+                                staged=self.ctx.placement.staged)
+        return compile_blocks(model) if plan.compiled else model
+
+    def takes_part(self, i: int) -> bool:
+        return self.groups[i] is not None
+
+    def warm_up(self, i: int) -> None:
+        """Pay first-call costs (allocator, kernel choice, compiles) before the clock starts.
+        The ranks of a TP group warm up together: they issue the same collectives."""
+        plan, den = self.plans[i], self.dens[i]
+        start = time.perf_counter()
+        probe = Request(-1, 0)
+        batch = plan.micro_batch if plan.mode == "filled" else 1
+        for _ in range(plan.warmup):
+            den.step_batch([den.initial_state(probe, plan.shape)] * batch, [probe] * batch)
+        den.release(probe)
+        self.warmup_s[i] = time.perf_counter() - start
+
+    def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
+        """One round: this stage's share of plan ``i``; the last stage returns final latents."""
+        return _Stage(self.ctx, self.plans[i], self.dens[i], self.groups[i], tracer).run()
+
+    def result(self, i: int) -> StageInfo:
+        g = self.groups[i]
+        return StageInfo(self.ctx.rank, g.dp_rank, g.pp_rank, g.tp_rank,
+                         local_param_count(self.dens[i].model), self.warmup_s[i])
+
+
+class _Stage:
+    """One rank's view of its pipeline: its steps, its requests, its neighbours, its channels."""
+
+    def __init__(self, ctx: RankContext, plan: StepSplitPlan, den: Denoiser, groups: RankGroups,
+                 tracer: Tracer):
+        self.ctx, self.plan, self.den, self.tracer = ctx, plan, den, tracer
+        self.steps = plan.stages[groups.pp_rank]
+        self.groups = plan.groups(groups.dp_rank)
+        self.is_first, self.is_last = groups.is_first_stage, groups.is_last_stage
+        spec, t, pg = plan.frame_spec(), plan.timeout_s, groups.pp_group
+        n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
+        # Each TP rank of a stage holds the same latent and hands it to its counterpart.
+        self.inbox = None if self.is_first else FrameReceiver(
+            spec, groups.prev_rank, **ctx.wire, group=pg, count=n_in, timeout_s=t)
+        self.outbox = None if self.is_last else FrameSender(
+            spec, groups.next_rank, **ctx.wire, group=pg, timeout_s=t)
+        credit = FrameSpec((1,), torch.int64, meta_slots=0)
+        limited = (plan.mode == "filled" and plan.max_in_flight is not None
+                   and plan.num_stages > 1)
+        n_credits = max(0, len(self.groups) - (plan.max_in_flight or 0))
+        self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, **ctx.wire, group=pg,
+                                         count=n_credits, timeout_s=t)
+                           if limited and self.is_first else None)
+        self.credits_out = (FrameSender(credit, groups.first_stage_rank, **ctx.wire, group=pg,
+                                        timeout_s=t)
+                            if limited and self.is_last else None)
+        self.finished_groups = 0
+        self.reports_progress = groups.tp_rank == 0  # one progress event per request
+
+    def run(self) -> dict[int, torch.Tensor]:
+        """Run this stage's share of the plan; the last stage returns the final latents."""
+        out = self.run_filled() if self.plan.mode == "filled" else self.run_stream_batch()
+        for box in (self.outbox, self.credits_out):
+            if box is not None:
+                box.flush()
+        return out
+
+    # -- receiving and sending one group ----------------------------------------------------
+
+    def take(self, group: Sequence[Request]) -> list[StepState]:
+        """The group's states at this stage's first step: fresh noise, or the handoff."""
+        if self.is_first:
+            return [self.den.initial_state(r, self.plan.shape) for r in group]
+        first = group[0].request_id
+        with self.tracer.span("recv", f"r{first}", request=first, step=self.steps.start):
+            # Stream batch holds a request for several ticks: keep a copy, not a ring-buffer view.
+            latent, (rid, step) = self.inbox.recv(copy=self.plan.mode == "stream_batch")
+        if (rid, step) != (first, self.steps.start):
+            raise RuntimeError(f"rank {self.ctx.rank} expected request {first} at step "
+                               f"{self.steps.start}, received request {rid} at step {step}")
+        return [StepState(r.request_id, step, x)
+                for r, x in zip(group, latent.chunk(len(group)), strict=True)]
+
+    def give(self, states: Sequence[StepState], out: dict[int, torch.Tensor]) -> None:
+        """Pass a group on, or keep its latents if this is the last stage."""
+        first = states[0].request_id
+        if not self.is_last:
+            latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
+            with self.tracer.span("send", f"r{first}", request=first, step=states[0].step_index):
+                self.outbox.send(latent, [first, states[0].step_index])
+            return
+        for s in states:
+            out[s.request_id] = s.latent.clone()  # it may live in a recycled buffer
+            if self.reports_progress:
+                self.ctx.emit(("done", s.request_id))
+        self.finished_groups += 1
+        # Group k's credit lets stage 0 start group k + max_in_flight, if there is one.
+        if (self.credits_out is not None
+                and self.finished_groups + self.plan.max_in_flight <= len(self.groups)):
+            self.credits_out.send(torch.ones(1, dtype=torch.int64, device=self.ctx.device), [])
+
+    # -- the two schedules ------------------------------------------------------------------
+
+    def run_filled(self) -> dict[int, torch.Tensor]:
+        """Groups in order; up to ``max_in_flight`` of them inside the pipeline at once."""
+        out: dict[int, torch.Tensor] = {}
+        for k, group in enumerate(self.groups):
+            self._wait_for_credit(k)
+            states = self.take(group)
+            first, last = group[0].request_id, group[-1].request_id
+            name = f"r{first}" if first == last else f"r{first}-{last}"
+            # The last step writes into the outgoing frame: the handoff then copies nothing.
+            frame = self.outbox.claim() if self.outbox is not None else None
+            states = self.den.run(
+                states, group, self.steps, out=frame,
+                span=lambda i, n=name, r=first: self.tracer.span("compute", n, request=r, step=i))
+            for r in group:
+                self.den.release(r)
+            self.give(states, out)
+        return out
+
+    def _wait_for_credit(self, k: int) -> None:
+        """Stage 0 only: before group k, wait until group k - max_in_flight has finished."""
+        if self.credits_in is not None and k >= self.plan.max_in_flight:
+            with self.tracer.span("wait", "credit", group=k):
+                self.credits_in.recv()
+
+    def run_stream_batch(self) -> dict[int, torch.Tensor]:
+        """Each tick: admit the next request, run one batched step for all held, pass one on."""
+        out: dict[int, torch.Tensor] = {}
+        requests = [r for g in self.groups for r in g]
+        stream_batch_ticks(self.den, requests, self.steps, lambda r: self.take([r])[0],
+                           lambda st: self.give([st], out), self.tracer.span)
+        return out
+
+
+def stream_batch_ticks(den: Denoiser, requests: list[Request], steps: range, take, give,
+                       span=None) -> None:
+    """The stream-batch schedule of one stage, shared by the ranks and the reference.
+
+    Tick k: ``take`` request k (if any are left), run one batched step over every request held
+    (each at its own step), then ``give`` away the oldest if it finished ``steps``. A stage thus
+    holds at most ``len(steps)`` requests, and tick k's batch is fixed by k alone.
+    """
+    window: list[tuple[Request, StepState]] = []
+    pending = list(requests)
+    while pending or window:
+        if pending:
+            request = pending.pop(0)
+            window.append((request, take(request)))
+        reqs = [r for r, _ in window]
+        with (span or _no_span)("compute", f"batch {len(window)}", batch=len(window),
+                                requests=",".join(str(r.request_id) for r in reqs)):
+            states = den.step_batch([s for _, s in window], reqs)
+        window = list(zip(reqs, states, strict=True))
+        if window[0][1].step_index == steps.stop:
+            request, state = window.pop(0)
+            den.release(request)
+            give(state)
+
+
+def _no_span(*args, **kwargs):
+    return nullcontext()

@@ -1,0 +1,105 @@
+"""Step split from the caller's side: launch plans, collect latents and timelines, and the
+single-device references every run must equal.
+
+``run_step_split(plan)`` runs one plan; ``run_step_splits({"a": plan_a, "b": plan_b}, rounds)``
+runs several in one launch, interleaved round by round (``ppdit.runtime.rounds``), so their
+timings can be compared on a shared machine.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from ppdit.parallel.step_split.plan import StepSplitPlan
+from ppdit.parallel.step_split.ranks import StageInfo, StepStageRunner, stream_batch_ticks
+from ppdit.runtime.rounds import PlanRuns, run_side_by_side
+from ppdit.runtime.trace import Rounds, Trace
+from ppdit.sampler import Denoiser
+
+
+@dataclass
+class StepSplitResult(Rounds):
+    """The merged outcome of a plan: final latents, one timeline per round, each rank's place."""
+
+    plan: StepSplitPlan
+    latents: dict[int, torch.Tensor]  # final latents by request id (TP rank 0 of last stages)
+    traces: list[Trace]
+    boot_ns: dict[int, dict[str, int]] = field(default_factory=dict)  # per rank: boot_trace
+    stages: dict[int, StageInfo] = field(default_factory=dict)  # per rank
+    rank_latents: dict[int, dict[int, torch.Tensor]] = field(default_factory=dict)  # last round
+
+    @classmethod
+    def from_runs(cls, plan: StepSplitPlan, runs: PlanRuns) -> StepSplitResult:
+        """Merge what the ranks of one plan returned."""
+        last = runs.last()
+        latents = {rid: x for rank, got in last.items() if runs.results[rank].tp_rank == 0
+                   for rid, x in got.items()}
+        return cls(plan, dict(sorted(latents.items())), runs.traces, runs.boot_ns,
+                   runs.results, last)
+
+    def throughput(self) -> float:
+        """Requests per second, from the median round."""
+        return len(self.plan.requests) / statistics.median(self.makespans_s)
+
+
+def run_step_split(plan: StepSplitPlan, rounds: int = 1, **launch_kwargs) -> StepSplitResult:
+    """Launch ``plan.world_size`` ranks, run the plan ``rounds`` times, return latents + traces
+    (``None`` on torchrun ranks other than 0)."""
+    out = run_step_splits({"plan": plan}, rounds, **launch_kwargs)
+    return None if out is None else out["plan"]
+
+
+def run_step_splits(plans: dict[str, StepSplitPlan], rounds: int = 3,
+                    **launch_kwargs) -> dict[str, StepSplitResult] | None:
+    """Several plans in one launch, interleaved round by round, so they can be compared.
+
+    All plans must share the model (preset, seed); the launch has as many ranks as the largest
+    plan needs, and a smaller plan leaves the other ranks idle during its turn.
+    """
+    first = next(iter(plans.values()))
+    model = (first.preset, first.model_seed, first.dtype)
+    if any((p.preset, p.model_seed, p.dtype) != model for p in plans.values()):
+        raise ValueError("plans compared side by side must share preset, model_seed and dtype")
+    world = max(p.world_size for p in plans.values())
+    runs = run_side_by_side(plans, runner=StepStageRunner, world_size=world, rounds=rounds,
+                            **launch_kwargs)
+    if runs is None:
+        return None
+    return {name: StepSplitResult.from_runs(plans[name], r) for name, r in runs.items()}
+
+
+def stream_batch_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, torch.Tensor]:
+    """The stream-batch schedule on one device: the same batches, stage after stage.
+
+    A stage's batches depend only on its own tick schedule, so running the stages in sequence
+    reproduces exactly the arithmetic of the distributed run: this equals it bitwise.
+    """
+    den = Denoiser(model, plan.preset, plan.sampling)
+    out: dict[int, torch.Tensor] = {}
+    for replica in range(plan.replicas):
+        requests = list(plan.requests[replica::plan.replicas])
+        states = {r.request_id: den.initial_state(r, plan.shape) for r in requests}
+        for steps in plan.stages:
+            arriving, states = states, {}
+            stream_batch_ticks(den, requests, steps, lambda r, src=arriving: src[r.request_id],
+                               lambda st, dst=states: dst.__setitem__(st.request_id, st))
+        out.update({rid: st.latent for rid, st in states.items()})
+    return dict(sorted(out.items()))
+
+
+def grouped_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, torch.Tensor]:
+    """Each ``micro_batch`` group batched through all steps on one device (== "filled" bitwise)."""
+    den = Denoiser(model, plan.preset, plan.sampling)
+    out: dict[int, torch.Tensor] = {}
+    for group in [g for rep in range(plan.replicas) for g in plan.groups(rep)]:
+        states = [den.initial_state(r, plan.shape) for r in group]
+        for s in den.run(states, group, range(plan.sampling.num_steps)):
+            out[s.request_id] = s.latent
+    return out
+
+
+__all__ = ["StepSplitResult", "grouped_reference", "run_step_split", "run_step_splits",
+           "stream_batch_reference"]

@@ -1,0 +1,233 @@
+"""TP variants side by side on real ranks: equality with one device, parameters, collectives,
+graph breaks, compile time and forward time, from one launch.
+
+A *variant* is a collective style (``"single"`` = the unsharded model on each rank, the
+reference; ``"funcol"``, ``"c10d"``, ``"c10d_async"``; ``"dtensor"``) and eager or compiled.
+Each rank builds every variant from the same seed, so all of them start from identical weights.
+Timed rounds are interleaved by ``ppdit.runtime.rounds`` (round k starts at variant k mod n)
+so a slow minute on a shared machine slows every variant, not one; forward times are medians.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+import torch.distributed as dist
+
+from ppdit.model import build_model, forward_by_stages, get_preset, prologue, torch_dtype
+from ppdit.parallel.tensor.comms import CollectiveCounter, TraceReport, trace_report
+from ppdit.parallel.tensor.dtensor import parallelize_wan_dtensor
+from ppdit.parallel.tensor.parallelize import compile_blocks, local_param_count, parallelize_wan
+from ppdit.runtime.compile_cache import use_project_compile_cache
+from ppdit.runtime.device import Placement
+from ppdit.runtime.rank import RankContext
+from ppdit.runtime.rounds import Job, Runner, rounds_worker, run_side_by_side
+from ppdit.sampler import Request, initial_noise, prompt_embeddings
+
+STYLES = ("single", "funcol", "c10d", "c10d_async", "dtensor")
+
+
+@dataclass(frozen=True)
+class TPVariant:
+    """One way of running the model: a collective style, eager or compiled."""
+
+    style: str
+    compiled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise ValueError(f"style={self.style!r} is not one of {STYLES}")
+        if self.style == "c10d_async" and self.compiled:
+            raise ValueError("style='c10d_async' cannot be compiled with fullgraph=True: every "
+                             "async all-reduce is a graph break (trace it instead)")
+
+    @property
+    def name(self) -> str:
+        """``"funcol"``, ``"funcol compiled"``, ..."""
+        return self.style + (" compiled" if self.compiled else "")
+
+
+@dataclass(frozen=True)
+class TPCompare:
+    """What to run: variants, model, input, and how much to measure."""
+
+    variants: tuple[TPVariant, ...]
+    preset: str = "tiny"
+    model_seed: int = 0
+    dtype: str = "fp32"  # weights and activations (bf16: compare with TP_TOL_BY_DTYPE["bf16"])
+    latent_shape: tuple[int, ...] | None = None  # None: the preset's default (1 sample)
+    rounds: int = 3  # interleaved timing rounds (0: no timing)
+    repeats: int = 3  # timed forwards per variant and round; the round keeps the median
+    warmup: int = 1  # untimed forwards after building (and compiling) a variant
+    trace: bool = False  # graph breaks of one block and of the forward, per eager TP style
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)
+        if len({v.name for v in self.variants}) != len(self.variants):
+            raise ValueError("variants must be distinct")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The latent shape the forwards use."""
+        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
+
+
+@dataclass
+class VariantResult:
+    """One variant on one rank."""
+
+    name: str
+    output: torch.Tensor  # the forward's velocity (B, C, F, H, W), for equality checks
+    max_abs_diff: float  # against the single-device eager forward on this rank
+    local_params: int  # parameters held by this rank
+    collectives: int  # collectives issued by one eager forward (CollectiveCounter)
+    collective_bytes: int  # their payload bytes
+    compile_s: float | None = None  # first compiled call (Dynamo + Inductor, or cache hits)
+    graphs_compiled: int = 0  # graphs Dynamo made during that call (0: nothing was compiled)
+    forward_s: list[float] = field(default_factory=list)  # median per timing round
+    block_trace: TraceReport | None = None  # one block traced by Dynamo (trace=True)
+    forward_trace: TraceReport | None = None  # the whole forward traced (trace=True)
+    trace_s: float | None = None  # what tracing cost (explain + AOT graphs; no Inductor)
+
+    @property
+    def median_s(self) -> float:
+        """Median forward time over rounds."""
+        return statistics.median(self.forward_s) if self.forward_s else float("nan")
+
+
+def example_inputs(preset: str, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """Latent (noise), timestep 500 and prompt embedding of request 0, on the CPU."""
+    latent = initial_noise(Request(0, 0), shape)
+    return latent, torch.tensor([500.0] * shape[0]), prompt_embeddings(Request(0, 0), preset,
+                                                                       batch=shape[0])
+
+
+def build_variant(variant: TPVariant, spec: TPCompare, group: dist.ProcessGroup,
+                  placement: Placement):
+    """The model for ``variant`` on this rank, not yet compiled."""
+    model = build_model(spec.preset, seed=spec.model_seed, dtype=spec.dtype,
+                        device=placement.device)
+    if variant.style == "single":
+        return model
+    if variant.style == "dtensor":
+        return parallelize_wan_dtensor(model, tp_group=group,
+                                       device_type=placement.device.type,
+                                       staged=placement.staged)
+    return parallelize_wan(model, tp_group=group, collectives=variant.style,
+                           staged=placement.staged)
+
+
+class TPCompareRunner(Runner):
+    """Every variant of a ``TPCompare`` on one rank, with the whole world as the TP group.
+
+    The job's plans are (spec, variant) pairs. Order, and why: build every variant eagerly and
+    check it against the single-device forward, counting collectives -> trace graph breaks
+    (``torch._dynamo.explain`` resets Dynamo, which would throw away compiled code, so it runs
+    before any compile) -> per variant, compile and warm up -> timed rounds.
+    """
+
+    def __init__(self, ctx: RankContext, plans: tuple[tuple[TPCompare, TPVariant], ...]):
+        super().__init__(ctx, plans)
+        use_project_compile_cache()
+        spec, dev = plans[0][0], ctx.device
+        dtype = torch_dtype(spec.dtype)
+        latent, t, text = example_inputs(spec.preset, spec.shape)
+        self.inputs = (latent.to(dev, dtype), t.to(dev), text.to(dev, dtype))
+        self.models, self.results = [], []
+        with torch.no_grad():
+            self.reference = forward_by_stages(build_model(spec.preset, seed=spec.model_seed,
+                                                           dtype=spec.dtype, device=dev),
+                                               *self.inputs)
+            for _, v in plans:
+                model = build_variant(v, spec, dist.group.WORLD, ctx.placement)
+                with CollectiveCounter() as counter:
+                    out = forward_by_stages(model, *self.inputs)
+                self.models.append(model)
+                self.results.append(VariantResult(
+                    v.name, out.cpu(), (out - self.reference).abs().max().item(),
+                    local_param_count(model), counter.count, counter.bytes))
+            if spec.trace:  # the collective styles, eager (the single-device model has none)
+                for (_, v), model, res in zip(plans, self.models, self.results, strict=True):
+                    if not v.compiled and v.style != "single":
+                        _trace(res, model, self.inputs)
+
+    @torch.no_grad()
+    def warm_up(self, i: int) -> None:
+        """Compile (a compiled variant) and check the compiled output; then warm-up forwards."""
+        spec, v = self.plans[i]
+        model, res = self.models[i], self.results[i]
+        if v.compiled:
+            before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+            start = time.perf_counter()
+            out = forward_by_stages(compile_blocks(model), *self.inputs)
+            res.compile_s = time.perf_counter() - start
+            res.graphs_compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+            res.output = out.cpu()
+            res.max_abs_diff = (out - self.reference).abs().max().item()
+        for _ in range(spec.warmup):
+            forward_by_stages(model, *self.inputs)
+
+    @torch.no_grad()
+    def run(self, i: int, tracer) -> float:
+        """``repeats`` timed forwards; the round keeps their median (seconds)."""
+        spec = self.plans[i][0]
+        times = []
+        for _ in range(spec.repeats):
+            self.ctx.placement.synchronize()
+            start = time.perf_counter()
+            forward_by_stages(self.models[i], *self.inputs)
+            self.ctx.placement.synchronize()
+            times.append(time.perf_counter() - start)
+        self.results[i].forward_s.append(statistics.median(times))
+        return self.results[i].forward_s[-1]
+
+    def result(self, i: int) -> VariantResult:
+        return self.results[i]
+
+
+def _jobs(spec: TPCompare) -> dict[str, tuple[TPCompare, TPVariant]]:
+    return {v.name: (spec, v) for v in spec.variants}
+
+
+def tp_compare_on_rank(ctx: RankContext, spec: TPCompare) -> dict[str, VariantResult]:
+    """Run ``spec`` inside a worker that is already running on every rank (several checks in
+    one launch); returns this rank's results by variant name."""
+    jobs = _jobs(spec)
+    out = rounds_worker(ctx, Job(TPCompareRunner, tuple(jobs.values()), spec.rounds))
+    return dict(zip(jobs, out.results, strict=True))
+
+
+def _trace(result: VariantResult, model, inputs) -> None:
+    """Graph breaks of block 0 and of the whole forward (plus the block's graph collectives)."""
+    start = time.perf_counter()
+    hidden, c = prologue(model, *inputs)
+    result.block_trace = trace_report(model.blocks[0], hidden, c.text, c.timestep_proj,
+                                      c.rotary_emb)
+    result.forward_trace = trace_report(partial(forward_by_stages, model), *inputs,
+                                        collectives=False)
+    result.trace_s = time.perf_counter() - start
+
+
+def speedup(results: dict[str, VariantResult], fast: str, base: str) -> float:
+    """Median over timing rounds of time(base) / time(fast): > 1 means ``fast`` is faster.
+    Per-round ratios first, so a round slowed by a neighbour's load slows both sides."""
+    pairs = zip(results[fast].forward_s, results[base].forward_s, strict=True)
+    return statistics.median(b / f for f, b in pairs)
+
+
+def run_tp_compare(spec: TPCompare, tp: int, **launch_kwargs) -> list[dict[str, VariantResult]]:
+    """Launch ``tp`` ranks (one thread each unless told otherwise) and run ``spec``; returns
+    every rank's results (index = rank)."""
+    use_project_compile_cache()
+    launch_kwargs.setdefault("timeout_s", 600)
+    runs = run_side_by_side(_jobs(spec), runner=TPCompareRunner, world_size=tp,
+                            rounds=spec.rounds, **launch_kwargs)
+    return [{name: r.results[rank] for name, r in runs.items()} for rank in range(tp)]
+
+
+__all__ = ["STYLES", "TPCompare", "TPCompareRunner", "TPVariant", "VariantResult",
+           "build_variant", "example_inputs", "run_tp_compare", "speedup", "tp_compare_on_rank"]

@@ -1,0 +1,65 @@
+"""The same Megatron split through DTensor's ``parallelize_module``, for comparison.
+
+PyTorch's own TP API (https://docs.pytorch.org/tutorials/intermediate/TP_tutorial.html) states
+the split declaratively: ``ColwiseParallel`` shards a linear's weight by output features
+(``Shard(0)``) and hands on a local (B, S, F/tp) tensor, ``RowwiseParallel`` shards by input
+features (``Shard(1)``) and turns its partial result into a replicated one, an all-reduce
+issued inside DTensor (as a functional collective, so it also traces). The layers are plain
+``nn.Linear`` modules whose parameters became ``DTensor`` s; every call goes through DTensor's
+sharding propagation, which is what costs eager time (and what ``torch.compile`` traces away).
+
+What DTensor does not express here is Wan's q/k RMSNorm across heads: its sharding rule for
+RMSNorm needs the normalized dim whole, so a DTensor q sharded over heads would be gathered.
+This variant therefore reuses ``DistributedRMSNorm`` (one (B, S, 1) all-reduce) for q and k,
+which keeps both variants' communication identical and the comparison about the machinery.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from diffusers import WanTransformer3DModel
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from ppdit.parallel.tensor.layers import DistributedRMSNorm
+from ppdit.parallel.tensor.parallelize import _check_plain_wan, _localize_heads, check_tp_degree
+
+
+def block_plan() -> dict:
+    """The per-block ``parallelize_plan``: module paths -> ColwiseParallel / RowwiseParallel."""
+    plan: dict = {}
+    for attn in ("attn1", "attn2"):
+        plan.update({f"{attn}.to_q": ColwiseParallel(), f"{attn}.to_k": ColwiseParallel(),
+                     f"{attn}.to_v": ColwiseParallel(), f"{attn}.to_out.0": RowwiseParallel()})
+    plan.update({"ffn.net.0.proj": ColwiseParallel(), "ffn.net.2": RowwiseParallel()})
+    return plan
+
+
+def parallelize_wan_dtensor(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup,
+                            device_type: str = "cpu", staged: bool = False
+                            ) -> WanTransformer3DModel:
+    """Shard every block over ``tp_group`` with DTensor's ``parallelize_module``, in place.
+
+    ``src_data_rank=None``: every rank already holds the same full weights (same seed), so each
+    cuts its own shard locally instead of receiving it from rank 0.
+    """
+    if staged:
+        raise ValueError("DTensor issues its own collectives on the tensors it holds, and gloo "
+                         "cannot move CUDA tensors: the DTensor variant needs a GPU per rank "
+                         "(NCCL) or CPU ranks, not ranks sharing a GPU")
+    tp, rank = dist.get_world_size(tp_group), dist.get_rank(tp_group)
+    check_tp_degree(model.config, tp)
+    if tp == 1:
+        return model
+    _check_plain_wan(model)
+    mesh = DeviceMesh.from_group(tp_group, device_type=device_type)
+    for block in model.blocks:
+        parallelize_module(block, mesh, block_plan(), src_data_rank=None)
+        for attn in (block.attn1, block.attn2):
+            attn.norm_q = DistributedRMSNorm(attn.norm_q, rank=rank, tp=tp, group=tp_group)
+            attn.norm_k = DistributedRMSNorm(attn.norm_k, rank=rank, tp=tp, group=tp_group)
+            _localize_heads(attn, tp)
+    return model
+
+
+__all__ = ["block_plan", "parallelize_wan_dtensor"]

@@ -1,0 +1,200 @@
+"""Megatron's tensor-parallel layers for Wan, and the three ways they can issue an all-reduce.
+
+Megatron-LM (Shoeybi et al. 2019, https://arxiv.org/abs/1909.08053) splits each pair of linear
+layers so that the pair needs **one** all-reduce. With the weight of ``y = x W^T`` stored as
+(out_features, in_features) and ``tp`` ranks::
+
+    column-parallel (split the OUTPUT features)      row-parallel (split the INPUT features)
+    x (B,S,D) on every rank                          x_r (B,S,F/tp): rank r's column output
+       | W_r = W[r*F/tp:(r+1)*F/tp, :]                  | W_r = W[:, r*F/tp:(r+1)*F/tp]
+       v                                                v
+    y_r (B,S,F/tp): a slice of y, no talk           partial_r = x_r W_r^T  (B,S,D), a SUM term
+                                                        | all-reduce(sum) over the TP group
+                                                        v
+                                                     y = sum_r partial_r + b   (B,S,D), same
+                                                         on every rank
+
+A column layer feeds a row layer directly: the slice each rank produced is exactly the slice
+the next layer's weight shard expects. Elementwise work in between (GELU, or attention, which
+is independent per head) runs on the local slice. So Wan's attention (q, k, v column; out row)
+and its FFN (in column; out row) each cost one all-reduce of (B, S, D).
+
+Wan adds one twist: it RMS-normalizes q and k over the *whole* inner dim (all heads at once,
+``qk_norm="rms_norm_across_heads"``) before splitting into heads. A rank holds only D/tp of
+those features, so its local mean of squares is wrong. ``DistributedRMSNorm`` all-reduces the
+per-token sum of squares, a (B, S, 1) tensor — D times smaller than the activations.
+
+How the all-reduce is issued (``collectives``):
+
+* ``"funcol"``: ``torch.distributed._functional_collectives.all_reduce`` returns a *new* tensor.
+  Eagerly it is an ``AsyncCollectiveTensor`` that waits at its first use; under
+  ``torch.compile`` it becomes two graph nodes, ``all_reduce`` and ``wait_tensor``, which
+  Inductor may schedule around other work. Tracing sees a pure function: no graph break.
+* ``"c10d"``: ``dist.all_reduce(x)`` overwrites ``x`` and returns nothing. While tracing, Dynamo
+  swaps this call for ``x.copy_(funcol.all_reduce(x))`` (``traceable_collective_remaps`` in
+  ``_functional_collectives.py``), so it compiles into the same graph. Eagerly it skips the
+  subclass wrapping and bookkeeping funcol adds per call: the cost pytorch issue #138773
+  measures.
+* ``"c10d_async"``: ``work = dist.all_reduce(x, async_op=True); work.wait()``, the pattern for
+  overlapping communication by hand. ``Work`` is an opaque C++ handle that Dynamo cannot put in
+  a graph, so every such all-reduce splits the graph.
+
+``ppdit.parallel.tensor.comms`` counts what each style costs in graph breaks and bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+import torch.nn.functional as F
+from torch import nn
+
+COLLECTIVES = ("funcol", "c10d", "c10d_async")
+
+
+def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
+                   staged: bool = False) -> torch.Tensor:
+    """Sum ``x`` over ``group`` and return the result, using one of ``COLLECTIVES``.
+
+    ``staged`` (ranks sharing a GPU over gloo, which moves only host memory): the sum runs on a
+    host copy with c10d and comes back to ``x``'s device, whatever the style (an eager
+    fallback: ``compile_blocks`` refuses staged layers, whose copies a graph cannot hold).
+    """
+    if staged:
+        host = x.detach().to("cpu")
+        dist.all_reduce(host, group=group)
+        return host.to(x.device)
+    if collectives == "funcol":
+        # A new tensor; the wait happens where the result is first read (or as an explicit
+        # wait_tensor node in a compiled graph).
+        return funcol.all_reduce(x, "sum", group)
+    if collectives == "c10d":
+        dist.all_reduce(x, group=group)  # in place: x is a fresh intermediate nobody else holds
+        return x
+    if collectives == "c10d_async":
+        # Waiting at once overlaps nothing: this style is here to show what a Work handle
+        # does to a compiled graph, as code that overlaps by hand would hold one.
+        work = dist.all_reduce(x, group=group, async_op=True)
+        work.wait()
+        return x
+    raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
+
+
+def _shard(t: torch.Tensor, dim: int, rank: int, tp: int) -> torch.Tensor:
+    """Rank ``rank``'s contiguous 1/tp slice of ``t`` along ``dim`` (a copy: the full tensor
+    can then be freed)."""
+    return t.chunk(tp, dim=dim)[rank].contiguous().clone()
+
+
+class ColumnParallelLinear(nn.Module):
+    """``y_r = x W_r^T + b_r``: this rank's 1/tp of the output features; needs no communication.
+
+    Built from the full ``nn.Linear`` every rank holds (same seed), keeping only rows
+    ``[rank*out/tp, (rank+1)*out/tp)`` of the weight and the matching bias slice.
+    """
+
+    def __init__(self, full: nn.Linear, *, rank: int, tp: int):
+        super().__init__()
+        self.in_features, self.out_features = full.in_features, full.out_features // tp
+        self.weight = nn.Parameter(_shard(full.weight.data, 0, rank, tp), requires_grad=False)
+        self.bias = (None if full.bias is None else
+                     nn.Parameter(_shard(full.bias.data, 0, rank, tp), requires_grad=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)  # (..., out/tp)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out_local={self.out_features}, column-parallel"
+
+
+class RowParallelLinear(nn.Module):
+    """``y = all_reduce(x_r W_r^T) + b``: input features split, partial sums reduced, bias once.
+
+    The bias is added *after* the all-reduce on every rank; adding it before would count it
+    ``tp`` times. It is therefore replicated (D values), not sharded.
+    """
+
+    def __init__(self, full: nn.Linear, *, rank: int, tp: int, group: dist.ProcessGroup,
+                 collectives: str = "funcol", staged: bool = False):
+        super().__init__()
+        if collectives not in COLLECTIVES:
+            raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
+        self.in_features, self.out_features = full.in_features // tp, full.out_features
+        self.weight = nn.Parameter(_shard(full.weight.data, 1, rank, tp), requires_grad=False)
+        self.bias = (None if full.bias is None else
+                     nn.Parameter(full.bias.data.clone(), requires_grad=False))
+        self.group, self.collectives, self.staged = group, collectives, staged
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        partial = F.linear(x, self.weight)  # (..., out): this rank's term of the sum
+        out = all_reduce_sum(partial, self.group, self.collectives, self.staged)
+        return out if self.bias is None else out + self.bias
+
+    def extra_repr(self) -> str:
+        return (f"in_local={self.in_features}, out={self.out_features}, row-parallel, "
+                f"all-reduce via {self.collectives}")
+
+
+class DistributedRMSNorm(nn.Module):
+    """RMSNorm over a feature dim that is split across the TP group.
+
+    ``torch.nn.RMSNorm(D)`` computes ``x / sqrt(mean(x^2) + eps) * w`` with the mean over all D
+    features of a token. Rank r holds features ``[r*D/tp, (r+1)*D/tp)`` only, and the mean of
+    its slice is not the mean of the whole (one head may be loud, another quiet). But a mean is
+    a sum divided by a count, and sums add across ranks::
+
+        ss_r = sum_{i in my slice} x_i^2                  (B, S, 1) on each rank
+        ss   = all_reduce_sum(ss_r)                       (B, S, 1), identical everywhere
+        y_r  = x_r / sqrt(ss / D + eps) * w[my slice]     (B, S, D/tp)
+
+    One scalar per token crosses the wire, against D/tp per token for the activations. Wan
+    applies this to q and k of both attentions, so a block issues four of these small
+    all-reduces next to its three big ones. (The sums differ in rounding from one device's,
+    which adds the D values in another order: one reason TP is close, not bitwise, equal.)
+    """
+
+    def __init__(self, full: nn.RMSNorm, *, rank: int, tp: int, group: dist.ProcessGroup,
+                 collectives: str = "funcol", staged: bool = False):
+        super().__init__()
+        (self.full_dim,) = full.normalized_shape
+        self.eps = full.eps if full.eps is not None else torch.finfo(torch.float32).eps
+        self.weight = (None if full.weight is None else
+                       nn.Parameter(_shard(full.weight.data, 0, rank, tp), requires_grad=False))
+        self.group, self.collectives, self.staged = group, collectives, staged
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()  # like torch's rms_norm: accumulate in fp32 even for bf16 activations
+        ss = xf.pow(2).sum(dim=-1, keepdim=True)  # (..., 1) local sum of squares
+        ss = all_reduce_sum(ss, self.group, self.collectives, self.staged)
+        y = xf * torch.rsqrt(ss / self.full_dim + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        return y.type_as(x)
+
+    def extra_repr(self) -> str:
+        local = self.weight.numel() if self.weight is not None else "?"
+        return f"full_dim={self.full_dim}, local={local}, eps={self.eps}, across TP ranks"
+
+
+def split_rms_norm(x: torch.Tensor, norm: nn.RMSNorm, tp: int, *, exchange: bool = True
+                   ) -> torch.Tensor:
+    """``tp`` ranks' RMSNorm of ``x`` (..., D), simulated in one process, concatenated.
+
+    Each "rank" takes its D/tp slice of ``x`` and of the weight. With ``exchange`` the slices'
+    sums of squares are added first (what ``DistributedRMSNorm``'s all-reduce does); without
+    it each slice is normalized by its own RMS, the mistake a per-rank ``nn.RMSNorm`` makes.
+    """
+    xs, ws = x.float().chunk(tp, dim=-1), norm.weight.chunk(tp)
+    sums = [xi.pow(2).sum(dim=-1, keepdim=True) for xi in xs]  # (..., 1) per rank
+    dim = x.shape[-1]
+    if exchange:
+        total = torch.stack(sums).sum(dim=0)
+        scales = [torch.rsqrt(total / dim + norm.eps)] * tp
+    else:
+        scales = [torch.rsqrt(si / (dim // tp) + norm.eps) for si in sums]
+    return torch.cat([xi * si * wi for xi, si, wi in zip(xs, scales, ws, strict=True)], dim=-1)
+
+
+__all__ = ["COLLECTIVES", "ColumnParallelLinear", "DistributedRMSNorm", "RowParallelLinear",
+           "all_reduce_sum", "split_rms_norm"]

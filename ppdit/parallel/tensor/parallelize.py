@@ -1,0 +1,186 @@
+"""Tensor parallelism for Wan: every block's attention heads and FFN columns split over a group.
+
+``parallelize_wan(model, tp_group=g)`` rewrites each ``WanTransformerBlock`` in place::
+
+    block (replicated h (B,S,D) in, replicated h out)
+      norm1, modulation ........................... replicated (cheap, every rank does it)
+      attn1  to_q, to_k, to_v   column-parallel     heads [r*H/tp, (r+1)*H/tp) on rank r
+             norm_q, norm_k     DistributedRMSNorm  all-reduce (B,S,1) each
+             SDPA over my heads                     no talk: heads are independent
+             to_out[0]          row-parallel        all-reduce (B,S,D)
+      norm2                     replicated
+      attn2  to_q               column-parallel     (image tokens h)
+             to_k, to_v         column-parallel     (text tokens, (B,L,D))
+             norm_q, norm_k     DistributedRMSNorm  all-reduce (B,S,1) and (B,L,1)
+             to_out[0]          row-parallel        all-reduce (B,S,D)
+      norm3, modulation         replicated
+      ffn    net[0].proj        column-parallel     F/tp hidden features, GELU on the slice
+             net[2]             row-parallel        all-reduce (B,S,D)
+
+Everything outside the blocks (patch embedding, condition embedder, output head) stays
+replicated: it is a few percent of the work and keeps every rank's ``h`` identical, which is
+what lets the same diffusers block code run unchanged around the swapped-in layers. The
+attention processor is diffusers' own; it only needs ``attn.heads`` to say how many heads this
+rank holds.
+
+The single-device model code is not touched (torchtitan's rule: parallelize from outside), and
+the group is an argument (no hidden global): a PP x TP mesh passes each stage its own group.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+from diffusers import WanTransformer3DModel
+from torch import nn
+
+from ppdit.parallel.tensor.layers import (
+    COLLECTIVES,
+    ColumnParallelLinear,
+    DistributedRMSNorm,
+    RowParallelLinear,
+)
+
+# Why TP output is close to, not bitwise equal to, one device: a row-parallel layer computes
+# sum_r (x_r W_r^T) with one GEMM per rank and adds the tp partial sums in the all-reduce, and
+# the distributed RMSNorm adds tp partial sums of squares; one device accumulates the same
+# products inside one GEMM / one reduction, in another order. Float addition is not
+# associative, so results differ by rounding. Seen on the tiny preset in fp32 (outputs of size
+# ~3): at most 7e-7 for TP = 2 and 4, eager and compiled (Inductor reorders too), and over 4
+# Euler steps of PP x TP. The tolerance leaves two orders of magnitude for other hardware and
+# reduction algorithms (NCCL picks ring or tree by message size).
+TP_TOL = {"rtol": 1e-4, "atol": 1e-4}
+# In bf16 / fp16 every activation is rounded to 8 / 11 significant bits after each op, so two
+# summation orders diverge by a few units in the last place of values of size ~1 and more
+# after 4 blocks: bf16's unit roundoff is 2^-8 = 3.9e-3, fp16's 2^-11 = 4.9e-4. The bounds
+# below allow ~5 such units (the torchtitan-style named tolerance for reduced precision).
+TP_TOL_BY_DTYPE = {"fp32": TP_TOL, "bf16": {"rtol": 2e-2, "atol": 2e-2},
+                   "fp16": {"rtol": 3e-3, "atol": 3e-3}}
+
+
+def check_tp_degree(config, tp: int) -> None:
+    """Raise ``ValueError`` unless heads and FFN width of ``config`` divide by ``tp``.
+
+    ``config`` is a diffusers config (``model.config``) or any object with
+    ``num_attention_heads`` and ``ffn_dim``. Heads are the unit of the attention split (a head
+    cut in two would need its q.k dot product summed across ranks); FFN columns must split
+    evenly so every rank's GEMM has the same shape.
+    """
+    if tp < 1:
+        raise ValueError(f"tp={tp} must be >= 1")
+    heads, ffn = config.num_attention_heads, config.ffn_dim
+    if heads % tp:
+        raise ValueError(f"num_heads={heads} is not divisible by the TP degree tp={tp}: "
+                         f"tensor parallelism splits whole heads ({heads} % {tp} = {heads % tp})")
+    if ffn % tp:
+        raise ValueError(f"ffn_dim={ffn} is not divisible by the TP degree tp={tp}: the FFN "
+                         f"hidden features split evenly ({ffn} % {tp} = {ffn % tp})")
+
+
+def parallelize_wan(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup,
+                    collectives: str = "funcol", staged: bool = False) -> WanTransformer3DModel:
+    """Shard every block of ``model`` over ``tp_group`` (Megatron column/row split), in place.
+
+    Every rank of the group must hold the same full weights before the call (``build_model``
+    with one seed); afterwards each keeps only its shards and the full block weights are freed.
+    ``collectives`` picks how the all-reduces are issued (see ``layers.py``); ``staged`` (from
+    the rank's ``Placement``: ranks sharing a GPU over gloo) runs them on host copies. Returns the
+    model for chaining. With a group of one rank the model is returned unchanged.
+    """
+    if collectives not in COLLECTIVES:
+        raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
+    tp, rank = dist.get_world_size(tp_group), dist.get_rank(tp_group)
+    check_tp_degree(model.config, tp)
+    if tp == 1:
+        return model
+    _check_plain_wan(model)
+    kw = dict(rank=rank, tp=tp)
+    red = dict(kw, group=tp_group, collectives=collectives, staged=staged)
+    for block in model.blocks:
+        for attn in (block.attn1, block.attn2):
+            attn.to_q = ColumnParallelLinear(attn.to_q, **kw)
+            attn.to_k = ColumnParallelLinear(attn.to_k, **kw)
+            attn.to_v = ColumnParallelLinear(attn.to_v, **kw)
+            attn.norm_q = DistributedRMSNorm(attn.norm_q, **red)
+            attn.norm_k = DistributedRMSNorm(attn.norm_k, **red)
+            attn.to_out[0] = RowParallelLinear(attn.to_out[0], **red)
+            _localize_heads(attn, tp)
+        block.ffn.net[0].proj = ColumnParallelLinear(block.ffn.net[0].proj, **kw)
+        block.ffn.net[2] = RowParallelLinear(block.ffn.net[2], **red)
+    return model
+
+
+def _localize_heads(attn: nn.Module, tp: int) -> None:
+    """Tell diffusers' processor how many heads this rank holds: it unflattens by ``heads``."""
+    attn.heads //= tp
+    attn.inner_dim //= tp
+    attn.kv_inner_dim //= tp
+
+
+def _check_plain_wan(model: WanTransformer3DModel) -> None:
+    """The split assumes an unsharded text-to-video Wan with separate q/k/v projections."""
+    swapped = [m for b in model.blocks for m in (b.attn1.to_q, b.ffn.net[2])
+               if type(m) is not nn.Linear]
+    if swapped or any(hasattr(p, "placements") for p in model.parameters()):  # DTensor params
+        raise ValueError("the model is already tensor-parallel (sharded layers or DTensor "
+                         "parameters found): build a fresh model to parallelize it again")
+    for i, block in enumerate(model.blocks):
+        for name in ("attn1", "attn2"):
+            attn = getattr(block, name)
+            if getattr(attn, "fused_projections", False):
+                raise ValueError(f"blocks[{i}].{name} has fused projections; call "
+                                 "model.unfuse_qkv_projections() before parallelize_wan")
+            if attn.add_k_proj is not None:
+                raise ValueError("image-conditioned (I2V) Wan blocks are not supported by "
+                                 "parallelize_wan")
+
+
+def sharded_param_names(model: nn.Module) -> list[str]:
+    """Names of the parameters that TP splits 1/tp per rank (weights of the 14 split layers
+    per block, column biases, q/k norm weights); every other parameter is replicated."""
+    split = {"to_q", "to_k", "to_v", "norm_q", "norm_k", "proj"}
+    out = []
+    for name, _ in model.named_parameters():
+        parts = name.split(".")
+        if parts[0] != "blocks":
+            continue
+        layer, kind = parts[-2], parts[-1]
+        if layer in split or (kind == "weight" and parts[-3:-1] in (["to_out", "0"],
+                                                                    ["net", "2"])):
+            out.append(name)
+    return out
+
+
+def expected_tp_param_count(model: nn.Module, tp: int) -> int:
+    """Parameters one TP rank holds after ``parallelize_wan``, from the unsharded ``model``."""
+    split = set(sharded_param_names(model))
+    return sum(p.numel() // tp if n in split else p.numel() for n, p in model.named_parameters())
+
+
+def local_param_count(model: nn.Module) -> int:
+    """Parameters this rank holds in memory: a DTensor parameter counts its local shard only
+    (its ``numel()`` is the global size)."""
+    return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+               for p in model.parameters())
+
+
+def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
+    """``torch.compile(fullgraph=True)`` each block in place (``nn.Module.compile``).
+
+    Per block rather than the whole forward: the blocks are alike, so after the first one
+    compiles the others reuse its code or Inductor's cached kernels, and a compile costs
+    seconds, not a minute. ``fullgraph=True`` turns any graph break into an error.
+    """
+    staged = [m for m in model.modules() if getattr(m, "staged", False)]
+    if staged:
+        raise ValueError("compile_blocks: the model's collectives are staged through host "
+                         "buffers (ranks sharing a GPU over gloo); a compiled graph cannot "
+                         "hold those copies. Run it eagerly, or give each rank a GPU (NCCL)")
+    compile_kwargs.setdefault("fullgraph", True)
+    for block in model.blocks:
+        block.compile(**compile_kwargs)
+    return model
+
+
+__all__ = ["TP_TOL", "TP_TOL_BY_DTYPE", "check_tp_degree", "compile_blocks",
+           "expected_tp_param_count", "local_param_count", "parallelize_wan",
+           "sharded_param_names"]

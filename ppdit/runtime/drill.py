@@ -1,0 +1,115 @@
+"""Fire drills: start a real multi-rank run in its own session, signal it, and watch who is left.
+
+What a learner does to a notebook most often is interrupt a cell (SIGINT) or restart the
+kernel (SIGTERM, then SIGKILL if the kernel is busy). ``signal_drill`` does the same to a
+command line run, from the outside, and reports what happened: how long until every process
+of the run was gone, what the run printed, and which processes (if any) were left behind.
+The tests and lesson 00 use it; it needs Linux's ``/proc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+STEP_SPLIT = ("-m", "ppdit", "step-split", "--requests", "400")
+MARK = "PPDIT_DRILL"  # an environment variable every process of a drilled run inherits
+
+
+@dataclass
+class DrillResult:
+    """What a signal did to a run."""
+
+    signal: str
+    ranks_seen: int  # rank processes running when the signal was sent
+    ended_s: float  # from the signal until no process of the run was left (or the limit)
+    leftovers: list[str]  # "pid cmdline" of processes still there at the limit
+    returncode: int | None  # the run's main process (negative: killed by that signal)
+    output: str  # what the main process printed (stdout and stderr)
+
+    @property
+    def clean(self) -> bool:
+        """Every process of the run ended."""
+        return not self.leftovers
+
+
+def marked_processes(token: str) -> dict[int, str]:
+    """pid -> command line of every live (not zombie) process whose environment carries
+    ``PPDIT_DRILL=token``: the run and everything it started, whatever session or process
+    group they moved to (torchrun starts each worker in a session of its own)."""
+    out, mark = {}, f"{MARK}={token}".encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            env = (proc / "environ").read_bytes().split(b"\0")
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and mark in env:
+            out[int(proc.name)] = cmd.strip()
+    return out
+
+
+def _ranks(procs: dict[int, str], main_pid: int) -> int:
+    """Rank processes: spawned children, or the workers torchrun starts (``python -m ...``)."""
+    return sum(("spawn_main" in c or " -m " in c) and "resource_tracker" not in c
+               and "torch.distributed.run" not in c for p, c in procs.items() if p != main_pid)
+
+
+def signal_drill(sig: signal.Signals, *, command: tuple[str, ...] = STEP_SPLIT, ranks: int = 2,
+                 limit_s: float = 10.0, start_limit_s: float = 120.0,
+                 busy_s: float = 1.5, cwd: str | Path | None = None) -> DrillResult:
+    """Run ``python *command`` in a new session; once ``ranks`` rank processes run (and have
+    had ``busy_s`` to get busy), send ``sig`` to the main process only, as Jupyter does; then
+    wait up to ``limit_s`` for every process of the run to end."""
+    token = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", MARK: token}
+    proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=cwd)
+    try:
+        deadline = time.monotonic() + start_limit_s
+        while _ranks(marked_processes(token), proc.pid) < ranks:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the run never had {ranks} ranks running:\n"
+                                   f"{proc.communicate()[0].decode(errors='replace')}")
+            time.sleep(0.1)
+        time.sleep(busy_s)
+        seen = _ranks(marked_processes(token), proc.pid)
+        start = time.monotonic()
+        proc.send_signal(sig)
+        left = _wait_empty(proc, token, start + limit_s)
+        ended = time.monotonic() - start
+        output = proc.communicate(timeout=5)[0].decode(errors="replace")
+    finally:
+        _kill_all(token)
+    return DrillResult(sig.name, seen, ended, [f"{p} {c}" for p, c in left.items()],
+                       proc.returncode, output)
+
+
+def _wait_empty(proc: subprocess.Popen, token: str, deadline: float) -> dict[int, str]:
+    """Reap the main process as soon as it exits; wait until no process of the run is left."""
+    while time.monotonic() < deadline:
+        proc.poll()
+        left = marked_processes(token)
+        if not left:
+            return {}
+        time.sleep(0.05)
+    proc.poll()
+    return marked_processes(token)
+
+
+def _kill_all(token: str) -> None:
+    """Whatever a failed drill left: SIGKILL it, so one drill never leaks into the next."""
+    for pid in marked_processes(token):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+__all__ = ["STEP_SPLIT", "DrillResult", "marked_processes", "signal_drill"]

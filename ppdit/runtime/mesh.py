@@ -1,0 +1,124 @@
+"""How ranks are arranged (``ParallelDims``) and the process groups each rank talks on.
+
+A world of ranks is laid out as ``dp x pp x tp`` (torchtitan's ``ParallelDims``, minus what an
+inference repo does not need), optionally after ``first_rank`` ranks that stand outside it (the
+bring-up system's controller, rank 0)::
+
+    rank = first_rank + (dp_rank * pp + pp_rank) * tp + tp_rank
+
+    dp = 1, pp = 2, tp = 2:      TP group (all-reduces every block)
+        stage 0:   rank 0  ==  rank 1
+                     |           |        PP groups {0, 2} and {1, 3}: each TP rank hands the
+        stage 1:   rank 2  ==  rank 3     latent to its counterpart in the next stage
+
+TP gets the closest ranks (consecutive ranks: on a GPU node, NVLink neighbours) because it
+talks every block; PP talks once per handoff; dp (independent replicas) never talks.
+
+``dist.new_group`` is itself a collective over the whole world, so *every* rank creates *every*
+group in the same order, including groups it is not a member of (``build_groups`` does), then
+keeps its own. This module is the only place ppdit creates groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """A ``dp x pp x tp`` arrangement of ``world_size`` ranks, validated when made."""
+
+    pp: int  # pipeline stages
+    tp: int  # ranks per stage: one tensor-parallel group each
+    world_size: int  # must be first_rank + dp * pp * tp
+    dp: int = 1  # independent replicas of the whole pipeline
+    first_rank: int = 0  # ranks below this one are outside the arrangement (a controller)
+
+    def __post_init__(self) -> None:
+        if min(self.pp, self.tp, self.dp) < 1 or self.first_rank < 0:
+            raise ValueError(f"dp={self.dp}, pp={self.pp} and tp={self.tp} must be >= 1 and "
+                             f"first_rank={self.first_rank} >= 0")
+        if self.first_rank + self.dp * self.pp * self.tp != self.world_size:
+            raise ValueError(
+                f"first_rank + dp x pp x tp must equal the world size: {self.first_rank} + "
+                f"{self.dp} x {self.pp} x {self.tp} = "
+                f"{self.first_rank + self.dp * self.pp * self.tp}, but world_size = "
+                f"{self.world_size}")
+
+    def coords(self, rank: int) -> tuple[int, int, int] | None:
+        """(dp_rank, pp_rank, tp_rank) of a global rank, or None if it stands outside."""
+        local = rank - self.first_rank
+        if not 0 <= local < self.dp * self.pp * self.tp:
+            return None
+        replica, rest = divmod(local, self.pp * self.tp)
+        return (replica, *divmod(rest, self.tp))
+
+    def rank_of(self, dp_rank: int, pp_rank: int, tp_rank: int) -> int:
+        """The global rank at these coordinates."""
+        return self.first_rank + (dp_rank * self.pp + pp_rank) * self.tp + tp_rank
+
+    def tp_ranks(self, dp_rank: int, pp_rank: int) -> list[int]:
+        """Global ranks of one stage's TP group."""
+        return [self.rank_of(dp_rank, pp_rank, j) for j in range(self.tp)]
+
+    def pp_ranks(self, dp_rank: int, tp_rank: int) -> list[int]:
+        """Global ranks of one pipeline (a TP rank and its counterparts in every stage)."""
+        return [self.rank_of(dp_rank, s, tp_rank) for s in range(self.pp)]
+
+
+@dataclass(frozen=True)
+class RankGroups:
+    """One rank's place in a ``ParallelDims`` arrangement and the groups it talks on."""
+
+    rank: int
+    dp_rank: int
+    pp_rank: int  # stage index
+    tp_rank: int  # index inside the stage's TP group
+    tp_group: dist.ProcessGroup | None  # this stage's ranks (None when tp == 1)
+    pp_group: dist.ProcessGroup | None  # this rank's pipeline (None: use the default group)
+    prev_rank: int | None  # global rank of the counterpart in the previous stage
+    next_rank: int | None  # ... in the next stage
+    first_stage_rank: int  # the counterpart in stage 0 (credits go back to it)
+    last_stage_rank: int  # ... in the last stage
+
+    @property
+    def is_first_stage(self) -> bool:
+        return self.prev_rank is None
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.next_rank is None
+
+
+def build_groups(dims: ParallelDims, rank: int) -> RankGroups | None:
+    """Create every TP and PP group on every rank in the same order; return this rank's.
+
+    Call it on every rank of the world (also ranks outside the arrangement, which get
+    ``None``; an arrangement smaller than the world leaves the ranks above it idle, as when a
+    1-stage plan runs beside a 2-stage one). With tp == 1 no TP group is made; with a single
+    pipeline starting at rank 0, P2P uses the default group and no PP group is made either.
+    """
+    if dist.get_world_size() < dims.world_size:
+        raise ValueError(f"{dims} needs {dims.world_size} ranks, but the process group has "
+                         f"{dist.get_world_size()}")
+    stages = [(d, s) for d in range(dims.dp) for s in range(dims.pp)]
+    pipes = [(d, j) for d in range(dims.dp) for j in range(dims.tp)]
+    tp_groups = ({ds: dist.new_group(dims.tp_ranks(*ds)) for ds in stages}
+                 if dims.tp > 1 else {})
+    one_pipeline = dims.first_rank == 0 and dims.dp == 1 and dims.tp == 1
+    pp_groups = ({} if one_pipeline or dims.pp == 1 else
+                 {dj: dist.new_group(dims.pp_ranks(*dj)) for dj in pipes})
+    coords = dims.coords(rank)
+    if coords is None:
+        return None
+    d, s, j = coords
+    return RankGroups(
+        rank, d, s, j, tp_groups.get((d, s)), pp_groups.get((d, j)),
+        dims.rank_of(d, s - 1, j) if s > 0 else None,
+        dims.rank_of(d, s + 1, j) if s < dims.pp - 1 else None,
+        dims.rank_of(d, 0, j), dims.rank_of(d, dims.pp - 1, j))
+
+
+__all__ = ["ParallelDims", "RankGroups", "build_groups"]

@@ -1,0 +1,169 @@
+"""Several plans side by side in one launch, interleaved round by round: the one harness every
+layout's comparisons use.
+
+Why interleave: the speed of a shared machine drifts by tens of percent within a minute (two
+busy ranks on two cores slow each other; a GPU node has neighbours). Plan A measured now and
+plan B a minute later compare the machine's moods, not the plans. Running every plan in the
+same processes, round k starting at plan k mod n (A B, B A, ...), makes a slow minute slow all
+of them, so per-round ratios mean something and the spread over rounds says how much.
+
+The parts:
+
+* a ``Runner`` subclass says what one layout does on one rank: ``prepare`` (before the process
+  group exists: build the model), ``takes_part(i)`` (a smaller plan leaves ranks idle),
+  ``warm_up(i)``, ``run(i, tracer)`` (one round of plan i; its return value is kept),
+  ``result(i)`` (anything to report once, after all rounds) and ``close``;
+* ``rounds_worker`` is every rank's loop: align clocks at a barrier, run plan i where it
+  takes part, keep the output and the trace;
+* ``run_side_by_side`` is the caller's side: one launch (one thread per rank unless told
+  otherwise: a speedup measured with more threads than cores measures the OS scheduler), then
+  each plan's traces merged round by round.
+
+Under ``torchrun`` the same call gathers every rank's results to rank 0 and returns ``None``
+on the other ranks (see ``ppdit.runtime.launch.launch``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ppdit.runtime.launch import launch
+from ppdit.runtime.rank import RankContext
+from ppdit.runtime.trace import RankTrace, Rounds, Trace, Tracer, merge
+
+
+def interleaved(rounds: int, num_plans: int) -> list[tuple[int, int]]:
+    """(round, plan) in execution order: round k runs plans k, k+1, ... (mod n). Zero rounds
+    is allowed: warm-up and results only (a check that times nothing)."""
+    if rounds < 0:
+        raise ValueError(f"rounds={rounds} must be >= 0")
+    return [(k, (k + j) % num_plans) for k in range(rounds) for j in range(num_plans)]
+
+
+class Runner:
+    """What one layout does on one rank for each of its plans (override what you need)."""
+
+    @staticmethod
+    def prepare(rank: int, world_size: int, plans: tuple) -> Any:
+        """Runs before ``init_process_group``: build models here. Becomes ``ctx.prepared``."""
+        return None
+
+    def __init__(self, ctx: RankContext, plans: tuple):
+        self.ctx, self.plans = ctx, plans
+
+    def takes_part(self, i: int) -> bool:
+        """Whether this rank runs plan ``i`` (the others wait at the round's barrier)."""
+        return True
+
+    def warm_up(self, i: int) -> None:
+        """Untimed work before the first round (allocator, kernel choice, compiles)."""
+
+    def run(self, i: int, tracer: Tracer) -> Any:
+        """One round of plan ``i``; the return value is kept per round."""
+        raise NotImplementedError
+
+    def result(self, i: int) -> Any:
+        """Reported once per plan after the last round (default: nothing)."""
+        return None
+
+    def close(self) -> None:
+        """Release what must go before the process group does (CUDA graphs, groups)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every rank runs: a ``Runner`` class, its plans, and how many rounds (picklable)."""
+
+    runner: type[Runner]
+    plans: tuple
+    rounds: int = 1
+
+
+@dataclass
+class RankRounds:
+    """One rank's record of a job: per plan, its outputs and traces round by round."""
+
+    rank: int
+    took_part: list[bool]
+    outputs: list[list[Any]]
+    traces: list[list[RankTrace]]
+    results: list[Any]
+    boot_ns: dict[str, int] = field(default_factory=dict)
+
+
+def prepare_job(rank: int, world_size: int, job: Job) -> Any:
+    """The launcher's ``setup`` hook: the runner's ``prepare``."""
+    return job.runner.prepare(rank, world_size, job.plans)
+
+
+def rounds_worker(ctx: RankContext, job: Job) -> RankRounds:
+    """Every rank: warm up each plan it takes part in, then run the interleaved rounds."""
+    runner = job.runner(ctx, job.plans)
+    n = len(job.plans)
+    try:
+        took_part = [runner.takes_part(i) for i in range(n)]
+        for i in range(n):
+            if took_part[i]:
+                runner.warm_up(i)
+        out = RankRounds(ctx.rank, took_part, [[] for _ in range(n)], [[] for _ in range(n)],
+                         [None] * n, {**ctx.boot_ns, "warm-up": time.perf_counter_ns()})
+        for _, i in interleaved(job.rounds, n):
+            tracer = Tracer(ctx.rank, ctx.placement)
+            tracer.align()  # a barrier: every plan starts with every rank ready
+            if took_part[i]:
+                out.outputs[i].append(runner.run(i, tracer))
+                out.traces[i].append(tracer.finish())
+        out.results = [runner.result(i) if took_part[i] else None for i in range(n)]
+    finally:
+        runner.close()
+    return out
+
+
+@dataclass
+class PlanRuns(Rounds):
+    """One plan's side of a side-by-side run."""
+
+    traces: list[Trace]  # one merged timeline per round
+    outputs: dict[int, list[Any]]  # rank -> its outputs, round by round (ranks that took part)
+    results: dict[int, Any]  # rank -> its ``Runner.result``
+    boot_ns: dict[int, dict[str, int]]  # rank -> start-up stamps (see runtime.trace.boot_trace)
+
+    def last(self) -> dict[int, Any]:
+        """Each rank's output of the last round."""
+        return {r: outs[-1] for r, outs in self.outputs.items()}
+
+
+def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_size: int,
+                     rounds: int = 1, **launch_kwargs) -> dict[str, PlanRuns] | None:
+    """Run every plan ``rounds`` times in one launch of ``world_size`` ranks, interleaved.
+
+    Returns the plans' runs by name (``None`` on a torchrun rank other than 0).
+    ``launch_kwargs`` go to ``launch``; ranks get one thread each unless
+    ``threads_per_rank`` says otherwise.
+    """
+    if not plans:
+        raise ValueError("run_side_by_side needs at least one plan")
+    interleaved(rounds, len(plans))  # validates rounds
+    launch_kwargs.setdefault("threads_per_rank", 1)
+    job = Job(runner, tuple(plans.values()), rounds)
+    per_rank = launch(rounds_worker, world_size, args=(job,), setup=prepare_job, **launch_kwargs)
+    return None if per_rank is None else collect(list(plans), per_rank, rounds)
+
+
+def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[str, PlanRuns]:
+    """Every rank's ``RankRounds`` -> each plan's runs, traces merged round by round."""
+    out = {}
+    for i, name in enumerate(names):
+        mine = [r for r in per_rank if r.took_part[i]]
+        traces = [merge([r.traces[i][k] for r in mine]) for k in range(rounds)]
+        out[name] = PlanRuns(traces, {r.rank: r.outputs[i] for r in mine},
+                             {r.rank: r.results[i] for r in mine},
+                             {r.rank: r.boot_ns for r in mine})
+    return out
+
+
+__all__ = ["Job", "PlanRuns", "RankRounds", "Runner", "collect", "interleaved", "prepare_job",
+           "rounds_worker", "run_side_by_side"]

@@ -1,0 +1,209 @@
+"""The claims ledger: headline claims of the documents ppdit grew from, and what its notebooks
+measured when they reproduced them in miniature.
+
+A notebook cell calls ``record(claim_id, measured=..., checks=[...])`` with the numbers it just
+computed; that writes ``notebooks/claims/<claim_id>.json``. Each ``Check`` compares one measured
+quantity with what the claim predicts, within a stated tolerance, on a simulated clock or on
+live ranks; the **verdict** is computed from the checks, never set by hand:
+
+* "reproduced live": every check holds, and at least one ran on live ranks;
+* "reproduced in simulation": the simulated checks hold, the live ones (if any) do not;
+* "not reproduced": a check that decides it fails;
+* "not reproducible here, because ...": the cell says why (``reproducible_here=False``);
+* "unchecked": recorded without checks (the tests refuse that in a committed record).
+
+The book's ledger page is generated from those files (``ledger_markdown``), so the page cannot
+drift from what the cells measured. A claim no notebook has recorded yet is listed as pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPORT = "Earlier step-split experiment report (SVD, 7x RTX A5000)"
+GUIDE = "Bring-up study guide (PP0 -> PP1)"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim as a source states it, and where ppdit reproduces it."""
+
+    claim_id: str
+    source: str
+    text: str
+    notebook: str  # notebook file stem that records it
+    section: str  # heading of the section that reproduces it
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("report-handoff", REPORT,
+          "Each handoff between pipeline ranks costs about 0.5 s (total time grows ~0.5 s "
+          "per added handoff).", "01_step_split_pp", "3. Reproduced, and taken apart"),
+    Claim("report-cold-step", REPORT,
+          "Each rank's first step takes 700-900 ms against 140-180 ms for later steps.",
+          "01_step_split_pp", "4. Where a step's time goes: the cold first step"),
+    Claim("report-divisible", REPORT,
+          "Steps are distributed evenly; total steps must be divisible by the rank count.",
+          "01_step_split_pp", "1. The idea"),
+    Claim("filling", REPORT,
+          "Pipeline filling over multiple samples is the route to throughput (recommended, not "
+          "measured); ideal R P / (R + P - 1).", "02_pipeline_filling",
+          "2. Measured: throughput against the number of requests"),
+    Claim("stream-batch", "StreamDiffusion (Kodaira et al., 2023)",
+          "Stream Batch (batching denoising steps of different frames) raises throughput over "
+          "processing them one by one.", "02_pipeline_filling",
+          "4. The baselines a pipeline must beat"),
+    Claim("bubble-gpipe", "GPipe / pipeline scheduling theory",
+          "The bubble of P stages and M micro-batches is (P - 1)/(M + P - 1).",
+          "03_layer_split_pp", "4. The bubble: formula, simulated clock, live ranks"),
+    Claim("bubble-interleaved", "Megatron-LM interleaved schedule (Narayanan et al., 2021)",
+          "V virtual stages per rank shrink the bubble to (P - 1)/(V M + P - 1).",
+          "03_layer_split_pp", "5. Interleaving: V chunks per rank"),
+    Claim("funcol-compile", GUIDE,
+          "Moving tensor-parallel all-reduces to functional collectives kept torch.compile's "
+          "graphs whole: 9.6 -> 24.5 FPS.", "04_tensor_parallel_funcol",
+          "6. Eager against compiled"),
+    Claim("vae-first-frame", "Streaming video decoders (StreamDiffusionV2, LightX2V)",
+          "A causal VAE decoded chunk by chunk delivers its first frames long before a full "
+          "decode finishes.", "06_streaming_vae",
+          "3. What streaming buys: time to first frame, and memory"),
+    Claim("cocodiff-v-first", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
+          "Issuing V's all-to-all first hides it behind Q/K normalisation and RoPE.",
+          "12_sequence_parallel", "4. V-first on a timeline"),
+)
+
+
+WHERE = ("simulation", "live")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One measured quantity against the claim's prediction, within a tolerance.
+
+    Holds when ``|measured - expected| <= abs_tol + rel_tol * |expected|`` (with
+    ``at_least=True``: when ``measured >= expected - abs_tol``, for claims of the form "at least
+    x"; with ``at_most=True`` the mirror image).
+    """
+
+    name: str  # what was measured, e.g. "live bubble, P=2, M=8, flushed"
+    measured: float
+    expected: float
+    where: str  # "simulation" or "live"
+    abs_tol: float = 0.0
+    rel_tol: float = 0.0
+    at_least: bool = False
+    at_most: bool = False
+
+    def __post_init__(self) -> None:
+        if self.where not in WHERE:
+            raise ValueError(f"where={self.where!r} is not one of {WHERE}")
+        if self.at_least and self.at_most:
+            raise ValueError("a check is at_least, at_most, or two-sided, not both")
+
+    def holds(self) -> bool:
+        """Whether the measurement agrees with the prediction within the tolerance."""
+        slack = self.abs_tol + self.rel_tol * abs(self.expected)
+        if self.at_least:
+            return self.measured >= self.expected - slack
+        if self.at_most:
+            return self.measured <= self.expected + slack
+        return abs(self.measured - self.expected) <= slack
+
+    def describe(self) -> str:
+        """"live bubble: 0.24 vs 0.11 (tolerance 0.05): outside"."""
+        sign = ">= " if self.at_least else "<= " if self.at_most else ""
+        tol = self.abs_tol + self.rel_tol * abs(self.expected)
+        return (f"{self.name}: {self.measured:.4g} vs {sign}{self.expected:.4g} (tolerance "
+                f"{tol:.2g}, {self.where}): {'holds' if self.holds() else 'outside'}")
+
+
+def verdict(checks: list[Check], reproducible_here: bool = True, why_not: str = "") -> str:
+    """The ledger's verdict, computed from the checks (see the module docstring)."""
+    if not reproducible_here:
+        return f"not reproducible here, because {why_not}"
+    if not checks:
+        return "unchecked: recorded without checks"
+    sim = [c.holds() for c in checks if c.where == "simulation"]
+    live = [c.holds() for c in checks if c.where == "live"]
+    if live and all(live) and all(sim):
+        return "reproduced live"
+    if sim and all(sim):
+        return "reproduced in simulation"
+    return "not reproduced"
+
+
+def claims_dir() -> Path:
+    """``$PPDIT_CLAIMS_DIR``, else the repository's ``notebooks/claims`` (editable install),
+    else ``./claims``."""
+    if os.environ.get("PPDIT_CLAIMS_DIR"):
+        return Path(os.environ["PPDIT_CLAIMS_DIR"])
+    repo_notebooks = Path(__file__).resolve().parents[2] / "notebooks"
+    return repo_notebooks / "claims" if repo_notebooks.is_dir() else Path("claims")
+
+
+def record(claim_id: str, measured: str, *, checks: list[Check] | None = None,
+           reproducible_here: bool = True, why_not: str = "",
+           values: dict | None = None) -> str:
+    """Store what a cell measured for a claim (a sentence with its numbers, the checks that
+    decide it, raw values) and return the computed verdict, for the cell to print."""
+    known = {c.claim_id for c in CLAIMS}
+    if claim_id not in known:
+        raise ValueError(f"unknown claim {claim_id!r}: choose one of {sorted(known)}")
+    if not reproducible_here and not why_not:
+        raise ValueError("a claim that cannot be reproduced here needs why_not=...")
+    checks = list(checks or [])
+    decided = verdict(checks, reproducible_here, why_not)
+    path = claims_dir() / f"{claim_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"claim_id": claim_id, "measured": measured,
+                                "verdict": decided, "checks": [asdict(c) for c in checks],
+                                "reproducible_here": reproducible_here, "why_not": why_not,
+                                "values": values or {}}, indent=2) + "\n")
+    return decided
+
+
+def recorded_verdict(rec: dict) -> str:
+    """A stored record's verdict, recomputed from its stored checks (so a file edited by hand
+    cannot claim more than its numbers show)."""
+    checks = [Check(**c) for c in rec.get("checks", [])]
+    return verdict(checks, rec.get("reproducible_here", True), rec.get("why_not", ""))
+
+
+def load(directory: Path | None = None) -> dict[str, dict]:
+    """Every recorded claim, by id."""
+    directory = directory or claims_dir()
+    return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+
+
+def ledger_markdown(directory: Path | None = None, notebook_prefix: str = "notebooks/") -> str:
+    """The ledger as a Markdown page: one row per claim, its source, where it is reproduced,
+    what was measured there (or why it cannot be here), and pending rows for the rest."""
+    data = load(directory)
+    lines = [
+        "# Claims ledger",
+        "",
+        "Headline claims of the documents ppdit grew from, each reproduced in miniature by a",
+        "notebook cell on a CPU. The *measured* column is written by that cell when the",
+        "notebook runs (`ppdit.teaching.claims.record`); this page is generated from those files.",
+        "",
+        "| claim | source | reproduced in | measured here | verdict |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    notebooks = claims_dir().parent if directory is None else Path(directory).parent
+    for c in CLAIMS:
+        rec = data.get(c.claim_id)
+        if (notebooks / f"{c.notebook}.ipynb").exists():
+            where = f"[{c.notebook}]({notebook_prefix}{c.notebook}.ipynb)"
+        else:
+            where = f"{c.notebook} (not written yet)"
+        if c.section:
+            where += f", §{c.section.split('.')[0]}"
+        if rec is None:
+            measured, decided = "*pending: no notebook has recorded it yet*", "pending"
+        else:
+            measured, decided = rec["measured"], recorded_verdict(rec)
+        lines.append(f"| {c.text} | {c.source} | {where} | {measured} | **{decided}** |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,46 @@
+"""Numbers as a lesson quotes them: a median with its spread, never a lone figure.
+
+A timing on a shared machine is a distribution, not a number. Every measured time or ratio a
+notebook prints goes through these helpers, so each sentence carries the median, the range and
+how many interleaved rounds they come from: "12.3 ms (11.8-13.1, 5 rounds)".
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
+
+
+def spread(values_s: Sequence[float], unit: str = "ms", digits: int = 1) -> str:
+    """Seconds as "median unit (min-max, n rounds)"; one value prints as itself."""
+    if unit not in UNITS:
+        raise ValueError(f"unit={unit!r} is not one of {sorted(UNITS)}")
+    if not values_s:
+        raise ValueError("spread() needs at least one measurement")
+    k = UNITS[unit]
+    med, lo, hi = statistics.median(values_s) * k, min(values_s) * k, max(values_s) * k
+    if len(values_s) == 1:
+        return f"{med:.{digits}f} {unit} (1 round)"
+    return f"{med:.{digits}f} {unit} ({lo:.{digits}f}-{hi:.{digits}f}, {len(values_s)} rounds)"
+
+
+def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
+    """Per-round ratios num_k / den_k: rounds share the machine's mood, so ratios of the same
+    round are what an interleaved measurement compares."""
+    if len(num) != len(den) or not num:
+        raise ValueError(f"ratios need rounds of equal count, got {len(num)} and {len(den)}")
+    return [a / b for a, b in zip(num, den, strict=True)]
+
+
+def ratio_spread(num: Sequence[float], den: Sequence[float], digits: int = 2) -> str:
+    """"1.66x (1.58-1.71, 3 rounds)": the median of per-round ratios, with their range."""
+    r = ratios(num, den)
+    med = statistics.median(r)
+    if len(r) == 1:
+        return f"{med:.{digits}f}x (1 round)"
+    return f"{med:.{digits}f}x ({min(r):.{digits}f}-{max(r):.{digits}f}, {len(r)} rounds)"
+
+
+__all__ = ["UNITS", "ratio_spread", "ratios", "spread"]

@@ -1,0 +1,2 @@
+"""Wan's causal video VAE: ``presets`` (tiny random ones, the real config), ``streaming``
+(chunk-by-chunk decode that equals the full decode), ``measure`` (time to first frame, memory)."""

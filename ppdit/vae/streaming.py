@@ -1,0 +1,228 @@
+"""Streaming causal decode of the Wan 2.1 VAE (``diffusers.AutoencoderKLWan``), and its reference.
+
+Why streaming works: every temporal convolution in Wan's decoder is *causal* (output frame t
+reads frames t-2..t only), so the decoder can run one latent frame at a time if each causal conv
+keeps the last ``CACHE_T = 2`` frames of its input from the call before. diffusers does exactly
+that inside ``AutoencoderKLWan._decode`` — a loop over latent frames with a list of cached
+features (``feat_cache``) and a cursor into it (``feat_idx``) — but it starts from an empty cache
+(``clear_cache``) on every ``decode`` call, so nothing streams *across* calls.
+``StreamingDecoder`` owns its own cache list and feeds the same ``vae.decoder`` with it::
+
+    latent frames   z0 │ z1      z2      z3        (one push per chunk; the first is z0 alone)
+    pixel frames    x0 │ x1..x4  x5..x8  x9..x12   1 + 4·(F − 1) frames for F latent frames
+    feat_cache      [c_0, c_1, ..., c_{N-1}]      one slot per causal conv: its last 2 inputs
+
+Frame arithmetic: Wan's decoder upsamples time twice by 2 (``temperal_downsample`` reversed), but
+the very first latent frame is an image: the temporal upsamplers skip it (their cache slot is
+marked ``"Rep"``), so it decodes to **one** frame, and every later latent frame to **4**. A first
+chunk of several frames would skip the upsampling for all of them and come out too short — so
+the first push after a start or ``reset()`` must be exactly one latent frame; later pushes may
+carry any number of frames.
+
+Equality: pushing one latent frame at a time runs the very kernels ``decode`` runs, on the same
+inputs: bitwise equal to ``decode_full``. A chunk of k > 1 frames runs each conv over k frames at
+once (fewer, larger kernels: faster, on GPUs especially); the math is the same but the summation
+order inside the convolutions is not, so it agrees to rounding (``CHUNKED_TOL`` in the tests).
+
+The VAE presets (a tiny CPU one, the real Wan 2.1 config) live in ``ppdit.vae.presets`` and are
+re-exported here; measurements in ``ppdit.vae.measure``, pictures in ``ppdit.viz.vae``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from diffusers import AutoencoderKLWan
+from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
+
+from ppdit.vae.presets import VAE_PRESETS, VAEPreset, build_vae, get_vae_preset
+
+
+def temporal_factor(vae: AutoencoderKLWan) -> int:
+    """Pixel frames per latent frame after the first, read from the VAE's config."""
+    return 2 ** sum(vae.config.temperal_downsample)
+
+
+def output_frames(latent_frames: int, factor: int = 4) -> int:
+    """Pixel frames decoded from ``latent_frames`` latent frames: ``1 + factor·(F − 1)``."""
+    if latent_frames < 1:
+        raise ValueError(f"latent_frames={latent_frames} must be >= 1")
+    return 1 + factor * (latent_frames - 1)
+
+
+def denormalize(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
+    """DiT latents -> VAE latents: ``z · std + mean`` per channel, as Wan's pipeline does
+    before ``decode``. Elementwise, so it commutes with chunking (bitwise)."""
+    shape = (1, vae.config.z_dim, 1, 1, 1)
+    mean = torch.tensor(vae.config.latents_mean, dtype=latents.dtype).view(shape)
+    std = torch.tensor(vae.config.latents_std, dtype=latents.dtype).view(shape)
+    return latents * std.to(latents.device) + mean.to(latents.device)
+
+
+@torch.no_grad()
+def decode_full(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
+    """The reference: diffusers' own ``decode`` of the whole latent at once, (B, 3, T, H, W).
+
+    Nothing comes out before every latent frame exists and is decoded: the first frame costs
+    as much latency as the last. Pixels are clamped to [-1, 1] (diffusers does it).
+    """
+    if vae.use_tiling:
+        raise ValueError("decode_full is the untiled reference: call vae.disable_tiling() first")
+    return vae.decode(latents, return_dict=False)[0]
+
+
+def iter_chunks(latents: torch.Tensor, chunk_frames: int) -> Iterator[torch.Tensor]:
+    """A stream's pushes: the first latent frame alone, then ``chunk_frames`` at a time (the
+    last chunk may be shorter). Views, no copies."""
+    if chunk_frames < 1:
+        raise ValueError(f"chunk_frames={chunk_frames} must be >= 1")
+    yield latents[:, :, :1]
+    for start in range(1, latents.shape[2], chunk_frames):
+        yield latents[:, :, start:start + chunk_frames]
+
+
+def decode_streaming(vae: AutoencoderKLWan, latents: torch.Tensor, chunk_frames: int = 1,
+                     **kwargs) -> torch.Tensor:
+    """Push ``latents`` through a fresh ``StreamingDecoder`` and concatenate what comes out."""
+    with StreamingDecoder(vae, **kwargs) as decoder:
+        return torch.cat([decoder.push(c) for c in iter_chunks(latents, chunk_frames)], dim=2)
+
+
+@dataclass
+class _StreamState:
+    """What one stream carries between pushes (dropped by ``reset``)."""
+
+    cache: list  # one entry per causal conv: None, "Rep" (first frame seen) or (B, C, <=2, h, w)
+    latent_frames: int = 0  # latent frames pushed so far
+    frames_out: int = 0  # pixel frames returned so far
+    geometry: tuple[int, int, int] | None = None  # (B, H, W) of the stream, fixed at first push
+
+
+class StreamingDecoder:
+    """Decode a latent video chunk by chunk, keeping Wan's causal feature cache across pushes.
+
+    ``push(chunk)`` returns the pixel frames that chunk completes; concatenated over a stream
+    they equal ``decode_full`` of the concatenated latents (bitwise with one frame per push).
+    ``reset()`` starts a new stream (a hard cut: nothing of the old one leaks into the new);
+    ``close()`` frees the cache and makes later pushes an error. The VAE is only read: several
+    decoders may share one VAE, and ``decode_full`` on it is unaffected.
+    """
+
+    def __init__(self, vae: AutoencoderKLWan, *, denormalize_latents: bool = False):
+        if vae.config.patch_size is not None or vae.config.is_residual:
+            raise ValueError("StreamingDecoder follows the Wan 2.1 VAE (is_residual=False, "
+                             f"patch_size=None); got is_residual={vae.config.is_residual}, "
+                             f"patch_size={vae.config.patch_size}")
+        if vae.use_tiling:
+            raise ValueError("StreamingDecoder decodes untiled: call vae.disable_tiling() first")
+        self.vae = vae
+        self.denormalize_latents = denormalize_latents
+        self.factor = temporal_factor(vae)
+        self.num_slots = sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules())
+        param = next(vae.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self._closed = False
+        self._state = _StreamState(cache=[None] * self.num_slots)
+
+    # -- the stream -------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def push(self, chunk: torch.Tensor) -> torch.Tensor:
+        """Decode the next latent frames (B, z_dim, F, H, W) -> pixels (B, 3, T, H', W').
+
+        T is 1 for the first push (F must be 1) and ``4·F`` after it. The chunk is moved to the
+        VAE's device and dtype (a chunk that arrived over P2P may live on the CPU).
+        """
+        state = self._check(chunk)
+        first = state.latent_frames == 0
+        z = chunk.to(device=self.device, dtype=self.dtype)
+        if self.denormalize_latents:
+            z = denormalize(self.vae, z)
+        x = self.vae.post_quant_conv(z)  # 1x1x1 conv: per frame, so slicing it is exact
+        # feat_idx is the cursor into the cache: every causal conv reads and advances it, in the
+        # same order on every call, so slot i always belongs to the same conv.
+        out = self.vae.decoder(x, feat_cache=state.cache, feat_idx=[0], first_chunk=first)
+        out = torch.clamp(out, min=-1.0, max=1.0)  # as AutoencoderKLWan._decode does
+        state.latent_frames += chunk.shape[2]
+        state.frames_out += out.shape[2]
+        return out
+
+    def reset(self) -> None:
+        """Start a new stream: empty cache, so the next push must again be a single frame."""
+        if self._closed:
+            raise RuntimeError("reset() after close(): this StreamingDecoder is closed; "
+                               "create a new one")
+        self._state = _StreamState(cache=[None] * self.num_slots)
+
+    def close(self) -> None:
+        """Free the cache; any later ``push`` or ``reset`` is an error."""
+        self._closed = True
+        self._state = _StreamState(cache=[])
+
+    def __enter__(self) -> StreamingDecoder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- accounting -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    @property
+    def latent_frames(self) -> int:
+        """Latent frames pushed since the last start or reset."""
+        return 0 if self.closed else self._state.latent_frames
+
+    @property
+    def frames_out(self) -> int:
+        """Pixel frames returned since the last start or reset (= 1 + 4·(F − 1) for F > 0)."""
+        return 0 if self.closed else self._state.frames_out
+
+    def cache_nbytes(self) -> list[int]:
+        """Bytes held per cache slot (0 for empty or "Rep" slots): the memory a stream keeps."""
+        if self.closed:
+            return []
+        return [c.nbytes if isinstance(c, torch.Tensor) else 0 for c in self._state.cache]
+
+    # -- validation -------------------------------------------------------------------------
+
+    def _check(self, chunk: torch.Tensor) -> _StreamState:
+        if self.closed:
+            raise RuntimeError("push() after close(): this StreamingDecoder is closed; "
+                               "create a new one (or call reset() instead of close())")
+        state = self._state
+        if chunk.ndim != 5:
+            raise ValueError(f"a latent chunk is (B, C, F, H, W); got {chunk.ndim} dims "
+                             f"{tuple(chunk.shape)}")
+        b, c, f, h, w = chunk.shape
+        if c != self.vae.config.z_dim:
+            raise ValueError(f"latent chunk has C={c} channels but this VAE has z_dim="
+                             f"{self.vae.config.z_dim}: the DiT's out_channels must equal the "
+                             "VAE's z_dim")
+        if f < 1:
+            raise ValueError("a latent chunk must hold at least one frame (F >= 1), got F=0")
+        if state.latent_frames == 0 and f != 1:
+            raise ValueError(
+                f"the first chunk of a stream must be exactly 1 latent frame, got F={f}: the "
+                f"first frame decodes to 1 pixel frame and each later one to {self.factor} "
+                f"(1 + {self.factor}·(F − 1) in all), and a first chunk of {f} would skip the "
+                f"temporal upsampling of all {f}. Push chunk[:, :, :1], then chunk[:, :, 1:]")
+        if state.geometry is None:
+            state.geometry = (b, h, w)
+        elif state.geometry != (b, h, w):
+            raise ValueError(f"(B, H, W)={(b, h, w)} differs from this stream's "
+                             f"{state.geometry}: the cache holds features of the old shape; "
+                             "call reset() to start a new stream")
+        return state
+
+
+__all__ = [
+    "VAE_PRESETS", "StreamingDecoder", "VAEPreset", "build_vae", "decode_full", "decode_streaming",
+    "denormalize", "get_vae_preset", "iter_chunks", "output_frames", "temporal_factor",
+]

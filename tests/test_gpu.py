@@ -1,0 +1,136 @@
+"""Every layout on CUDA: 2-4 ranks on the GPU(s) present (sharing one GPU over gloo with host
+staging, or a GPU each over NCCL), each equal to the same model on one GPU.
+
+Skipped without a GPU (with the reason); ``make gpu-check`` runs them on a GPU machine, and so
+does ``make test`` there. References are computed on ``cuda:0`` with the same weights: the
+ranks run the same kernels, but cuDNN / cuBLAS may pick other algorithms in another process or
+for another batch shape, so results agree to ``GPU_TOL``, not bitwise. TP adds its own
+reordering (``TP_TOL_BY_DTYPE``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ppdit.model import build_model
+from ppdit.parallel.compare import LayoutCompare, run_compare
+from ppdit.parallel.decode_overlap.plan import OverlapPlan
+from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
+from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_splits
+from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.parallel.pp_tp import make_pp_tp_plan, run_pp_tp
+from ppdit.parallel.sequence.ulysses import SPRun, setup_sp, sp_worker
+from ppdit.parallel.step_split.plan import make_plan
+from ppdit.parallel.step_split.run import run_step_splits
+from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
+from ppdit.parallel.tensor.parallelize import TP_TOL_BY_DTYPE
+from ppdit.runtime import RankError, RankPool, launch
+from ppdit.sampler import Request, SamplingConfig, generate
+from ppdit.serve.config import BringupConfig
+from ppdit.serve.system import reference_stream, run_bringup
+from ppdit.vae.presets import build_vae
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA GPU: every layout on CUDA ranks (run `make gpu-check` on a GPU box)")]
+
+# Another process may choose other cuDNN / cuBLAS algorithms for the same shapes (and TF32 is
+# cuDNN's default for convolutions): agreement to ~1e-3 of values of size ~1, not bitwise.
+GPU_TOL = {"rtol": 2e-3, "atol": 2e-3}
+FOUR = SamplingConfig(num_steps=4)
+
+
+@pytest.fixture(scope="module")
+def pool2():
+    with RankPool(2, device="cuda", threads_per_rank=1, timeout_s=600, echo=False) as pool:
+        yield pool
+
+
+def _close(out: torch.Tensor, ref: torch.Tensor, tol=GPU_TOL) -> None:
+    torch.testing.assert_close(out.cpu().float(), ref.cpu().float(), **tol)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_step_split_on_cuda(pool2, dtype):
+    plan = make_plan(2, 2, sampling=FOUR, dtype=dtype)
+    res = run_step_splits({"p": plan}, rounds=1, pool=pool2)["p"]
+    model = build_model("tiny", seed=0, dtype=dtype, device="cuda")
+    tol = GPU_TOL if dtype == "fp32" else TP_TOL_BY_DTYPE["bf16"]
+    for r in plan.requests:
+        _close(res.latents[r.request_id], generate(model, r, sampling=FOUR), tol)
+
+
+def test_layer_split_wrap_and_interleaving_on_cuda(pool2):
+    reqs = tuple(Request(i, i) for i in range(4))
+    plans = {"wrap": LayerSplitPlan(reqs, 2, 4, sampling=FOUR),
+             "v2": LayerSplitPlan(reqs, 2, 4, virtual=2, wrap=False, sampling=FOUR)}
+    runs = run_layer_splits(plans, pool=pool2)
+    model = build_model("tiny", seed=0, device="cuda")
+    for name, res in runs.items():
+        ref = layer_split_reference(model, plans[name])
+        for k in ref:
+            _close(res.latents[k], ref[k])
+
+
+def test_tensor_parallel_on_cuda(pool2):
+    shared = pool2.placement.staged
+    variants = [TPVariant("single"), TPVariant("funcol"), TPVariant("c10d")]
+    if not shared:  # DTensor and compiled collectives need a GPU per rank (NCCL)
+        variants += [TPVariant("dtensor"), TPVariant("funcol", compiled=True)]
+    res = run_tp_compare(TPCompare(tuple(variants), rounds=0), 2, pool=pool2)[0]
+    for v in variants[1:]:
+        _close(res[v.name].output, res["single"].output, TP_TOL_BY_DTYPE["fp32"])
+    if shared:
+        with pytest.raises(RankError, match="staged|gloo cannot move CUDA tensors"):
+            run_tp_compare(TPCompare((TPVariant("dtensor"),), rounds=0), 2, pool=pool2)
+
+
+def test_sequence_parallel_on_cuda(pool2):
+    runs = (SPRun(num_steps=2, v_first=True), SPRun(num_steps=2, v_first=False))
+    per_rank = launch(sp_worker, 2, args=(runs,), setup=setup_sp, pool=pool2)
+    ref = generate(build_model("tiny", seed=0, device="cuda"), Request(0, 0),
+                   sampling=SamplingConfig(num_steps=2))
+    for out in per_rank:
+        for o in out:
+            _close(o["latent"], ref)
+
+
+def test_layouts_side_by_side_on_cuda(pool2):
+    res = run_compare(LayoutCompare(preset="tiny", latent_shape=(1, 16, 4, 16, 16), forwards=1,
+                                    rounds=1), pool=pool2)
+    assert set(res.seconds) == {"one device", "SP, V-first", "SP, V last", "TP"}
+
+
+def test_decode_overlap_on_cuda(pool2):
+    plan = OverlapPlan(num_chunks=2, sampling=SamplingConfig(num_steps=2))
+    res = run_decode_overlap({"p": plan}, pool=pool2)["p"]
+    latents, video = overlap_reference(build_model("tiny", seed=0, device="cuda"),
+                                       build_vae("tiny", seed=0).cuda(), plan)
+    _close(res.latents, latents)
+    _close(res.video, video)
+
+
+def test_bringup_overlap_on_cuda(pool2):
+    cfg = BringupConfig(phase="overlap", chunks=3, num_steps=2)
+    res = run_bringup(cfg, pool=pool2)
+    ref = reference_stream(cfg, build_model("tiny", seed=0, device="cuda"))
+    for key, latent in res.controller.latents.items():
+        _close(latent, ref[key])
+
+
+def test_bringup_pp1_on_cuda():
+    cfg = BringupConfig(phase="pp1", tp=2, chunks=3, num_steps=2)
+    res = run_bringup(cfg, device="cuda", echo=False)
+    ref = reference_stream(cfg, build_model("tiny", seed=0, device="cuda"))
+    for key, latent in res.controller.latents.items():
+        _close(latent, ref[key], TP_TOL_BY_DTYPE["fp32"])
+
+
+def test_pp_x_tp_on_cuda():
+    plan = make_pp_tp_plan(2, 2, 2, sampling=FOUR)
+    res = run_pp_tp(plan, device="cuda", echo=False)
+    model = build_model("tiny", seed=0, device="cuda")
+    for r in plan.requests:
+        _close(res.latents[r.request_id], generate(model, r, sampling=FOUR),
+               TP_TOL_BY_DTYPE["fp32"])

@@ -1,0 +1,79 @@
+"""Ranks never outlive their caller, and a pool of live ranks gives what fresh launches give.
+
+The drills start a real multi-rank run (``python -m ppdit step-split``) in its own session and
+signal its main process the way Jupyter does (interrupt: SIGINT; shutdown: SIGTERM; a forced
+restart: SIGKILL); every process of the session must be gone within 10 s.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import pytest
+import torch
+
+from ppdit.parallel.step_split.plan import make_plan
+from ppdit.parallel.step_split.run import run_step_split
+from ppdit.runtime import RankError, launch, probes, ranks
+from ppdit.runtime.drill import signal_drill
+from ppdit.sampler import SamplingConfig
+from tests.conftest import spawned_children
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="the drills read /proc to find the run's processes")]
+
+LIMIT_S = 10.0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_signalled_run_leaves_nothing_behind(sig):
+    res = signal_drill(sig, limit_s=LIMIT_S)
+    assert res.ranks_seen == 2
+    assert res.clean, f"left behind after {sig.name}: {res.leftovers}"
+    assert res.ended_s < LIMIT_S
+    if sig == signal.SIGINT:
+        assert "KeyboardInterrupt" in res.output
+        assert res.returncode == 130
+    else:
+        assert res.returncode == -sig
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_torchrun_ends_every_rank(tmp_path, sig):
+    command = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "ppdit",
+               "step-split", "--requests", "400", "--out", str(tmp_path))
+    res = signal_drill(sig, command=command, limit_s=LIMIT_S)
+    assert res.ranks_seen == 2
+    assert res.clean, f"left behind: {res.leftovers}"
+
+
+PLANS = [make_plan(2, 2, sampling=SamplingConfig(num_steps=4), first_seed=s) for s in (0, 5, 9)]
+
+
+def test_pool_jobs_equal_fresh_launches_and_survive_a_failure():
+    fresh = [run_step_split(p, timeout_s=120, echo=False).latents for p in PLANS]
+    with ranks(2, timeout_s=120, echo=False) as pool:
+        pooled = [run_step_split(p, pool=pool).latents for p in PLANS]
+        pids = pool.pids
+        with pytest.raises(RankError) as info:
+            pool.run(probes.raise_on, args=(1, "a job failed"))
+        assert info.value.rank == 1 and "a job failed" in str(info.value)
+        assert not pool.started  # broken: its ranks are stopped ...
+        again = run_step_split(PLANS[0], pool=pool).latents  # ... and the next use restarts
+        assert pool.pids != pids
+    assert spawned_children() == []
+    for f, p in zip(fresh, pooled, strict=True):
+        assert f.keys() == p.keys()
+        assert all(torch.equal(f[k], p[k]) for k in f)
+    assert all(torch.equal(again[k], fresh[0][k]) for k in again)
+
+
+def test_pool_keeps_its_ranks_between_jobs():
+    with ranks(2, timeout_s=60, echo=False) as pool:
+        first = pool.run(probes.hello)
+        second = launch(probes.hello, 2, pool=pool)
+    assert [r["pid"] for r in first] == [r["pid"] for r in second]
+    with pytest.raises(ValueError, match=r"world_size=3 ranks but the pool has 2"):
+        launch(probes.hello, 3, pool=pool)

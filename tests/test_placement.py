@@ -1,0 +1,70 @@
+"""The one placement decision, for every kind of machine (GPUs counted by a stand-in)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ppdit.runtime.device import DEVICE_ENV, decide_placement
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """``gpus(n)``: make this process see n CUDA GPUs (and set_device a no-op)."""
+    monkeypatch.delenv(DEVICE_ENV, raising=False)
+
+    def see(n: int) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+        monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+
+    return see
+
+
+def test_no_gpu_means_cpu_and_gloo(gpus):
+    gpus(0)
+    d = decide_placement(2)
+    assert (d.kind, d.backend, d.staged) == ("cpu", "gloo", False)
+    assert "no CUDA GPU is visible" in d.reason
+    assert d.for_rank(1).device == torch.device("cpu")
+
+
+def test_a_gpu_per_rank_means_nccl(gpus):
+    gpus(4)
+    d = decide_placement(2)
+    assert (d.kind, d.backend, d.staged) == ("cuda", "nccl", False)
+    assert [d.for_rank(r).device for r in range(2)] == [torch.device("cuda", r) for r in (0, 1)]
+
+
+def test_ranks_share_a_gpu_over_gloo_with_staging(gpus):
+    gpus(1)
+    d = decide_placement(2)
+    assert (d.kind, d.backend, d.staged, d.gpus) == ("cuda-shared", "gloo", True, 1)
+    assert [d.for_rank(r).device for r in range(2)] == [torch.device("cuda", 0)] * 2
+    assert "staged through pinned host buffers" in d.reason
+    gpus(2)  # 3 ranks on 2 GPUs: round-robin
+    assert [decide_placement(3).for_rank(r).device.index for r in range(3)] == [0, 1, 0]
+
+
+def test_requests_that_cannot_work_say_why(gpus):
+    gpus(1)
+    with pytest.raises(ValueError, match="NCCL refuses two ranks on one GPU"):
+        decide_placement(2, backend="nccl")
+    with pytest.raises(ValueError, match="gloo moves only host memory"):
+        decide_placement(2, stage=False)
+    gpus(0)
+    with pytest.raises(ValueError, match="device='cuda' but no CUDA GPU is visible"):
+        decide_placement(2, device="cuda")
+    with pytest.raises(ValueError, match="backend='nccl' needs CUDA GPUs"):
+        decide_placement(2, backend="nccl")
+    with pytest.raises(ValueError, match="device='tpu' is not one of"):
+        decide_placement(2, device="tpu")
+
+
+def test_the_cpu_can_be_asked_for_and_staging_forced(gpus, monkeypatch):
+    gpus(8)
+    monkeypatch.setenv(DEVICE_ENV, "cpu")
+    d = decide_placement(2)
+    assert (d.kind, d.backend) == ("cpu", "gloo") and DEVICE_ENV in d.reason
+    forced = decide_placement(2, stage=True)
+    assert forced.staged and forced.for_rank(0).staged
