@@ -15,7 +15,7 @@ attention, hiding it behind the Q/K work; without V-first each all-to-all is wai
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -62,9 +62,11 @@ class UlyssesAttnProcessor:
         h = attn.heads
         a2a = dict(split=self.split, group=self.group, rank=self.rank, counter=self.counter,
                    staged=self.staged)
+        in_flight = ExitStack()  # V's all-to-all, from issue to arrival: drawn beside the compute
         if self.v_first:  # issue V's all-to-all before any Q/K work
             with self._span("compute", "v"):
                 v = attn.to_v(hidden_states).unflatten(2, (h, -1))
+            in_flight.enter_context(self._span("send", "all-to-all v, in flight"))
             v_far = seq_to_heads(v, **a2a)
         with self._span("compute", "q, k: project, norm, rope"):
             q = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (h, -1))
@@ -76,6 +78,7 @@ class UlyssesAttnProcessor:
             q_far = seq_to_heads(q, **a2a).wait()
             k_far = seq_to_heads(k, **a2a).wait()
             v_far_t = (v_far if self.v_first else seq_to_heads(v, **a2a)).wait()
+            in_flight.close()
         with self._span("compute", "attention"):
             q_far, k_far, v_far_t = (x.permute(0, 2, 1, 3) for x in (q_far, k_far, v_far_t))
             out = F.scaled_dot_product_attention(q_far, k_far, v_far_t).permute(0, 2, 1, 3)

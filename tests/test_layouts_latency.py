@@ -1,0 +1,46 @@
+"""The one-request layouts of lesson 07's comparison: CFG-parallel and Ulysses SP bounds."""
+
+import math
+
+import pytest
+
+from ppdit.analysis.hardware import LINKS, Layout, predict
+from ppdit.analysis.layouts_latency import one_request_rows, predict_cfg_parallel, predict_ulysses
+from ppdit.model import get_preset
+
+
+def test_cfg_parallel_is_one_forward_plus_one_exchange():
+    one_forward = predict("wan2.1-14b", "H100 SXM", cfg=False)
+    cfg = predict_cfg_parallel("wan2.1-14b", "H100 SXM", link="PCIe Gen5 x16")
+    exchange = math.prod(get_preset("wan2.1-14b").latent_shape) * 2  # bf16 prediction
+    assert cfg.gpus == 2 and cfg.latency_s == cfg.step_s
+    assert cfg.comm_bytes == pytest.approx(exchange)
+    assert cfg.step_s == pytest.approx(one_forward.step_s + exchange / LINKS["PCIe Gen5 x16"])
+    # both halves in parallel: about half of one GPU's CFG step
+    assert cfg.latency_s / predict("wan2.1-14b", "H100 SXM").latency_s == pytest.approx(0.5,
+                                                                                       abs=0.01)
+
+
+def test_cfg_parallel_with_tp_adds_the_tp_all_reduces():
+    tp = predict("wan2.1-14b", "H100 SXM", Layout(tp=2), link="NVLink 4", cfg=False)
+    both = predict_cfg_parallel("wan2.1-14b", "H100 SXM", tp=2, link="NVLink 4")
+    assert both.gpus == 4 and both.comm_s > tp.comm_s
+    assert both.flop_s == tp.flop_s
+
+
+def test_ulysses_splits_the_work_and_pays_all_to_alls():
+    one = predict("wan2.1-14b", "H100 SXM")
+    sp = predict_ulysses("wan2.1-14b", "H100 SXM", degree=4, link="NVLink 4")
+    assert sp.flop_s == pytest.approx(one.flop_s / 4)
+    assert sp.comm_s > 0 and sp.latency_s < one.latency_s / 3
+
+
+def test_ulysses_needs_whole_heads():
+    with pytest.raises(ValueError, match="num_heads=12"):
+        predict_ulysses("wan2.1-1.3b", "H100 SXM", degree=8)
+
+
+def test_one_request_rows_name_every_layout():
+    names = [r.layout for r in one_request_rows("wan2.1-14b", "H100 SXM", "NVLink 4")]
+    assert names[0] == "1 GPU" and "CFG-parallel" in names and "Ulysses SP=4" in names
+    assert "CFG-parallel x TP=2" in names and "TP=4" in names
