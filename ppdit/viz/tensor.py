@@ -89,24 +89,30 @@ def plot_comm_volume(dims: Sequence[int], tps: Sequence[int], *, tokens: int, te
     return ax
 
 
-def plot_graph_breaks(breaks: Mapping[str, tuple[int, int]], ax=None):
-    """Grouped bars: graph breaks of one block and of the whole forward, per collective style."""
+def plot_graph_breaks(breaks: Mapping[str, tuple[int, int | None]], ax=None):
+    """Grouped bars: graph breaks of one block and of the whole forward, per collective style
+    (a forward count of ``None``, not traced, draws the block's bars alone)."""
     ax = ax or plt.subplots(figsize=(6.5, 3.0))[1]
     names = list(breaks)
     xs = range(len(names))
     block = [breaks[n][0] for n in names]
     forward = [breaks[n][1] for n in names]
-    ax.bar([x - 0.2 for x in xs], block, width=0.4, color=RANK_COLORS[0], label="one block")
-    ax.bar([x + 0.2 for x in xs], forward, width=0.4, color=RANK_COLORS[1],
-           label="whole forward")
-    for x, (b, f) in enumerate(zip(block, forward, strict=True)):
-        ax.text(x - 0.2, b, str(b), ha="center", va="bottom", fontsize=8)
-        ax.text(x + 0.2, f, str(f), ha="center", va="bottom", fontsize=8)
+    both = all(f is not None for f in forward)
+    shift, width = (0.2, 0.4) if both else (0.0, 0.6)
+    ax.bar([x - shift for x in xs], block, width=width, color=RANK_COLORS[0], label="one block")
+    for x, b in enumerate(block):
+        ax.text(x - shift, b, str(b), ha="center", va="bottom", fontsize=8)
+    if both:
+        ax.bar([x + shift for x in xs], forward, width=width, color=RANK_COLORS[1],
+               label="whole forward")
+        for x, f in enumerate(forward):
+            ax.text(x + shift, f, str(f), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), names)
     ax.set_ylabel("graph breaks")
+    ax.set_ylim(0, max(block + [f for f in forward if f is not None] + [1]) * 1.2)
     ax.set_title("Graph breaks per collective style (torch._dynamo.explain)", loc="left",
                  fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     ax.figure.tight_layout()
     return ax
 

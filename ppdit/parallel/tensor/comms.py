@@ -116,9 +116,11 @@ class TraceReport:
     graph_all_reduce_bytes: int | None = None  # their input sizes, from the traced values
 
 
-def trace_report(fn: Callable, *args, collectives: bool = True) -> TraceReport:
+def trace_report(fn: Callable, *args, collectives: bool | str = True) -> TraceReport:
     """Graph breaks of ``fn(*args)`` from ``torch._dynamo.explain``, and (``collectives``) the
     all-reduces inside its compiled graphs. No Inductor compile: seconds, not tens of seconds.
+    ``collectives="if_whole"`` counts them only when ``fn`` traced as one graph: a function
+    broken into many graphs costs an AOT trace per graph (``graph_all_reduces`` stays None).
 
     ``graph_break_count`` counts breaks met while compiling, not per call: code that Dynamo
     already compiled (the second of two identical blocks) adds none. The all-reduces are counted
@@ -133,7 +135,7 @@ def trace_report(fn: Callable, *args, collectives: bool = True) -> TraceReport:
         reasons = [str(r.reason).strip().splitlines()[0] for r in ex.break_reasons]
         report = TraceReport(ex.graph_count, ex.graph_break_count, list(dict.fromkeys(reasons)))
         torch._dynamo.reset()
-        if collectives:
+        if collectives is True or (collectives == "if_whole" and ex.graph_break_count == 0):
             report.graph_all_reduces, report.graph_all_reduce_bytes = _aten_all_reduces(fn, *args)
     finally:
         torch._dynamo.reset()

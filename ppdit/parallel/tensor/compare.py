@@ -63,7 +63,11 @@ class TPCompare:
     rounds: int = 3  # interleaved timing rounds (0: no timing)
     repeats: int = 3  # timed forwards per variant and round; the round keeps the median
     warmup: int = 1  # untimed forwards after building (and compiling) a variant
-    trace: bool = False  # graph breaks of one block and of the forward, per eager TP style
+    trace: bool = False  # graph breaks of one block (and of the forward), per eager TP style
+    trace_forward: bool = True  # also trace the whole forward (costs about as much again)
+    # count the all-reduces inside the graphs of a block that breaks too (c10d_async: an AOT
+    # trace per graph, the slowest trace of all); False counts them only for whole graphs
+    trace_broken_collectives: bool = True
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
@@ -153,7 +157,7 @@ class TPCompareRunner(Runner):
             if spec.trace:  # the collective styles, eager (the single-device model has none)
                 for (_, v), model, res in zip(plans, self.models, self.results, strict=True):
                     if not v.compiled and v.style != "single":
-                        _trace(res, model, self.inputs)
+                        _trace(res, model, self.inputs, spec)
 
     @torch.no_grad()
     def warm_up(self, i: int) -> None:
@@ -201,14 +205,17 @@ def tp_compare_on_rank(ctx: RankContext, spec: TPCompare) -> dict[str, VariantRe
     return dict(zip(jobs, out.results, strict=True))
 
 
-def _trace(result: VariantResult, model, inputs) -> None:
-    """Graph breaks of block 0 and of the whole forward (plus the block's graph collectives)."""
+def _trace(result: VariantResult, model, inputs, spec: TPCompare) -> None:
+    """Graph breaks of block 0 (with the block's graph collectives) and, if the spec asks, of
+    the whole forward."""
     start = time.perf_counter()
     hidden, c = prologue(model, *inputs)
-    result.block_trace = trace_report(model.blocks[0], hidden, c.text, c.timestep_proj,
-                                      c.rotary_emb)
-    result.forward_trace = trace_report(partial(forward_by_stages, model), *inputs,
-                                        collectives=False)
+    result.block_trace = trace_report(
+        model.blocks[0], hidden, c.text, c.timestep_proj, c.rotary_emb,
+        collectives=True if spec.trace_broken_collectives else "if_whole")
+    if spec.trace_forward:
+        result.forward_trace = trace_report(partial(forward_by_stages, model), *inputs,
+                                            collectives=False)
     result.trace_s = time.perf_counter() - start
 
 
