@@ -78,8 +78,20 @@ def tiny_unipc_scheduler():
     return UniPCMultistepScheduler(**WAN_UNIPC_CONFIG)
 
 
+def tiny_scheduler(name: str = "unipc"):
+    """``"unipc"``: Wan 2.1's UniPC; ``"flow_match"``: ``FlowMatchEulerDiscreteScheduler`` on
+    the same flow shift (the other scheduler Wan pipelines are run with)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    if name == "unipc":
+        return tiny_unipc_scheduler()
+    if name == "flow_match":
+        return FlowMatchEulerDiscreteScheduler(shift=WAN_UNIPC_CONFIG["flow_shift"])
+    raise ValueError(f"scheduler={name!r} is not 'unipc' or 'flow_match'")
+
+
 def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
-                        vae_preset: str = "tiny") -> Path:
+                        vae_preset: str = "tiny", scheduler: str = "unipc") -> Path:
     """Write a tiny random Wan 2.1 T2V pipeline folder to ``out`` and return its path.
 
     ``WanPipeline(...).save_pretrained`` writes it, so diffusers' own ``from_pretrained`` loads
@@ -93,11 +105,11 @@ def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
     text_encoder = tiny_text_encoder(get_preset(preset).text_dim, len(tokenizer), seed)
     pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
                        transformer=build_model(preset, seed=seed),
-                       vae=build_vae(vae_preset, seed=seed), scheduler=tiny_unipc_scheduler())
+                       vae=build_vae(vae_preset, seed=seed), scheduler=tiny_scheduler(scheduler))
     out = Path(out)
     pipe.save_pretrained(out)
     return out
 
 
-__all__ = ["TINY_VOCAB", "WAN_UNIPC_CONFIG", "build_tiny_pipeline", "tiny_text_encoder",
-           "tiny_unipc_scheduler", "word_tokenizer"]
+__all__ = ["TINY_VOCAB", "WAN_UNIPC_CONFIG", "build_tiny_pipeline", "tiny_scheduler",
+           "tiny_text_encoder", "tiny_unipc_scheduler", "word_tokenizer"]
