@@ -16,7 +16,8 @@ from ppdit.pipeline.denoise import denoise, initial_state, make_denoiser
 from ppdit.pipeline.encode import PromptEmbeds, encode_prompts
 from ppdit.pipeline.load import WanFolder, check_folder, load_folder
 from ppdit.pipeline.spec import GenerateSpec, check_spec, latent_shape
-from ppdit.runtime.trace import Trace
+from ppdit.runtime.device import decide_placement
+from ppdit.runtime.trace import Trace, Tracer, merge
 
 
 @dataclass
@@ -47,9 +48,12 @@ def encode(spec: GenerateSpec) -> PromptEmbeds:
                           spec.max_sequence_length)
 
 
-def generate_latent(spec: GenerateSpec, embeds: PromptEmbeds, *, device: str = "cpu",
-                    on_step: Callable[[int], None] | None = None) -> torch.Tensor:
-    """All steps on one device: the single-device reference, final latent (fp32)."""
+def generate_latent(spec: GenerateSpec, embeds: PromptEmbeds, *,
+                    device: str | torch.device = "cpu",
+                    on_step: Callable[[int], None] | None = None,
+                    tracer: Tracer | None = None) -> torch.Tensor:
+    """All steps on one device: the single-device reference, final latent (fp32).
+    ``tracer`` (optional) records a compute span per step."""
     folder = validate(spec)
     parts = load_folder(folder.path, dtype=spec.dtype, device=device,
                         parts=("transformer", "scheduler"))
@@ -57,7 +61,8 @@ def generate_latent(spec: GenerateSpec, embeds: PromptEmbeds, *, device: str = "
                         solver=spec.solver)
     shape = latent_shape(spec, folder.vae_factors, parts.transformer.config.in_channels)
     state = initial_state(den, spec.seed, shape)
-    return denoise(den, state, _on(embeds, device), range(spec.num_steps),
+    span = None if tracer is None else (lambda i: tracer.span("compute", f"step {i}", step=i))
+    return denoise(den, state, _on(embeds, device), range(spec.num_steps), span=span,
                    on_step=on_step).latent
 
 
@@ -84,16 +89,25 @@ def decode(vae, latent: torch.Tensor) -> torch.Tensor:
 
 
 def generate(spec: GenerateSpec, *, decode_video: bool = True,
-             on_step: Callable[[int], None] | None = None, **launch_kwargs) -> Generated:
-    """Prompt -> video with ``spec.layout`` (``single`` in this process, others on ranks)."""
+             on_step: Callable[[int], None] | None = None, device: str | None = None,
+             **launch_kwargs) -> Generated | None:
+    """Prompt -> video with ``spec.layout`` (``single`` in this process, others on ranks).
+    ``device`` ("cpu", "cuda", "auto"; default ``$PPDIT_DEVICE``) as for every launch.
+    ``None`` on torchrun ranks other than 0."""
     validate(spec)
     embeds = encode(spec)
     if spec.layout == "single":
-        latent, trace, handoff = generate_latent(spec, embeds, on_step=on_step), None, {}
+        place = decide_placement(1, device=device).for_rank(0)
+        tracer = Tracer(0, place)
+        latent = generate_latent(spec, embeds, device=place.device, on_step=on_step,
+                                 tracer=tracer).cpu()
+        trace, handoff = merge([tracer.finish()]), {}
     else:
         from ppdit.pipeline.ranks import run_layout
 
-        out = run_layout(spec, embeds, on_step=on_step, **launch_kwargs)
+        out = run_layout(spec, embeds, on_step=on_step, device=device, **launch_kwargs)
+        if out is None:
+            return None
         latent, trace, handoff = out.latent, out.trace, out.handoff_bytes
     video = None
     if decode_video:
