@@ -207,3 +207,47 @@ def test_pp_tp_equals_single_device(pools, single_reference):
     spec, embeds, reference = single_reference
     out = run_layout(replace(spec, layout="pp_tp", ranks=4), embeds, pool=pools(4))
     torch.testing.assert_close(out.latent, reference, **TP_TOL)
+
+
+# -- bf16 on CUDA (marked gpu: skipped with the reason elsewhere) ------------------------------
+
+# bf16's unit roundoff is 2^-8 = 3.9e-3; a video value passes 3 steps of a 4-block DiT and the
+# VAE: a few units of difference where kernels pick other algorithms (another process, another
+# batch shape) stay below 2e-2 of pixel values in [0, 1].
+BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs a CUDA GPU: bf16 prompt-to-video on CUDA")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_bf16_single_device_equals_wan_pipeline_on_cuda(folders):
+    """bf16 transformer and text encoder, fp32 VAE, on one GPU: ppdit equals WanPipeline."""
+    from diffusers import WanPipeline
+
+    spec = spec_for(folders["unipc"], dtype="bf16")
+    ours = generate(spec, device="cuda")
+    pipe = WanPipeline.from_pretrained(folders["unipc"], torch_dtype=torch.bfloat16,
+                                       local_files_only=True)
+    pipe.vae.to(torch.float32)
+    pipe.to("cuda")
+    pipe.set_progress_bar_config(disable=True)
+    ref = pipe(PROMPT, negative_prompt=NEGATIVE, num_inference_steps=spec.num_steps,
+               num_frames=spec.num_frames, height=spec.height, width=spec.width,
+               guidance_scale=spec.guidance_scale,
+               generator=torch.Generator().manual_seed(spec.seed), output_type="pt").frames
+    torch.testing.assert_close(ours.video.cpu(), ref.cpu().float(), **BF16_TOL)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("layout", ["step", "cfg"])
+def test_bf16_layouts_on_cuda(folders, layout):
+    """Two CUDA ranks (a GPU each, or sharing one over gloo) at bf16 vs one GPU."""
+    from ppdit.pipeline.ranks import run_layout
+
+    spec = spec_for(folders["unipc"], dtype="bf16", num_steps=4)
+    embeds = encode(spec)
+    reference = generate_latent(spec, embeds, device="cuda").cpu()
+    out = run_layout(replace(spec, layout=layout, ranks=2), embeds, device="cuda")
+    torch.testing.assert_close(out.latent.float(), reference.float(), **BF16_TOL)
