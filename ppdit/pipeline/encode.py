@@ -4,10 +4,13 @@ Tokenize to ``max_sequence_length`` (512 for Wan), run the encoder with the atte
 each prompt's real tokens and zero the padding rows. With guidance (scale > 1) the negative
 prompt ("" by default, as diffusers) is encoded the same way.
 
-Where it runs: once, on one process (the caller, or rank 0 under torchrun), and the two
-(1, 512, 4096) embeddings travel to the ranks: 4 MB each in bf16. The alternative, encoding on
-every rank, sends nothing but puts umT5-XXL (5.7 GB in bf16, 11 GB in fp32) on every GPU for
-a computation that takes milliseconds once per video. ppdit frees the encoder after use.
+Where it runs: once, in the process that launches the ranks (``ppdit.pipeline.generate``), and
+the two (1, 512, 4096) embeddings travel to every rank with the job: 4 MB each in bf16. The
+alternative, encoding on every rank, sends nothing but puts umT5-XXL (5.7 GB in bf16, 11 GB in
+fp32) beside the DiT on every GPU, for a computation that runs once per video. The encoder is
+dropped as soon as the embeddings exist, so it never shares memory with the denoising.
+(Under ``torchrun`` there is no launching process: each rank is a caller and encodes itself —
+the every-rank choice, paid only there.)
 """
 
 from __future__ import annotations

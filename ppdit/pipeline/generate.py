@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppdit.model import torch_dtype
 from ppdit.pipeline.denoise import denoise, initial_state, make_denoiser
 from ppdit.pipeline.encode import PromptEmbeds, encode_prompts
 from ppdit.pipeline.load import WanFolder, check_folder, load_folder
@@ -42,9 +43,8 @@ def encode(spec: GenerateSpec) -> PromptEmbeds:
     """Load the tokenizer and text encoder, encode, and let the encoder go (see ``encode.py``
     for why this runs once, here, rather than on every rank)."""
     parts = load_folder(spec.checkpoint, dtype=spec.dtype, parts=("tokenizer", "text_encoder"))
-    dtype = torch.float32 if spec.dtype == "fp32" else parts.text_encoder.dtype
     return encode_prompts(parts.tokenizer, parts.text_encoder, spec.prompt,
-                          spec.negative_prompt, spec.guidance_scale, dtype,
+                          spec.negative_prompt, spec.guidance_scale, torch_dtype(spec.dtype),
                           spec.max_sequence_length)
 
 
