@@ -12,7 +12,8 @@ What state a step needs from earlier steps (the *handoff*): Euler is a one-step 
 ``i`` needs only the latent ``x`` at ``sigmas[i]`` and the index ``i``. The sigmas follow from
 ``(num_steps, shift)`` and the conditioning from the request, both of which every rank knows.
 That is ``StepState``. A multistep solver (UniPC, which Wan's diffusers pipeline uses by
-default, or DPM-Solver++) would add its last k model outputs to the handoff: k more latents.
+default) adds its memory in ``StepState.solver_state``: its last 2 model outputs and the last
+sample, 3 more latents (``ppdit.pipeline.solver``, plugged in as the ``Denoiser``'s update).
 """
 
 from __future__ import annotations
