@@ -30,12 +30,12 @@ def exchange_halves(mine: torch.Tensor, half: int, group=None, staged: bool = Fa
     ``half`` is this rank's half (0: conditional, 1: unconditional); ``staged`` exchanges host
     copies (gloo between ranks that share a GPU moves host memory only).
     """
-    wire = mine.detach().to("cpu") if staged else mine.contiguous()
-    both = [torch.empty_like(wire) for _ in range(2)]
-    dist.all_gather(both, wire, group=group)
-    v_cond, v_uncond = (b.to(mine.device) for b in both)
     if half not in (0, 1):
         raise ValueError(f"half={half} must be 0 (conditional) or 1 (unconditional)")
+    wire = mine.detach().to("cpu") if staged else mine.contiguous()
+    both = [torch.empty_like(wire) for _ in range(2)]
+    dist.all_gather(both, wire, group=group)  # rank order = half order: [v_cond, v_uncond]
+    v_cond, v_uncond = (b.to(mine.device) for b in both)
     return v_cond, v_uncond
 
 
