@@ -5,7 +5,7 @@ NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeo
 .PHONY: demo test lint book notebooks bench clean gpu-check
 
 demo:
-	scripts/bootstrap.sh
+	scripts/bootstrap.sh pipeline
 	$(PY) -m ppdit demo
 
 # Everything CI checks: lint, unit + multi-rank tests, the labs (stub fails, solution passes),

@@ -2,6 +2,7 @@
 
     python -m ppdit demo                        # the streaming system: rank 0 + a 2-rank TP mesh
     python -m ppdit step-split                  # lessons 01-02: step-split PP with filling
+    python -m ppdit generate --checkpoint DIR --prompt "a fox"   # prompt -> video.mp4
     python -m ppdit info                        # devices, backend, a 2-rank hello
     python -m ppdit gpu-check                   # on a GPU machine: GPU tests + measurements
     torchrun --nproc-per-node 3 -m ppdit demo   # ranks started by torchrun (GPUs: NCCL)
@@ -16,6 +17,8 @@ from pathlib import Path
 # gpu-check's measurement sections, in the order it runs them (ppdit.gpu_check.run.SECTIONS;
 # spelt out here so that `ppdit --help` answers without importing torch)
 GPU_CHECK_SECTIONS = ("launch", "layouts", "device", "cuda_graphs", "vae", "forwards")
+# ppdit.pipeline.spec.LAYOUTS, spelt out for the same reason
+LAYOUTS = ("single", "step", "layer", "tp", "sp", "pp_tp", "cfg")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -38,6 +41,10 @@ def parser() -> argparse.ArgumentParser:
     step.add_argument("--preset", default="tiny", help="model preset (tiny, small, ...)")
     step.add_argument("--mode", default="filled", choices=["filled", "stream_batch"])
     _placement_args(step)
+    _generate_args(sub.add_parser(
+        "generate", help="prompt -> video from a local diffusers Wan 2.1 pipeline folder, with "
+                         "any layout; writes video.mp4, frames.png, timeline.png, trace.json, "
+                         "summary.json"))
     sub.add_parser("info", help="devices, backend and a 2-rank hello: a setup check")
     gpu = sub.add_parser("gpu-check", help="on a CUDA machine: the GPU tests, then the GPU "
                                            "measurements; writes gpu_runs/<gpu>-<date>.json")
@@ -49,6 +56,27 @@ def parser() -> argparse.ArgumentParser:
                      choices=GPU_CHECK_SECTIONS, help="leave a measurement out (repeatable): "
                      + ", ".join(GPU_CHECK_SECTIONS))
     return p
+
+
+def _generate_args(g: argparse.ArgumentParser) -> None:
+    g.add_argument("--checkpoint", type=Path, required=True,
+                   help="local pipeline folder (model_index.json, transformer/, vae/, "
+                        "text_encoder/, tokenizer/, scheduler/); nothing is downloaded")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--negative-prompt", default="", help="used with guidance > 1")
+    g.add_argument("--layout", default="single", choices=LAYOUTS)
+    g.add_argument("--ranks", type=int, default=None,
+                   help="ranks (default: 1 for single, 4 for pp_tp, else 2)")
+    g.add_argument("--steps", type=int, default=25, help="denoising steps")
+    g.add_argument("--frames", type=int, default=17, help="pixel frames, 4k + 1")
+    g.add_argument("--height", type=int, default=64)
+    g.add_argument("--width", type=int, default=64)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--guidance", type=float, default=5.0, help="CFG scale (> 1: on)")
+    g.add_argument("--solver", default="folder", choices=["folder", "euler"],
+                   help="the folder's scheduler, or ppdit's Euler (the teaching baseline)")
+    g.add_argument("--out", type=Path, default=Path("out/generate"), help="artifact folder")
+    _placement_args(g)
 
 
 def _placement_args(p: argparse.ArgumentParser) -> None:
@@ -77,6 +105,8 @@ def _run(jobs, args: argparse.Namespace) -> int:
     if args.command == "gpu-check":
         return jobs.gpu_check(args.out, tests=not args.skip_tests,
                               tests_timeout_s=args.tests_timeout, skip=args.skip)
+    if args.command == "generate":
+        return _generate(jobs, args)
     if args.command == "demo":
         return jobs.demo(args.out, chunks=args.chunks,
                          cut_at=None if args.cut_at < 0 else args.cut_at, tp=args.tp,
@@ -84,6 +114,22 @@ def _run(jobs, args: argparse.Namespace) -> int:
     return jobs.step_split(args.out, stages=args.stages, requests=args.requests,
                            num_steps=args.steps, preset=args.preset, mode=args.mode,
                            dtype=args.dtype, device=args.device)
+
+
+def _generate(jobs, args: argparse.Namespace) -> int:
+    from ppdit.pipeline.generate import validate
+    from ppdit.pipeline.spec import GenerateSpec
+
+    ranks = args.ranks or {"single": 1, "pp_tp": 4}.get(args.layout, 2)
+    spec = GenerateSpec(str(args.checkpoint), args.prompt, args.negative_prompt, args.layout,
+                        ranks, args.dtype, args.steps, args.frames, args.height, args.width,
+                        args.seed, args.guidance, solver=args.solver)
+    try:
+        validate(spec)  # folder and request checked before anything loads or launches
+    except ValueError as e:  # bad input: the rule it breaks, not a traceback
+        print(f"ppdit generate: {e}", file=sys.stderr)
+        return 2
+    return jobs.generate(spec, args.out, device=args.device)
 
 
 if __name__ == "__main__":

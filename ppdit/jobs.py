@@ -99,6 +99,51 @@ def _write_step_split(result, out: Path) -> None:
     _wrote(out, "timeline.png", "trace.json", "summary.json")
 
 
+def generate(spec, out: Path, device: str | None = None) -> int:
+    """Prompt -> video from a local Wan pipeline folder with any layout, with a progress bar;
+    writes video.mp4 (or .gif), frames.png, timeline.png, trace.json, summary.json."""
+    import time
+
+    from tqdm import tqdm
+
+    from ppdit.pipeline.generate import generate as run_generate
+    from ppdit.pipeline.generate import validate
+
+    validate(spec)  # bad input fails here, before anything loads or launches
+    if not in_torchrun():
+        print(f"ppdit generate: {spec.num_frames} frames at {spec.height}x{spec.width}, "
+              f"{spec.num_steps} steps, layout {spec.layout!r} on {spec.ranks} rank(s), "
+              f"{spec.dtype}; checkpoint {spec.checkpoint}", flush=True)
+    start = time.perf_counter()
+    with tqdm(total=spec.num_steps, unit="step", desc="denoising",
+              disable=in_torchrun()) as bar:
+        result = run_generate(spec, on_step=lambda i: bar.update(1), device=device)
+    if result is None:
+        return 0
+    _write_generate(result, out, time.perf_counter() - start)
+    return 0
+
+
+def _write_generate(result, out: Path, seconds: float) -> None:
+    from ppdit.pipeline.artifacts import save_strip, save_video
+    from ppdit.viz.artifacts import save_timeline
+
+    out.mkdir(parents=True, exist_ok=True)
+    video = save_video(result.video, out)
+    save_strip(result.video, out / "frames.png")
+    trace = result.trace
+    save_timeline(trace, out / "timeline.png",
+                  f"ppdit generate: layout {result.spec.layout}, {result.spec.ranks} rank(s)")
+    trace.save_chrome(out / "trace.json")
+    summary = {"config": jsonable(asdict(result.spec)), "seconds": seconds,
+               "video": video.name, "frames": int(result.video.shape[1]),
+               "latent_shape": list(result.latent.shape),
+               "handoff_bytes": result.handoff_bytes}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"generated {summary['frames']} frames in {seconds:.1f} s")
+    _wrote(out, video.name, "frames.png", "timeline.png", "trace.json", "summary.json")
+
+
 def info() -> int:
     """Devices, backend and a 2-rank hello: a setup check."""
     from ppdit.runtime.launch import launch
@@ -136,4 +181,4 @@ def jsonable(obj):
     return obj if isinstance(obj, (int, float, str, bool, type(None))) else str(obj)
 
 
-__all__ = ["demo", "gpu_check", "info", "jsonable", "step_split"]
+__all__ = ["demo", "generate", "gpu_check", "info", "jsonable", "step_split"]

@@ -12,7 +12,8 @@ What state a step needs from earlier steps (the *handoff*): Euler is a one-step 
 ``i`` needs only the latent ``x`` at ``sigmas[i]`` and the index ``i``. The sigmas follow from
 ``(num_steps, shift)`` and the conditioning from the request, both of which every rank knows.
 That is ``StepState``. A multistep solver (UniPC, which Wan's diffusers pipeline uses by
-default, or DPM-Solver++) would add its last k model outputs to the handoff: k more latents.
+default) adds its memory in ``StepState.solver_state``: its last 2 model outputs and the last
+sample, 3 more latents (``ppdit.pipeline.solver``, plugged in as the ``Denoiser``'s update).
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class StepState:
     request_id: int
     step_index: int  # the next step to run, 0..num_steps; num_steps means done
     latent: torch.Tensor  # (B, C, F, H, W): x at sigmas[step_index]
+    # A multistep solver's memory of earlier steps (``ppdit.pipeline.solver``: UniPC's model
+    # outputs, last sample, order counter); None for Euler, which needs none.
+    solver_state: dict | None = None
 
 
 def initial_noise(request: Request, latent_shape: Sequence[int]) -> torch.Tensor:
@@ -213,8 +217,13 @@ class Denoiser:
     """
 
     def __init__(self, model: torch.nn.Module, preset: str | ModelPreset | None,
-                 sampling: SamplingConfig, *, forward: Callable[..., torch.Tensor] | None = None):
+                 sampling: SamplingConfig, *, forward: Callable[..., torch.Tensor] | None = None,
+                 solver=None):
         self.model = model
+        # ``solver`` replaces the Euler update (a pipeline folder's scheduler, see
+        # ``ppdit.pipeline.solver``): it brings its own timesteps and carries its state in
+        # ``StepState.solver_state``.
+        self.solver = solver
         self.forward = forward or model_forward(model)
         # The preset sizes the seeded stand-in prompts; None when every request's prompt is
         # given with ``condition_on``.
@@ -222,7 +231,8 @@ class Denoiser:
         self.sampling = sampling
         self.device = next(model.parameters()).device
         self.sigmas = sampling.sigmas().to(self.device)
-        self.timesteps = sampling.timesteps().to(self.device)
+        self.timesteps = (sampling.timesteps() if solver is None else solver.timesteps
+                          ).to(self.device)
         self._cond: dict[int, Conditioning] = {}
 
     def conditioning(self, request: Request) -> Conditioning:
@@ -293,6 +303,9 @@ class Denoiser:
         the order of ``states``) from its step to the next; ``out`` receives the new latents."""
         self._check_steps(states)
         counts = [s.latent.shape[0] for s in states]
+        if self.solver is not None:
+            return [self.solver.update(s, v)
+                    for s, v in zip(states, velocity.split(counts), strict=True)]
         idx = torch.tensor([s.step_index for s in states]).repeat_interleave(torch.tensor(counts))
         idx = idx.to(self.device)
         latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])

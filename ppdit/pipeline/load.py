@@ -1,0 +1,124 @@
+"""Load a local diffusers Wan 2.1 text-to-video pipeline folder, component by component.
+
+The folder is what ``WanPipeline.save_pretrained`` writes, or a snapshot of
+``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``::
+
+    model_index.json  transformer/  vae/  text_encoder/  tokenizer/  scheduler/
+
+Why not ``WanPipeline.from_pretrained``: ranks need different parts (only the caller needs the
+VAE, only the encoding rank the umT5 encoder, every rank the transformer), and ppdit runs the
+transformer through its stage view. Each part is loaded with ``local_files_only=True``:
+nothing is ever downloaded. Dtypes follow Wan: the transformer and text encoder in the chosen
+dtype, the VAE in fp32 (its decode is where low precision shows as banding).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ppdit.model import build_model, own_memory, torch_dtype
+
+COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+
+
+class PipelineFolderError(ValueError):
+    """The folder is not a loadable Wan 2.1 T2V pipeline; the message says which rule failed."""
+
+
+def check_folder(path: str | Path) -> Path:
+    """Validate the folder's layout before loading anything; returns it as a ``Path``."""
+    path = Path(path)
+    if not path.is_dir():
+        raise PipelineFolderError(f"checkpoint={str(path)!r} is not a folder: pass a local "
+                                  "diffusers Wan 2.1 pipeline folder (ppdit never downloads)")
+    if not (path / "model_index.json").exists():
+        raise PipelineFolderError(f"{path} has no model_index.json: a diffusers pipeline folder "
+                                  "starts with one (WanPipeline.save_pretrained writes it)")
+    index = json.loads((path / "model_index.json").read_text())
+    if index.get("_class_name") != "WanPipeline":
+        raise PipelineFolderError(f"{path}/model_index.json names {index.get('_class_name')!r}; "
+                                  "ppdit generates with text-to-video WanPipeline folders only")
+    missing = [c for c in COMPONENTS
+               if not (path / c).is_dir() or index.get(c) in (None, [None, None])]
+    if missing:
+        raise PipelineFolderError(f"{path} lacks component(s) {missing}: a Wan 2.1 T2V pipeline "
+                                  f"needs all of {list(COMPONENTS)}")
+    if index.get("transformer_2") not in (None, [None, None]):
+        raise PipelineFolderError(f"{path} has a transformer_2 (Wan 2.2 two-expert pipeline); "
+                                  "ppdit runs Wan 2.1's single transformer")
+    return path
+
+
+@dataclass
+class WanFolder:
+    """The loaded parts of a pipeline folder (any of them may be left unloaded: None)."""
+
+    path: Path
+    transformer: torch.nn.Module | None = None
+    vae: torch.nn.Module | None = None
+    text_encoder: torch.nn.Module | None = None
+    tokenizer: object | None = None
+    scheduler: object | None = None
+
+    @property
+    def vae_factors(self) -> tuple[int, int]:
+        """(temporal, spatial) scale factors of the VAE, read from its config."""
+        cfg = json.loads((self.path / "vae" / "config.json").read_text())
+        return cfg.get("scale_factor_temporal", 4), cfg.get("scale_factor_spatial", 8)
+
+    def transformer_config(self) -> dict:
+        """The transformer's config.json (heads, patch size, ...) without loading weights."""
+        return json.loads((self.path / "transformer" / "config.json").read_text())
+
+
+def load_folder(path: str | Path, *, dtype: str | torch.dtype = "fp32",
+                device: str | torch.device = "cpu",
+                parts: tuple[str, ...] = COMPONENTS) -> WanFolder:
+    """Load ``parts`` of the pipeline folder at ``path``; never downloads.
+
+    Every CPU weight is copied into aligned memory (``ppdit.model.own_memory``) so that loaded
+    weights compute bit for bit like the ones that were saved.
+    """
+    from diffusers import AutoencoderKLWan
+    from transformers import AutoTokenizer, UMT5EncoderModel
+
+    path = check_folder(path)
+    unknown = set(parts) - set(COMPONENTS)
+    if unknown:
+        raise ValueError(f"parts {sorted(unknown)} are not components; choose from {COMPONENTS}")
+    dt = torch_dtype(dtype)
+    out = WanFolder(path)
+    if "transformer" in parts:
+        out.transformer = build_model(checkpoint=path / "transformer", dtype=dt, device=device)
+    if "vae" in parts:  # fp32 always, as Wan runs it
+        vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=torch.float32,
+                                               local_files_only=True)
+        out.vae = own_memory(vae.to(device)).eval().requires_grad_(False)
+    if "text_encoder" in parts:
+        enc = UMT5EncoderModel.from_pretrained(path / "text_encoder", dtype=dt,
+                                               local_files_only=True)
+        out.text_encoder = own_memory(enc.to(device)).eval().requires_grad_(False)
+    if "tokenizer" in parts:
+        out.tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", local_files_only=True)
+    if "scheduler" in parts:
+        out.scheduler = load_scheduler(path)
+    return out
+
+
+def load_scheduler(path: str | Path):
+    """The folder's scheduler, of the class its config names (UniPC or flow-match Euler)."""
+    import diffusers
+
+    cfg = json.loads((Path(path) / "scheduler" / "scheduler_config.json").read_text())
+    cls = getattr(diffusers, cfg.get("_class_name", ""), None)
+    if cls is None:
+        raise PipelineFolderError(f"{path}/scheduler names unknown class {cfg.get('_class_name')}")
+    return cls.from_pretrained(Path(path) / "scheduler", local_files_only=True)
+
+
+__all__ = ["COMPONENTS", "PipelineFolderError", "WanFolder", "check_folder", "load_folder",
+           "load_scheduler"]
