@@ -44,6 +44,8 @@ class DecodeMeasurement:
     ttff_s: float  # time to first frame
     total_s: float  # time to last frame
     peak_bytes: int  # most bytes allocated at once (one separate, untimed run)
+    ttff_runs: tuple[float, ...] = ()  # every repeat's ttff, for the spread (quote.spread)
+    total_runs: tuple[float, ...] = ()  # every repeat's total time
 
     def ratios(self, full: DecodeMeasurement) -> dict[str, float]:
         """This mode relative to full decode: ttff, total and peak memory ratios."""
@@ -118,7 +120,8 @@ def measure_decode(vae: AutoencoderKLWan, latents: torch.Tensor,
             latent_frames=latents.shape[2],
             ttff_s=statistics.median(t for t, _ in runs[k]),
             total_s=statistics.median(t for _, t in runs[k]),
-            peak_bytes=peak_bytes(vae, latents, k, placement)))
+            peak_bytes=peak_bytes(vae, latents, k, placement),
+            ttff_runs=tuple(t for t, _ in runs[k]), total_runs=tuple(t for _, t in runs[k])))
     return out
 
 

@@ -123,21 +123,25 @@ def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
     lengths = sorted({r.latent_frames for r in rows})
     modes = list(dict.fromkeys(r.mode for r in rows))
     width = 0.8 / len(modes)
-    panels = [("time to first frame (ms, log)", lambda r: r.ttff_s * 1e3),
-              ("total time (ms)", lambda r: r.total_s * 1e3),
-              ("peak memory (MiB)", lambda r: r.peak_bytes / 2**20)]
+    panels = [("time to first frame", "ms (log scale)", lambda r: r.ttff_s * 1e3),
+              ("total time", "ms", lambda r: r.total_s * 1e3),
+              ("peak memory", "MiB", lambda r: r.peak_bytes / 2**20)]
     for i, mode in enumerate(modes):
         mine = {r.latent_frames: r for r in rows if r.mode == mode}
         xs = [j + i * width for j in range(len(lengths))]
-        for ax, (_, value) in zip(axes, panels, strict=True):
+        for ax, (_, _, value) in zip(axes, panels, strict=True):
             ax.bar(xs, [value(mine[f]) for f in lengths], width, color=_PUSH_COLORS[i % 10],
                    label=mode)
-    for ax, (title, _) in zip(axes, panels, strict=True):
+    for ax, (title, unit, _) in zip(axes, panels, strict=True):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(lengths))],
                       [f"F={f}" for f in lengths])
+        ax.set_xlabel("latent frames")
+        ax.set_ylabel(unit)
         ax.set_title(title, loc="left", fontsize=9)
     axes[0].set_yscale("log")
-    axes[2].legend(fontsize=8)
+    # outside the last panel: inside, it would hide the tallest bars
+    axes[2].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), title="decode",
+                   title_fontsize=8)
     return axes
 
 
