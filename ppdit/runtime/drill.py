@@ -86,7 +86,7 @@ def signal_drill(sig: signal.Signals, *, command: tuple[str, ...] = STEP_SPLIT, 
         proc.send_signal(sig)
         left = _wait_empty(proc, token, start + limit_s)
         ended = time.monotonic() - start
-        output = proc.communicate(timeout=5)[0].decode(errors="replace")
+        output = _output(proc)
     finally:
         _kill_all(token)
     return DrillResult(sig.name, seen, ended, [f"{p} {c}" for p, c in left.items()],
@@ -103,6 +103,17 @@ def _wait_empty(proc: subprocess.Popen, token: str, deadline: float) -> dict[int
         time.sleep(0.05)
     proc.poll()
     return marked_processes(token)
+
+
+def _output(proc: subprocess.Popen) -> str:
+    """What the main process printed; if it is still running (the drill failed), kill it first
+    so the caller gets the leftovers in the result instead of a timeout here."""
+    try:
+        out = proc.communicate(timeout=5)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out = proc.communicate()[0]
+    return out.decode(errors="replace")
 
 
 def _kill_all(token: str) -> None:

@@ -120,6 +120,11 @@ def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.
     return unpatchify(model, gather_tokens(tokens, split, group, staged), ctx.grid)
 
 
+# torch 2.13 renamed funcol's all_gather_tensor (the old name warns on every call); older
+# releases only have the old name.
+_ALL_GATHER = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+
+
 def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
                   staged: bool = False) -> torch.Tensor:
     """All ranks' (B, S_r, C') slices -> (B, S, C') everywhere (padded to the longest slice for
@@ -128,7 +133,7 @@ def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
     pad = longest - tokens.shape[1]
     padded = F.pad(tokens, (0, 0, 0, pad)) if pad else tokens
     wire = padded.to("cpu") if staged else padded  # gloo moves host memory only
-    every = funcol.wait_tensor(funcol.all_gather_tensor(wire.contiguous(), 0, group))
+    every = funcol.wait_tensor(_ALL_GATHER(wire.contiguous(), 0, group))
     every = every.to(tokens.device)
     parts = every.chunk(len(split))
     return torch.cat([p[:, :n] for p, n in zip(parts, split, strict=True)], dim=1)
