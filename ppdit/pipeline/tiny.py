@@ -1,0 +1,103 @@
+"""A tiny random diffusers Wan 2.1 text-to-video pipeline folder, built offline in seconds.
+
+Why: the real ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers`` snapshot is ~30 GB (umT5-XXL alone is 11 GB)
+and needs a download; tests, notebooks and the CPU demo need a folder with *the same layout and
+the same component classes* that costs nothing. ``build_tiny_pipeline(dir)`` writes one::
+
+    dir/model_index.json
+       text_encoder/   UMT5EncoderModel (transformers): 2 layers, d_model = the DiT's text_dim
+       tokenizer/      a word-level ``tokenizers`` tokenizer as a PreTrainedTokenizerFast
+       transformer/    WanTransformer3DModel: ppdit's ``tiny`` preset
+       vae/            AutoencoderKLWan: ppdit's ``tiny`` VAE preset (4x time, 4x space)
+       scheduler/      UniPCMultistepScheduler with flow sigmas, as Wan 2.1 ships it
+
+about 2.5 MB. Every weight is drawn from one seed, so two builds are byte-identical.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ppdit.model import build_model, get_preset
+
+# Words the tiny tokenizer knows; anything else maps to <unk> (fine for random weights).
+TINY_VOCAB = (
+    "a", "the", "cat", "dog", "fox", "runs", "jumps", "over", "on", "in", "of", "and", "with",
+    "red", "blue", "green", "small", "big", "video", "river", "forest", "city", "night", "day",
+    "sun", "rain", "snow", "wind", "fast", "slow", "white", "black", "blurry", "low", "quality",
+    "static", "worst",
+)
+SPECIAL = ("<pad>", "</s>", "<unk>")  # umT5's special tokens: pad id 0, eos id 1, unk id 2
+
+# What Wan 2.1's own scheduler_config.json holds (flow_shift 3.0 is its 480p setting).
+WAN_UNIPC_CONFIG = dict(
+    num_train_timesteps=1000, solver_order=2, prediction_type="flow_prediction",
+    use_flow_sigmas=True, flow_shift=3.0, predict_x0=True, solver_type="bh2",
+    lower_order_final=True, final_sigmas_type="zero", timestep_spacing="linspace",
+)
+
+
+def word_tokenizer(vocab: list[str] | tuple[str, ...]):
+    """A ``PreTrainedTokenizerFast`` over a word-level vocabulary (whitespace split), umT5-style:
+    ``<pad>`` = 0, ``</s>`` = 1 appended to every sequence, ``<unk>`` = 2 for unknown words.
+
+    Built with the ``tokenizers`` library in memory: no file, no download, milliseconds.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = [*SPECIAL, *dict.fromkeys(w for w in vocab if w not in SPECIAL)]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>",
+                                                       special_tokens=[("</s>", 1)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>",
+                                   unk_token="<unk>", model_max_length=512)
+
+
+def tiny_text_encoder(d_model: int, vocab_size: int, seed: int = 0):
+    """A 2-layer ``UMT5EncoderModel`` with random weights whose output width is ``d_model``."""
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    config = UMT5Config(vocab_size=vocab_size, d_model=d_model, d_kv=8, d_ff=64, num_layers=2,
+                        num_heads=4, relative_attention_num_buckets=8,
+                        relative_attention_max_distance=32, dropout_rate=0.0,
+                        feed_forward_proj="gated-gelu", pad_token_id=0, eos_token_id=1,
+                        decoder_start_token_id=0, tie_word_embeddings=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return UMT5EncoderModel(config).eval()
+
+
+def tiny_unipc_scheduler():
+    """``UniPCMultistepScheduler`` configured as Wan 2.1's pipeline folder configures it."""
+    from diffusers import UniPCMultistepScheduler
+
+    return UniPCMultistepScheduler(**WAN_UNIPC_CONFIG)
+
+
+def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
+                        vae_preset: str = "tiny") -> Path:
+    """Write a tiny random Wan 2.1 T2V pipeline folder to ``out`` and return its path.
+
+    ``WanPipeline(...).save_pretrained`` writes it, so diffusers' own ``from_pretrained`` loads
+    it: the folder is exactly what a real snapshot looks like, only small.
+    """
+    from diffusers import WanPipeline
+
+    from ppdit.vae.presets import build_vae
+
+    tokenizer = word_tokenizer(TINY_VOCAB)
+    text_encoder = tiny_text_encoder(get_preset(preset).text_dim, len(tokenizer), seed)
+    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
+                       transformer=build_model(preset, seed=seed),
+                       vae=build_vae(vae_preset, seed=seed), scheduler=tiny_unipc_scheduler())
+    out = Path(out)
+    pipe.save_pretrained(out)
+    return out
+
+
+__all__ = ["TINY_VOCAB", "WAN_UNIPC_CONFIG", "build_tiny_pipeline", "tiny_text_encoder",
+           "tiny_unipc_scheduler", "word_tokenizer"]
