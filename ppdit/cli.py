@@ -25,7 +25,8 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the streaming system (controller + TP mesh); writes a "
                                        "video, a timeline, a trace and a summary")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="artifact folder")
-    demo.add_argument("--chunks", type=int, default=6, help="chunks to stream (across the cut)")
+    demo.add_argument("--chunks", type=int, default=None,
+                      help="chunks to stream across the cut (default: 5 toy, 6 random)")
     demo.add_argument("--cut-at", type=int, default=3, help="hard cut before this chunk (-1: none)")
     demo.add_argument("--tp", type=int, default=2, help="mesh ranks (tensor parallel degree)")
     demo.add_argument("--steps", type=int, default=None,

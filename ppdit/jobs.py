@@ -20,7 +20,7 @@ TOY_FOLDER = Path(__file__).resolve().parents[1] / "models" / "toy_shapes"
 TOY_PROMPTS = ("a red ball moves right", "a blue square moves up")  # before / after the cut
 
 
-def demo(out: Path, *, chunks: int = 6, cut_at: int | None = 3, tp: int = 2,
+def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = 3, tp: int = 2,
          num_steps: int | None = None, dtype: str = "fp32", device: str | None = None,
          model: str = "toy", prompts: tuple[str, str] = TOY_PROMPTS) -> int:
     """The streaming system: rank 0 (controller + streaming VAE) and a TP mesh stream a video
@@ -33,6 +33,9 @@ def demo(out: Path, *, chunks: int = 6, cut_at: int | None = 3, tp: int = 2,
     from ppdit.serve.config import BringupConfig
     from ppdit.serve.system import run_bringup
 
+    # The toy model is trained on two-chunk clips: 5 chunks with the cut before the fourth
+    # deliver video 0's first chunk (the next two go stale at the cut) and all of video 1.
+    chunks = chunks or (5 if model == "toy" else 6)
     cfg = BringupConfig(phase="pp1" if tp > 1 else "recompute", chunks=chunks, cut_at=cut_at,
                         tp=tp, num_steps=num_steps or 4, dtype=dtype)
     if model == "toy":

@@ -2,8 +2,8 @@
 
 Why procedural: no downloads, any number of clips, deterministic from a seed, and the ground
 truth of every clip (colour, shape, direction) is known, so a simple detector can check what a
-model generated (``ppdit.toy.detect``). Clips are tiny on purpose: 32 x 32 pixels and 21 frames
-(``1 + 4 * 5``: six latent frames of the Wan VAE's 4x time compression, i.e. three causal chunks
+model generated (``ppdit.toy.detect``). Clips are tiny on purpose: 32 x 32 pixels and 13 frames
+(``1 + 4 * 3``: four latent frames of the Wan VAE's 4x time compression, i.e. two causal chunks
 of two latent frames), so a small VAE and DiT learn them in minutes on a CPU.
 
 Pixels follow the Wan VAE's convention: float in [-1, 1], (3, T, H, W).
@@ -29,7 +29,7 @@ DIRECTIONS: dict[str, tuple[int, int]] = {  # (dx, dy) in image coordinates (y g
     "left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1),
 }
 SIZE = 32  # pixels, height = width
-FRAMES = 21  # pixel frames: 1 + 4 * 5 (six latent frames)
+FRAMES = 13  # pixel frames: 1 + 4 * 3 (four latent frames: two causal chunks)
 RADIUS = 4.0  # ball radius / half the square's side, pixels
 SPEED = (0.7, 0.9)  # pixels per frame
 

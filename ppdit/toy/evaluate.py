@@ -20,7 +20,7 @@ from ppdit.toy import data, detect, models
 
 CAUSAL_STEPS = 8  # Euler steps per chunk in the demo's path
 FULL_STEPS = 12  # UniPC steps for the whole clip
-CHUNKS = 3  # chunks of CHUNK_FRAMES latent frames: 6 latent frames = 21 pixel frames
+CHUNKS = 2  # chunks of CHUNK_FRAMES latent frames: 4 latent frames = 13 pixel frames
 
 
 @dataclass

@@ -2,17 +2,17 @@
 the frozen tiny random umT5 with a word-level tokenizer, and the block-causal attention the DiT
 is trained with.
 
-Shapes: 32 x 32 x 21 pixel frames -> the VAE (4x space, 4x time, ``Z_DIM`` channels) -> latents
-(8, 6, 8, 8) -> the DiT's (1, 2, 2) patches -> 16 tokens per latent frame, 96 per clip.
+Shapes: 32 x 32 x 13 pixel frames -> the VAE (4x space, 4x time, ``Z_DIM`` channels) -> latents
+(8, 4, 8, 8) -> the DiT's (1, 2, 2) patches -> 16 tokens per latent frame, 64 per clip.
 
 Block-causal training (why: the demo streams chunks with a rolling KV cache, CausVid style;
 ``ppdit.serve.causal``). A chunk of ``CHUNK_FRAMES`` latent frames is denoised while attending
 to the *clean* earlier chunks, whose keys/values came from a t = 0 forward that itself saw only
 earlier clean chunks. Teacher forcing trains exactly that in one forward per clip::
 
-    tokens   [clean c0 | clean c1 | clean c2 | noisy c0 | noisy c1 | noisy c2]
-    t        [   0     |    0     |    0     |   t0     |   t1     |   t2    ]
-    rope     frames 0..5                       frames 0..5 again (same positions)
+    tokens   [clean c0 | clean c1 | noisy c0 | noisy c1]
+    t        [   0     |    0     |   t0     |   t1    ]
+    rope     frames 0..3             frames 0..3 again (same positions)
     clean ci attends clean c0..ci;  noisy cj attends clean c0..c(j-1) and noisy cj
 
 The same model is also trained with ordinary full attention on whole clips (no mask, one t),
@@ -39,7 +39,7 @@ VAE = VAEPreset("toy", base_dim=16, z_dim=Z_DIM, dim_mult=(1, 2, 4), num_res_blo
                 notes="the toy shapes VAE: 4x time, 4x space, 8 latent channels")
 DIT = ModelPreset("toy", num_layers=4, num_heads=4, head_dim=24, ffn_dim=192,
                   text_dim=TEXT_DIM, text_len=MAX_SEQUENCE_LENGTH, freq_dim=64,
-                  in_channels=Z_DIM, latent_shape=(1, Z_DIM, 6, 8, 8), rope_max_seq_len=256,
+                  in_channels=Z_DIM, latent_shape=(1, Z_DIM, 4, 8, 8), rope_max_seq_len=256,
                   notes="the toy shapes DiT (trained): 4 heads so TP 2 and 4 split it")
 
 

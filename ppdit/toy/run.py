@@ -20,21 +20,32 @@ def _bar(total: int, desc: str):
 
 
 def stage_vae(cfg: TrainConfig, work: Path):
-    """Train the VAE (or load it from ``work/vae``); returns (vae, losses)."""
+    """Train the VAE in its two phases (or load them from ``work``); returns (vae, losses)."""
+    vae, losses = _vae_phase(cfg, work, "vae", None)
+    vae, more = _vae_phase(cfg, work, "vae_long", vae)
+    return vae, losses + more
+
+
+def _vae_phase(cfg: TrainConfig, work: Path, name: str, vae):
     from diffusers import AutoencoderKLWan
 
     from ppdit.toy.train import train_vae
 
-    if (work / "vae" / "config.json").exists():
-        losses = json.loads((work / "vae_losses.json").read_text())
-        return AutoencoderKLWan.from_pretrained(work / "vae").eval(), losses
-    with _bar(cfg.vae_steps, "VAE") as bar:
+    if (work / name / "config.json").exists():
+        losses = json.loads((work / f"{name}_losses.json").read_text())
+        return AutoencoderKLWan.from_pretrained(work / name).eval(), losses
+    start = time.perf_counter()
+    long = vae is not None
+    with _bar(cfg.vae_long_steps if long else cfg.vae_steps, name) as bar:
         def tick(mse):
             bar.set_postfix(mse=f"{mse:.4f}", refresh=False)
             bar.update(1)
-        vae, losses = train_vae(cfg, tick)
-    vae.save_pretrained(work / "vae")
-    (work / "vae_losses.json").write_text(json.dumps(losses))
+        vae, losses = train_vae(cfg, tick, vae, long)
+    vae.save_pretrained(work / name)
+    wall = work / "vae_wall_s.json"
+    total = (float(wall.read_text()) if wall.exists() else 0.0) + time.perf_counter() - start
+    wall.write_text(json.dumps(total))
+    (work / f"{name}_losses.json").write_text(json.dumps(losses))
     return vae, losses
 
 

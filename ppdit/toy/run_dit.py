@@ -57,8 +57,12 @@ def stage_dit(cfg: TrainConfig, vae, work: Path):
 
 def finish(cfg: TrainConfig, args, vae, vae_losses: list[float], start: float) -> int:
     """DiT, folder, plot, eval.json; prints where everything went."""
+    dit_start = time.perf_counter()
     dit, dit_losses, tokenizer, text_encoder = stage_dit(cfg, vae, args.work)
-    train_s = time.perf_counter() - start
+    dit_s = time.perf_counter() - dit_start
+    vae_file = args.work / "vae_wall_s.json"  # the VAE stage may have run in an earlier call
+    vae_s = float(vae_file.read_text()) if vae_file.exists() else dit_start - start
+    train_s = vae_s + dit_s
     print(f"training done after {train_s:.0f} s", flush=True)
     out = args.out
     if out.exists():
@@ -67,12 +71,18 @@ def finish(cfg: TrainConfig, args, vae, vae_losses: list[float], start: float) -
     plot_losses(vae_losses, dit_losses, out / "loss.png")
     write_json(out / "train.json", {
         "config": asdict(cfg), "threads": args.threads, "train_wall_s": round(train_s, 1),
+        "vae_wall_s": round(vae_s, 1), "dit_wall_s": round(dit_s, 1),
         "load_average_1min_at_end": os.getloadavg()[0], "cpu_count": os.cpu_count(),
-        "final_vae_mse": sum(vae_losses[-20:]) / 20, "final_dit_loss": sum(dit_losses[-50:]) / 50,
+        "final_vae_mse": _tail_mean(vae_losses), "final_dit_loss": _tail_mean(dit_losses),
     })
     write_json(out / "eval.json", run_eval(out, cfg.seed, args.eval_n))
     print(f"wrote {out} (training took {train_s:.0f} s)")
     return 0
+
+
+def _tail_mean(losses: list[float], n: int = 20) -> float:
+    tail = losses[-n:]
+    return sum(tail) / max(1, len(tail))
 
 
 def run_eval(folder: Path, seed: int, n: int = 20) -> dict:
