@@ -77,7 +77,7 @@ def _write_demo(result, out: Path) -> None:
     video = result.controller.video
     names = ["video.gif"]
     if result.cfg.prompts is not None:  # the toy model: 32 x 32 clips, enlarged; a frame strip
-        from ppdit.toy.strip import enlarge, save_strip
+        from ppdit.viz.toy import enlarge, save_strip
 
         rows = [torch_cat(video[v])[0] for v in sorted(video)]
         save_strip(rows, [f"video {v}: {result.cfg.prompts[v]!r}" for v in sorted(video)],

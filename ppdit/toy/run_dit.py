@@ -16,11 +16,11 @@ from ppdit.toy.train import (
     TrainConfig,
     encode_clips,
     latent_stats,
-    plot_losses,
     save_folder,
     train_dit,
     write_json,
 )
+from ppdit.viz.toy import save_loss_plot
 
 
 def stage_latents(vae, cfg: TrainConfig, work: Path):
@@ -68,7 +68,7 @@ def finish(cfg: TrainConfig, args, vae, vae_losses: list[float], start: float) -
     if out.exists():
         shutil.rmtree(out)
     save_folder(out, vae, dit, tokenizer, text_encoder)
-    plot_losses(vae_losses, dit_losses, out / "loss.png")
+    save_loss_plot(vae_losses, dit_losses, out / "loss.png")
     write_json(out / "train.json", {
         "config": asdict(cfg), "threads": args.threads, "train_wall_s": round(train_s, 1),
         "vae_wall_s": round(vae_s, 1), "dit_wall_s": round(dit_s, 1),

@@ -209,32 +209,10 @@ def save_folder(out: Path, vae, transformer, tokenizer, text_encoder) -> Path:
     return out
 
 
-def plot_losses(vae_losses: list[float], dit_losses: list[float], path: Path) -> None:
-    """Both training curves (raw and smoothed), log scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ax, losses, title in ((axes[0], vae_losses, "VAE reconstruction"),
-                              (axes[1], dit_losses, "DiT flow matching")):
-        x = torch.tensor(losses)
-        k = max(1, len(x) // 20)
-        smooth = torch.nn.functional.avg_pool1d(x.view(1, 1, -1), k, 1).flatten()
-        ax.plot(range(len(x)), x, alpha=0.3, label="per step")
-        ax.plot(range(k - 1, len(x)), smooth, label=f"mean of {k} steps")
-        ax.set(yscale="log", xlabel="training step", ylabel="loss (MSE)", title=title)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 def write_json(path: Path, obj) -> None:
     """Pretty JSON (eval.json, train.json)."""
     path.write_text(json.dumps(obj, indent=2) + "\n")
 
 
-__all__ = ["TrainConfig", "encode_clips", "latent_stats", "make_batch", "plot_losses",
+__all__ = ["TrainConfig", "encode_clips", "latent_stats", "make_batch",
            "save_folder", "train_dit", "train_vae", "write_json"]

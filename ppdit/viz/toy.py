@@ -1,5 +1,6 @@
-"""Pictures of toy clips: a frame strip (one row per video, every other frame) and a nearest-
-neighbour enlargement so a 32 x 32 clip is visible in a GIF."""
+"""Pictures of the toy model (``ppdit.toy``): a frame strip (one row per video, every other
+frame), a nearest-neighbour enlargement so a 32 x 32 clip is visible in a GIF, and the training
+loss curves."""
 
 from __future__ import annotations
 
@@ -42,4 +43,22 @@ def save_strip(rows: list[torch.Tensor], titles: list[str], path: Path, every: i
     return path
 
 
-__all__ = ["enlarge", "save_strip", "strip_figure"]
+def save_loss_plot(vae_losses: list[float], dit_losses: list[float], path: Path) -> Path:
+    """Both training curves (per step and smoothed), log scale, as a PNG."""
+    fig = Figure(figsize=(10, 3.6))
+    axes = fig.subplots(1, 2)
+    for ax, losses, title in ((axes[0], vae_losses, "VAE reconstruction"),
+                              (axes[1], dit_losses, "DiT flow matching")):
+        x = torch.tensor(losses)
+        k = max(1, len(x) // 20)
+        smooth = F.avg_pool1d(x.view(1, 1, -1), k, 1).flatten()
+        ax.plot(range(len(x)), x, alpha=0.3, label="per step")
+        ax.plot(range(k - 1, len(x)), smooth, label=f"mean of {k} steps")
+        ax.set(yscale="log", xlabel="training step", ylabel="loss (MSE)", title=title)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+__all__ = ["enlarge", "save_loss_plot", "save_strip", "strip_figure"]
