@@ -55,3 +55,16 @@ def test_regenerated_clip_gets_the_recorded_verdict(i):
     clip = evaluate.generate_causal(evaluate.load(FOLDER), spec.prompt, 1000 + i)
     assert clip.shape == (3, data.FRAMES, data.SIZE, data.SIZE)
     assert detect.score(clip, spec).as_dict() == EVAL["trained_causal"]["clips"][i]
+
+
+def test_demo_config_encodes_the_folder_prompts_and_needs_both():
+    from ppdit.serve.config import BringupConfig
+    from ppdit.serve.weights import stream_prompts
+
+    with pytest.raises(ValueError, match="give both or neither"):
+        BringupConfig(prompts=("a red ball moves left", "a blue ball moves up"))
+    cfg = BringupConfig(checkpoint=str(FOLDER), prompts=("a red ball moves left",
+                                                          "a blue square moves up"))
+    emb = stream_prompts(cfg)
+    assert emb[0].shape == emb[1].shape == (1, 16, 32)
+    assert (emb[0] - emb[1]).abs().max() > 0.1  # the frozen random umT5 separates the prompts
