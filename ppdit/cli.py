@@ -28,10 +28,18 @@ def parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the streaming system (controller + TP mesh); writes a "
                                        "video, a timeline, a trace and a summary")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="artifact folder")
-    demo.add_argument("--chunks", type=int, default=6, help="chunks to stream (across the cut)")
+    demo.add_argument("--chunks", type=int, default=None,
+                      help="chunks to stream across the cut (default: 5 toy, 6 random)")
     demo.add_argument("--cut-at", type=int, default=3, help="hard cut before this chunk (-1: none)")
     demo.add_argument("--tp", type=int, default=2, help="mesh ranks (tensor parallel degree)")
-    demo.add_argument("--steps", type=int, default=4, help="denoising steps per chunk")
+    demo.add_argument("--steps", type=int, default=None,
+                      help="denoising steps per chunk (default: 8 toy, 4 random)")
+    demo.add_argument("--model", default="toy", choices=["toy", "random"],
+                      help="toy: the trained models/toy_shapes (a visible video); random: the "
+                           "random-weight tiny preset (noise; the lessons' shapes and timings)")
+    demo.add_argument("--prompts", nargs=2, metavar=("BEFORE", "AFTER"),
+                      default=["a red ball moves right", "a blue square moves up"],
+                      help="toy model: the prompt before and after the hard cut")
     _placement_args(demo)
     step = sub.add_parser("step-split", help="step-split PP with pipeline filling (lesson 01)")
     step.add_argument("--out", type=Path, default=Path("out/step_split"), help="artifact folder")
@@ -110,7 +118,8 @@ def _run(jobs, args: argparse.Namespace) -> int:
     if args.command == "demo":
         return jobs.demo(args.out, chunks=args.chunks,
                          cut_at=None if args.cut_at < 0 else args.cut_at, tp=args.tp,
-                         num_steps=args.steps, dtype=args.dtype, device=args.device)
+                         num_steps=args.steps, dtype=args.dtype, device=args.device,
+                         model=args.model, prompts=tuple(args.prompts))
     return jobs.step_split(args.out, stages=args.stages, requests=args.requests,
                            num_steps=args.steps, preset=args.preset, mode=args.mode,
                            dtype=args.dtype, device=args.device)

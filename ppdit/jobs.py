@@ -15,16 +15,33 @@ from pathlib import Path
 
 from ppdit.runtime.launch import in_torchrun
 
+# The demo's default model: the tiny Wan pipeline trained on moving shapes (scripts/train_toy.py)
+TOY_FOLDER = Path(__file__).resolve().parents[1] / "models" / "toy_shapes"
+TOY_PROMPTS = ("a red ball moves right", "a blue square moves up")  # before / after the cut
 
-def demo(out: Path, *, chunks: int = 6, cut_at: int | None = 3, tp: int = 2,
-         num_steps: int = 4, dtype: str = "fp32", device: str | None = None) -> int:
+
+def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = 3, tp: int = 2,
+         num_steps: int | None = None, dtype: str = "fp32", device: str | None = None,
+         model: str = "toy", prompts: tuple[str, str] = TOY_PROMPTS) -> int:
     """The streaming system: rank 0 (controller + streaming VAE) and a TP mesh stream a video
-    chunk by chunk with a hard cut; writes video.gif, timeline.png, trace.json, summary.json."""
+    chunk by chunk with a hard cut; writes video.gif, video_strip.png (the toy model),
+    timeline.png, trace.json, summary.json.
+
+    ``model="toy"`` (default): the trained toy pipeline, so the video shows the prompts (a
+    shape moving; the cut switches to another prompt). ``"random"``: the random-weight tiny
+    preset (coloured noise; the shapes and timings of the lessons)."""
     from ppdit.serve.config import BringupConfig
     from ppdit.serve.system import run_bringup
 
+    # The toy model is trained on two-chunk clips: 5 chunks with the cut before the fourth
+    # deliver video 0's first chunk (the next two go stale at the cut) and all of video 1.
+    chunks = chunks or (5 if model == "toy" else 6)
     cfg = BringupConfig(phase="pp1" if tp > 1 else "recompute", chunks=chunks, cut_at=cut_at,
-                        tp=tp, num_steps=num_steps, dtype=dtype)
+                        tp=tp, num_steps=num_steps or 4, dtype=dtype)
+    if model == "toy":
+        cfg = toy_stream(cfg, prompts, num_steps)
+    elif model != "random":
+        raise ValueError(f"model={model!r} is not one of ('toy', 'random')")
     if not in_torchrun():
         print(f"ppdit demo: streaming {chunks} chunks (hard cut before chunk {cut_at}) from a "
               f"{tp}-rank tensor-parallel mesh to a controller with a streaming VAE; spawning "
@@ -36,11 +53,38 @@ def demo(out: Path, *, chunks: int = 6, cut_at: int | None = 3, tp: int = 2,
     return 0
 
 
+def toy_stream(cfg, prompts: tuple[str, str], num_steps: int | None):
+    """``cfg`` with the toy pipeline folder, its prompts and its latent geometry."""
+    from dataclasses import replace
+
+    from ppdit.toy import evaluate, models
+    from ppdit.toy.data import SIZE
+
+    if not (TOY_FOLDER / "model_index.json").exists():
+        raise FileNotFoundError(f"{TOY_FOLDER} is missing: it is committed with the repository "
+                                "(or rebuild it: scripts/train_toy.py); --model random runs "
+                                "the random-weight preset instead")
+    side = SIZE // models.VAE.spatial_factor
+    return replace(cfg, checkpoint=str(TOY_FOLDER), prompts=tuple(prompts), latent_hw=(side, side),
+                   channels=models.Z_DIM, chunk_frames=models.CHUNK_FRAMES,
+                   num_steps=num_steps or evaluate.CAUSAL_STEPS)
+
+
 def _write_demo(result, out: Path) -> None:
     from ppdit.viz.artifacts import save_gif, save_timeline
 
     out.mkdir(parents=True, exist_ok=True)
-    frames = save_gif(result.controller.video, out / "video.gif")
+    video = result.controller.video
+    names = ["video.gif"]
+    if result.cfg.prompts is not None:  # the toy model: 32 x 32 clips, enlarged; a frame strip
+        from ppdit.viz.toy import enlarge, save_strip
+
+        rows = [torch_cat(video[v])[0] for v in sorted(video)]
+        save_strip(rows, [f"video {v}: {result.cfg.prompts[v]!r}" for v in sorted(video)],
+                   out / "video_strip.png")
+        video = {v: [enlarge(c) for c in chunks] for v, chunks in video.items()}
+        names.append("video_strip.png")
+    frames = save_gif(video, out / "video.gif")
     save_timeline(result.trace, out / "timeline.png", f"bring-up phase {result.cfg.phase}: "
                   "rank 0 controller + decode, ranks 1.. the mesh")
     result.trace.save_chrome(out / "trace.json")
@@ -50,7 +94,14 @@ def _write_demo(result, out: Path) -> None:
           f"{summary['time_to_first_frame_s'] * 1e3:.0f} ms, {summary['chunks_delivered']} "
           f"chunks delivered, {summary['dropped_stale_results']} stale results dropped, "
           f"max queue depth {summary['max_queue_depth']}")
-    _wrote(out, "video.gif", "timeline.png", "trace.json", "summary.json")
+    _wrote(out, *names, "timeline.png", "trace.json", "summary.json")
+
+
+def torch_cat(chunks):
+    """A video's delivered pixel chunks as one (1, 3, T, H, W) tensor."""
+    import torch
+
+    return torch.cat(chunks, dim=2)
 
 
 def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int = 28,

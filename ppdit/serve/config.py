@@ -45,6 +45,12 @@ class BringupConfig:
     dtype: str = "fp32"  # the mesh's DiT (the controller's VAE decodes in fp32)
     vae_preset: str | None = "tiny"  # None: no decode (the controller only collects latents)
     seeds: tuple[int, int] = (11, 22)  # video seeds before / after the cut
+    # A trained pipeline folder (``WanPipeline.save_pretrained``; e.g. models/toy_shapes): the
+    # mesh loads its transformer, rank 0 its VAE, tokenizer and text encoder. None: random
+    # ``preset`` / ``vae_preset`` weights and seeded stand-in prompts.
+    checkpoint: str | None = None
+    prompts: tuple[str, str] | None = None  # with a checkpoint: the prompts before / after the cut
+    channels: int = 16  # latent channels (the checkpoint's DiT in_channels)
     in_flight: int | None = None  # envelopes ahead; default 1 for pp0, 2 otherwise
     d_out_capacity: int = 4  # decoded chunks waiting for the output consumer
     consumer_delay_s: float = 0.0  # a slow output (to show backpressure)
@@ -65,6 +71,10 @@ class BringupConfig:
                              "must be >= 2")
         if self.phase != "pp1" and self.tp != 1:
             raise ValueError(f"tp={self.tp}: only phase 'pp1' has a multi-rank mesh")
+        if (self.prompts is None) != (self.checkpoint is None):
+            raise ValueError(f"checkpoint={self.checkpoint!r} and prompts={self.prompts!r}: "
+                             "text prompts need a pipeline folder with a text encoder, and a "
+                             "folder needs the prompts to encode (give both or neither)")
         if self.window is not None and self.window < 1:
             raise ValueError(f"window={self.window} must be >= 1 chunk (or None)")
 
@@ -87,6 +97,7 @@ class BringupConfig:
         """The chunk generator's settings."""
         h, w = self.latent_hw
         return StreamConfig(chunk_frames=self.chunk_frames, height=h, width=w,
+                            channels=self.channels,
                             sampling=SamplingConfig(num_steps=self.num_steps),
                             window=self.window, causal=self.causal)
 

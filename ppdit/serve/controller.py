@@ -20,10 +20,10 @@ import torch
 
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.trace import Tracer
-from ppdit.sampler import Request, prompt_embeddings
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator
+from ppdit.serve.weights import stream_prompts
 from ppdit.vae.streaming import StreamingDecoder
 
 LEADER = 1  # the mesh leader's global rank
@@ -60,7 +60,9 @@ class Controller:
 
     def __init__(self, ctx: RankContext, cfg: BringupConfig, vae, tracer: Tracer):
         self.ctx, self.cfg, self.tracer = ctx, cfg, tracer
-        self.decoder = StreamingDecoder(vae) if vae is not None else None
+        # A trained folder's DiT works on normalised latents (its VAE config holds the stats).
+        self.decoder = (None if vae is None else
+                        StreamingDecoder(vae, denormalize_latents=cfg.checkpoint is not None))
         self.d_in = BoundedQueue("D_IN", cfg.ahead, tracer)
         self.d_out = BoundedQueue("D_OUT", cfg.d_out_capacity, tracer)
         self.report = ControllerReport()
@@ -68,8 +70,7 @@ class Controller:
         self.dedup = Deduplicator()
         self.sends = []
         self.pushed: dict[int, int] = {}  # latent frames decoded per video
-        self.prompts = {v: prompt_embeddings(Request(v, s), cfg.preset)
-                        for v, s in enumerate(cfg.seeds)}
+        self.prompts = stream_prompts(cfg)
 
     # -- the loop ---------------------------------------------------------------------------
 

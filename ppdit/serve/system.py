@@ -12,18 +12,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.model import build_model
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Runner, run_side_by_side
 from ppdit.runtime.trace import Trace
-from ppdit.sampler import Request, prompt_embeddings
 from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.controller import Controller, ControllerReport
 from ppdit.serve.generator import GeneratorRank, GeneratorReport
 from ppdit.serve.pp1 import MeshChannel, parallelize_mesh_model
-from ppdit.vae.presets import build_vae
+from ppdit.serve.weights import load_dit, load_vae, stream_prompts
 
 
 def mesh_dims(world_size: int) -> ParallelDims:
@@ -38,21 +36,21 @@ class BringupRunner(Runner):
     def prepare(rank: int, world_size: int, cfgs: Sequence[BringupConfig]):
         """Before the process group exists: the VAE on rank 0, the DiT on every mesh rank."""
         if rank > 0:
-            return build_model(cfgs[0].preset, seed=cfgs[0].model_seed, dtype=cfgs[0].dtype)
-        vae = next((c.vae_preset for c in cfgs if c.vae_preset), None)
-        return None if vae is None else build_vae(vae, seed=cfgs[0].model_seed)
+            return load_dit(cfgs[0])
+        return load_vae(next((c for c in cfgs if c.vae_preset or c.checkpoint), cfgs[0]))
 
     def __init__(self, ctx: RankContext, cfgs: Sequence[BringupConfig]):
         super().__init__(ctx, cfgs)
         worlds = {c.world_size for c in cfgs}
-        models = {(c.preset, c.model_seed, c.dtype) for c in cfgs}
+        models = {(c.preset, c.model_seed, c.dtype, c.checkpoint) for c in cfgs}
         if worlds != {ctx.world_size} or len(models) != 1:
             raise ValueError(f"configs run together need one world size (launched with "
                              f"{ctx.world_size}, configs need {sorted(worlds)}) and one model")
         groups = build_groups(mesh_dims(ctx.world_size), ctx.rank)  # every rank takes part
         self.mesh_group = None if groups is None else groups.tp_group
         prepared = ctx.prepared
-        if prepared is None and (ctx.rank > 0 or any(c.vae_preset for c in cfgs)):
+        if prepared is None and (ctx.rank > 0 or any(c.vae_preset or c.checkpoint
+                                                      for c in cfgs)):
             prepared = self.prepare(ctx.rank, ctx.world_size, cfgs)
         self.module = None if prepared is None else prepared.to(ctx.device)
         if ctx.rank > 0 and self.mesh_group is not None:
@@ -63,7 +61,8 @@ class BringupRunner(Runner):
         """One stream: the controller's report on rank 0, a mesh rank's report elsewhere."""
         cfg = self.plans[i]
         if self.ctx.rank == 0:
-            return Controller(self.ctx, cfg, self.module if cfg.vae_preset else None,
+            decode = cfg.vae_preset or cfg.checkpoint
+            return Controller(self.ctx, cfg, self.module if decode else None,
                               tracer).run()
         channel = None if self.mesh_group is None else MeshChannel(self.ctx, self.mesh_group)
         return GeneratorRank(self.ctx, cfg, self.module, tracer, self.mesh_group,
@@ -130,9 +129,9 @@ def reference_stream(cfg: BringupConfig, model=None) -> dict[tuple[int, int], to
 
     Follows the same schedule (a cut resets the context) with the same seeds and prompts.
     """
-    model = model or build_model(cfg.preset, seed=cfg.model_seed, dtype=cfg.dtype)
+    model = model or load_dit(cfg)
     gen = ChunkGenerator(model, cfg.stream())
-    prompts = {v: prompt_embeddings(Request(v, s), cfg.preset) for v, s in enumerate(cfg.seeds)}
+    prompts = stream_prompts(cfg)
     out = {}
     for kind, video, index in cfg.schedule():
         if kind == "cut":

@@ -1,0 +1,4 @@
+"""A toy world the tiny Wan pipeline can learn on a laptop CPU: coloured shapes moving on a plain
+background (``data``), a detector that checks a clip against its prompt (``detect``), training
+(``train``) and generation + scoring (``evaluate``). The trained pipeline folder is committed in
+``models/toy_shapes`` (see ``scripts/train_toy.py``)."""

@@ -1,0 +1,127 @@
+"""Generate toy clips from a pipeline folder and score them with the detector.
+
+Two generation paths, the two ways ppdit runs the model:
+
+* ``causal``: the demo's streaming path (``ppdit.serve.causal.ChunkGenerator``): chunks of two
+  latent frames, each denoised with ppdit's Euler sampler while attending to the KV cache of
+  the clean chunks before it;
+* ``full``: the whole clip at once with full attention and the folder's UniPC scheduler,
+  through diffusers' own ``WanPipeline`` (what ``ppdit generate`` must equal at every layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ppdit.toy import data, detect, models
+
+CAUSAL_STEPS = 8  # Euler steps per chunk in the demo's path
+FULL_STEPS = 12  # UniPC steps for the whole clip
+CHUNKS = 2  # chunks of CHUNK_FRAMES latent frames: 4 latent frames = 13 pixel frames
+
+
+@dataclass
+class Toy:
+    """A loaded toy pipeline's parts."""
+
+    tokenizer: object
+    text_encoder: torch.nn.Module
+    vae: torch.nn.Module
+    transformer: torch.nn.Module
+    scheduler: object
+
+
+def load(folder: str | Path) -> Toy:
+    """Load every component of a pipeline folder (fp32, CPU, eval mode)."""
+    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
+    from transformers import AutoTokenizer, UMT5EncoderModel
+
+    from ppdit.model import own_memory
+
+    folder = Path(folder)
+    if not (folder / "model_index.json").exists():
+        raise ValueError(f"{str(folder)!r} is not a pipeline folder (no model_index.json)")
+    return Toy(AutoTokenizer.from_pretrained(folder / "tokenizer"),
+               UMT5EncoderModel.from_pretrained(folder / "text_encoder").eval(),
+               AutoencoderKLWan.from_pretrained(folder / "vae").eval(),
+               own_memory(WanTransformer3DModel.from_pretrained(folder / "transformer")).eval(),
+               UniPCMultistepScheduler.from_pretrained(folder / "scheduler"))
+
+
+def random_like(seed: int = 0) -> Toy:
+    """The same shapes with untrained weights (the chance baseline)."""
+    from ppdit.pipeline.tiny import tiny_unipc_scheduler
+
+    tokenizer, text_encoder = models.build_text(seed)
+    vae = models.build_vae(seed).eval()
+    return Toy(tokenizer, text_encoder, vae, models.build_dit(seed).eval(),
+               tiny_unipc_scheduler())
+
+
+def embed(toy: Toy, prompt: str) -> torch.Tensor:
+    """(1, L, D) prompt embeddings at the trained length."""
+    return models.encode_prompts(toy.tokenizer, toy.text_encoder, [prompt])
+
+
+@torch.no_grad()
+def decode(vae, latents: torch.Tensor) -> torch.Tensor:
+    """DiT latents (1, C, F, H, W) -> pixels (3, T, H, W) in [-1, 1]."""
+    from ppdit.vae.streaming import denormalize
+
+    return vae.decode(denormalize(vae, latents), return_dict=False)[0][0].clamp(-1, 1)
+
+
+@torch.no_grad()
+def generate_causal(toy: Toy, prompt: str, seed: int, steps: int = CAUSAL_STEPS,
+                    chunks: int = CHUNKS) -> torch.Tensor:
+    """The demo's path: causal chunks with the KV cache; pixels (3, T, H, W)."""
+    from ppdit.sampler import SamplingConfig
+    from ppdit.serve.causal import ChunkGenerator, StreamConfig
+
+    cfg = StreamConfig(chunk_frames=models.CHUNK_FRAMES, height=8, width=8,
+                       channels=models.Z_DIM, sampling=SamplingConfig(num_steps=steps))
+    gen = ChunkGenerator(toy.transformer, cfg)
+    text = embed(toy, prompt)
+    latents = torch.cat([gen.generate(k, seed, text) for k in range(chunks)], dim=2)
+    _restore_attention(toy.transformer)
+    return decode(toy.vae, latents)
+
+
+def _restore_attention(model) -> None:
+    """Put diffusers' own attention processor back (the ChunkGenerator installed its own)."""
+    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
+
+    for block in model.blocks:
+        block.attn1.set_processor(WanAttnProcessor())
+
+
+@torch.no_grad()
+def generate_full(toy: Toy, prompt: str, seed: int, steps: int = FULL_STEPS,
+                  guidance_scale: float = 1.0, frames: int = data.FRAMES) -> torch.Tensor:
+    """diffusers' ``WanPipeline`` on the whole clip; pixels (3, T, H, W) in [-1, 1]."""
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline(tokenizer=toy.tokenizer, text_encoder=toy.text_encoder,
+                       transformer=toy.transformer, vae=toy.vae, scheduler=toy.scheduler)
+    pipe.set_progress_bar_config(disable=True)
+    video = pipe(prompt, negative_prompt="", height=data.SIZE, width=data.SIZE,
+                 num_frames=frames, num_inference_steps=steps, guidance_scale=guidance_scale,
+                 generator=torch.Generator().manual_seed(seed), output_type="pt",
+                 max_sequence_length=models.MAX_SEQUENCE_LENGTH).frames[0]  # (T, 3, H, W)
+    return video.permute(1, 0, 2, 3) * 2 - 1
+
+
+def evaluate(toy: Toy, path: str = "causal", n: int = 20, seed0: int = 1000,
+             **kwargs) -> dict:
+    """Scores of ``n`` held-out prompt/seed pairs: accuracies and each clip's verdict."""
+    run = generate_causal if path == "causal" else generate_full
+    scores = [detect.score(run(toy, spec.prompt, seed0 + i, **kwargs), spec)
+              for i, spec in enumerate(data.held_out_specs(n))]
+    return {**detect.accuracy(scores), "clips": [s.as_dict() for s in scores]}
+
+
+__all__ = ["CAUSAL_STEPS", "FULL_STEPS", "Toy", "decode", "evaluate", "generate_causal",
+           "generate_full", "load", "random_like"]

@@ -1,0 +1,133 @@
+"""The toy pipeline's components: a small ``AutoencoderKLWan``, a small ``WanTransformer3DModel``,
+the frozen tiny random umT5 with a word-level tokenizer, and the block-causal attention the DiT
+is trained with.
+
+Shapes: 32 x 32 x 13 pixel frames -> the VAE (4x space, 4x time, ``Z_DIM`` channels) -> latents
+(8, 4, 8, 8) -> the DiT's (1, 2, 2) patches -> 16 tokens per latent frame, 64 per clip.
+
+Block-causal training (why: the demo streams chunks with a rolling KV cache, CausVid style;
+``ppdit.serve.causal``). A chunk of ``CHUNK_FRAMES`` latent frames is denoised while attending
+to the *clean* earlier chunks, whose keys/values came from a t = 0 forward that itself saw only
+earlier clean chunks. Teacher forcing trains exactly that in one forward per clip::
+
+    tokens   [clean c0 | clean c1 | noisy c0 | noisy c1]
+    t        [   0     |    0     |   t0     |   t1    ]
+    rope     frames 0..3             frames 0..3 again (same positions)
+    clean ci attends clean c0..ci;  noisy cj attends clean c0..c(j-1) and noisy cj
+
+The same model is also trained with ordinary full attention on whole clips (no mask, one t),
+which is what ``WanPipeline`` and every parallel layout run: one set of weights serves both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ppdit.model import ModelPreset, apply_rope, build_seeded
+from ppdit.vae.presets import VAEPreset
+
+Z_DIM = 8  # latent channels (Wan 2.1 has 16; 8 is plenty for four colours and two shapes)
+CHUNK_FRAMES = 2  # latent frames per causal chunk (the demo's chunk_frames)
+TEXT_DIM = 32  # umT5 width = the DiT's text_dim
+MAX_SEQUENCE_LENGTH = 16  # text tokens (Wan pads to 512; the toy trains and runs at 16, see docs)
+
+VAE = VAEPreset("toy", base_dim=16, z_dim=Z_DIM, dim_mult=(1, 2, 4), num_res_blocks=1,
+                temperal_downsample=(True, True),
+                notes="the toy shapes VAE: 4x time, 4x space, 8 latent channels")
+DIT = ModelPreset("toy", num_layers=4, num_heads=4, head_dim=24, ffn_dim=192,
+                  text_dim=TEXT_DIM, text_len=MAX_SEQUENCE_LENGTH, freq_dim=64,
+                  in_channels=Z_DIM, latent_shape=(1, Z_DIM, 4, 8, 8), rope_max_seq_len=256,
+                  notes="the toy shapes DiT (trained): 4 heads so TP 2 and 4 split it")
+
+
+def build_vae(seed: int):
+    """The untrained toy VAE (latent statistics are set after training)."""
+    from diffusers import AutoencoderKLWan
+
+    cfg = {**VAE.diffusers_config(), "latents_mean": [0.0] * Z_DIM,
+           "latents_std": [1.0] * Z_DIM}
+    return build_seeded(AutoencoderKLWan, cfg, seed, "cpu")
+
+
+def build_dit(seed: int):
+    """The untrained toy DiT."""
+    from diffusers import WanTransformer3DModel
+
+    return build_seeded(WanTransformer3DModel, DIT.diffusers_config(), seed, "cpu")
+
+
+def build_text(seed: int):
+    """(tokenizer, frozen random umT5) over the toy vocabulary (``ppdit.pipeline.tiny``)."""
+    from ppdit.pipeline.tiny import tiny_text_encoder, word_tokenizer
+    from ppdit.toy.data import vocabulary
+
+    tokenizer = word_tokenizer(vocabulary())
+    tokenizer.model_max_length = MAX_SEQUENCE_LENGTH  # saved: tells loaders the trained length
+    return tokenizer, tiny_text_encoder(TEXT_DIM, len(tokenizer), seed).requires_grad_(False)
+
+
+@torch.no_grad()
+def encode_prompts(tokenizer, text_encoder, prompts: list[str],
+                   max_sequence_length: int = MAX_SEQUENCE_LENGTH) -> torch.Tensor:
+    """(N, L, TEXT_DIM) embeddings with ``WanPipeline.encode_prompt``'s arithmetic: real tokens
+    kept, padding rows zeroed."""
+    ids = tokenizer(prompts, padding="max_length", max_length=max_sequence_length,
+                    truncation=True, add_special_tokens=True, return_attention_mask=True,
+                    return_tensors="pt")
+    hidden = text_encoder(ids.input_ids, ids.attention_mask).last_hidden_state
+    return hidden * ids.attention_mask.unsqueeze(-1).to(hidden.dtype)
+
+
+@dataclass
+class AttnState:
+    """What the training attention uses this forward: a rope table override and a mask."""
+
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None
+    mask: torch.Tensor | None = None  # (S, S) bool, True = may attend
+
+
+class TrainAttnProcessor:
+    """Self-attention with an optional mask and rope override (differentiable; the same
+    arithmetic as ``ppdit.serve.causal.CausalAttnProcessor`` without the cache)."""
+
+    def __init__(self, state: AttnState):
+        self.state = state
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
+                 rotary_emb=None):
+        q = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
+        k = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
+        v = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
+        rope = self.state.rope or rotary_emb
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        q, k, v = (x.permute(0, 2, 1, 3) for x in (q, k, v))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.state.mask)
+        out = out.permute(0, 2, 1, 3).flatten(2, 3).type_as(q)
+        return attn.to_out[1](attn.to_out[0](out))
+
+
+def install_train_attention(model) -> AttnState:
+    """Route every block's self-attention through one shared ``TrainAttnProcessor``."""
+    state = AttnState()
+    for block in model.blocks:
+        block.attn1.set_processor(TrainAttnProcessor(state))
+    return state
+
+
+def teacher_forcing_mask(frames: int, tokens_per_frame: int, chunk_frames: int = CHUNK_FRAMES
+                         ) -> torch.Tensor:
+    """(2S, 2S) bool mask over [clean | noisy] tokens of ``frames`` latent frames (see the
+    module docstring)."""
+    chunk = (torch.arange(frames) // chunk_frames).repeat_interleave(tokens_per_frame)
+    q_clean, k_clean = chunk[:, None] >= chunk[None, :], chunk[:, None] > chunk[None, :]
+    same = chunk[:, None] == chunk[None, :]
+    none = torch.zeros_like(same)
+    return torch.cat([torch.cat([q_clean, none], 1), torch.cat([k_clean, same], 1)], 0)
+
+
+__all__ = ["CHUNK_FRAMES", "DIT", "MAX_SEQUENCE_LENGTH", "TEXT_DIM", "VAE", "Z_DIM", "AttnState",
+           "TrainAttnProcessor", "build_dit", "build_text", "build_vae", "encode_prompts",
+           "install_train_attention", "teacher_forcing_mask"]

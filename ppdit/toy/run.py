@@ -1,0 +1,72 @@
+"""``scripts/train_toy.py``'s stages: each writes its result under ``--work`` and a rerun skips
+the stages already done (so a long run can be resumed after an interruption)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import torch
+
+from ppdit.toy.train import TrainConfig
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", mininterval=2.0)
+
+
+def stage_vae(cfg: TrainConfig, work: Path):
+    """Train the VAE in its two phases (or load them from ``work``); returns (vae, losses)."""
+    vae, losses = _vae_phase(cfg, work, "vae", None)
+    vae, more = _vae_phase(cfg, work, "vae_long", vae)
+    return vae, losses + more
+
+
+def _vae_phase(cfg: TrainConfig, work: Path, name: str, vae):
+    from diffusers import AutoencoderKLWan
+
+    from ppdit.toy.train import train_vae
+
+    if (work / name / "config.json").exists():
+        losses = json.loads((work / f"{name}_losses.json").read_text())
+        return AutoencoderKLWan.from_pretrained(work / name).eval(), losses
+    start = time.perf_counter()
+    long = vae is not None
+    with _bar(cfg.vae_long_steps if long else cfg.vae_steps, name) as bar:
+        def tick(mse):
+            bar.set_postfix(mse=f"{mse:.4f}", refresh=False)
+            bar.update(1)
+        vae, losses = train_vae(cfg, tick, vae, long)
+    vae.save_pretrained(work / name)
+    wall = work / "vae_wall_s.json"
+    total = (float(wall.read_text()) if wall.exists() else 0.0) + time.perf_counter() - start
+    wall.write_text(json.dumps(total))
+    (work / f"{name}_losses.json").write_text(json.dumps(losses))
+    return vae, losses
+
+
+def main(args) -> int:
+    """Run the stages up to ``--stop-after``; prints the wall time of each."""
+    torch.set_num_threads(args.threads)
+    cfg = TrainConfig(seed=args.seed)
+    if args.vae_steps:
+        cfg = replace(cfg, vae_steps=args.vae_steps)
+    if args.dit_steps:
+        cfg = replace(cfg, dit_steps=args.dit_steps)
+    if args.dit_clips:
+        cfg = replace(cfg, dit_clips=args.dit_clips)
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    start = time.perf_counter()
+    vae, vae_losses = stage_vae(cfg, work)
+    print(f"VAE stage done after {time.perf_counter() - start:.0f} s", flush=True)
+    if args.stop_after == "vae":
+        return 0
+    from ppdit.toy.run_dit import finish
+
+    return finish(cfg, args, vae, vae_losses, start)

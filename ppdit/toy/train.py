@@ -1,0 +1,218 @@
+"""Training the toy pipeline: the VAE (reconstruction), then the DiT (flow matching on the VAE's
+latents, conditioned on the frozen random umT5), then the pipeline folder.
+
+Everything is drawn from one seed (data, initial weights, noise, timesteps), so a run is
+reproducible on the same machine and thread count (CPU reductions may round differently with
+another thread count). ``scripts/train_toy.py`` is the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ppdit.toy import data, models
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Sizes and budgets of one training run (the defaults are what models/toy_shapes used)."""
+
+    seed: int = 0
+    vae_steps: int = 120
+    vae_batch: int = 4
+    vae_frames: int = 5  # 1 + 4: the first (image) frame and one 4-frame group
+    # then longer clips, so the causal caches between 4-frame groups are trained too
+    vae_long_steps: int = 60
+    vae_long_frames: int = 9
+    vae_lr: float = 3e-3
+    kl_weight: float = 1e-4
+    fg_weight: float = 10.0  # extra reconstruction weight on the shape's pixels (~5% of them)
+    dit_clips: int = 256  # training clips encoded once to latents
+    dit_steps: int = 600
+    dit_batch: int = 8
+    dit_lr: float = 2e-3
+    p_causal: float = 0.5  # share of batches trained block-causally (teacher forcing)
+    p_uncond: float = 0.1  # share of prompts replaced by "" (for classifier-free guidance)
+    shift: float = 3.0  # timestep shift, as the sampler's
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
+    """Linear warm-up, then cosine decay to zero."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
+
+
+def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def vae_loss(vae, clips: torch.Tensor, cfg: TrainConfig, g: torch.Generator
+             ) -> tuple[torch.Tensor, float]:
+    """Foreground-weighted MSE of the reconstruction + a small KL; returns (loss, plain MSE)."""
+    post = vae.encode(clips).latent_dist
+    z = post.mean + post.std * torch.randn(post.mean.shape, generator=g)
+    rec = vae.decode(z).sample
+    bg = torch.tensor(data.BACKGROUND).view(1, 3, 1, 1, 1) * 2 - 1
+    weight = 1 + cfg.fg_weight * ((clips - bg).abs().amax(dim=1, keepdim=True) > 0.05)
+    mse = (rec - clips) ** 2
+    kl = 0.5 * (post.mean**2 + post.var - 1 - post.logvar).mean()
+    return (weight * mse).mean() + cfg.kl_weight * kl, float(mse.detach().mean())
+
+
+def train_vae(cfg: TrainConfig, progress: Callable | None = None, vae=None, long: bool = False):
+    """The toy VAE trained on fresh clips; (vae, losses). Phase 1 (``long=False``): a new VAE,
+    ``cfg.vae_steps`` steps of ``cfg.vae_frames`` frames. Phase 2 (``long=True``): ``vae``
+    fine-tuned ``cfg.vae_long_steps`` steps on ``cfg.vae_long_frames`` frames, at a third of
+    the learning rate: a VAE that only ever saw 5 frames decodes later 4-frame groups badly
+    (their causal caches hold states it never trained on)."""
+    steps, frames = ((cfg.vae_long_steps, cfg.vae_long_frames) if long
+                     else (cfg.vae_steps, cfg.vae_frames))
+    peak = cfg.vae_lr / 3 if long else cfg.vae_lr
+    vae = (vae if long else models.build_vae(cfg.seed)).train().requires_grad_(True)
+    opt = torch.optim.AdamW(vae.parameters(), lr=peak, weight_decay=0.0)
+    g = torch.Generator().manual_seed(cfg.seed + 1 + 10 * long)
+    losses = []
+    for step in range(steps):
+        specs = data.make_specs(cfg.seed * 1_000_003 + step + 500_000 * long, cfg.vae_batch)
+        clips = data.make_clips(specs, frames=frames)
+        _set_lr(opt, lr_at(step, steps, peak, warmup=10 if long else 50))
+        loss, mse = vae_loss(vae, clips, cfg, g)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+        opt.step()
+        losses.append(mse)
+        if progress:
+            progress(mse)
+    return vae.eval().requires_grad_(False), losses
+
+
+@torch.no_grad()
+def encode_clips(vae, cfg: TrainConfig, batch: int = 32) -> tuple[torch.Tensor, list[str]]:
+    """The DiT's training set: ``cfg.dit_clips`` fresh clips through the trained VAE's encoder
+    (posterior mean), (N, C, F, H, W), with their prompts."""
+    specs = data.make_specs(cfg.seed * 1_000_003 + 999_983, cfg.dit_clips)
+    chunks = [vae.encode(data.make_clips(specs[i:i + batch])).latent_dist.mean
+              for i in range(0, len(specs), batch)]
+    return torch.cat(chunks), [s.prompt for s in specs]
+
+
+def latent_stats(latents: torch.Tensor) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std: the VAE config's ``latents_mean`` / ``latents_std``, with which
+    the pipeline maps DiT latents (about unit variance) back to VAE latents."""
+    mean = latents.mean(dim=(0, 2, 3, 4))
+    std = latents.std(dim=(0, 2, 3, 4)).clamp(min=1e-3)
+    return mean.tolist(), std.tolist()
+
+
+def shifted_sigmas(shape: tuple[int, ...], shift: float, g: torch.Generator) -> torch.Tensor:
+    """Training noise levels: uniform, then shifted like the sampler's schedule."""
+    u = torch.rand(shape, generator=g)
+    return shift * u / (1 + (shift - 1) * u)
+
+
+@dataclass
+class DitBatch:
+    """One training batch: model inputs and the velocity target."""
+
+    latent: torch.Tensor
+    timestep: torch.Tensor
+    text: torch.Tensor
+    target: torch.Tensor
+    causal: bool
+
+
+def make_batch(x0: torch.Tensor, text: torch.Tensor, cfg: TrainConfig, g: torch.Generator
+               ) -> DitBatch:
+    """Noise a batch of clean latents, block-causally (teacher forcing) or as whole clips."""
+    b, _, f, h, w = x0.shape
+    per_frame = (h // 2) * (w // 2)
+    eps = torch.randn(x0.shape, generator=g)
+    if float(torch.rand((), generator=g)) < cfg.p_causal:
+        sig = shifted_sigmas((b, f // models.CHUNK_FRAMES), cfg.shift, g)
+        sig = sig.repeat_interleave(models.CHUNK_FRAMES, dim=1)  # (B, F)
+        s = sig.view(b, 1, f, 1, 1)
+        xt = (1 - s) * x0 + s * eps
+        t = torch.cat([torch.zeros(b, f * per_frame),
+                       (sig * 1000).repeat_interleave(per_frame, dim=1)], dim=1)
+        return DitBatch(torch.cat([x0, xt], dim=2), t, text, eps - x0, True)
+    frames = int(torch.randint(1, f // models.CHUNK_FRAMES + 1, (), generator=g))
+    frames *= models.CHUNK_FRAMES  # whole clips of 2, 4 or 6 latent frames (the VAE is causal)
+    x0, eps = x0[:, :, :frames], eps[:, :, :frames]
+    sig = shifted_sigmas((b,), cfg.shift, g)
+    s = sig.view(b, 1, 1, 1, 1)
+    return DitBatch((1 - s) * x0 + s * eps, sig * 1000, text, eps - x0, False)
+
+
+def dit_loss(model, state: models.AttnState, batch: DitBatch) -> torch.Tensor:
+    """MSE of the predicted velocity (on the noisy half only, for teacher forcing)."""
+    if batch.causal:
+        f = batch.target.shape[2]
+        shape = (1, batch.target.shape[1], *batch.target.shape[2:])
+        cos, sin = model.rope(torch.empty(shape, device="meta"))
+        state.rope = (torch.cat([cos, cos], dim=1), torch.cat([sin, sin], dim=1))
+        per_frame = (shape[3] // 2) * (shape[4] // 2)
+        state.mask = models.teacher_forcing_mask(f, per_frame)
+    else:
+        state.rope = state.mask = None
+    out = model(batch.latent, batch.timestep, batch.text, return_dict=False)[0]
+    if batch.causal:
+        out = out[:, :, batch.target.shape[2]:]
+    return ((out.float() - batch.target) ** 2).mean()
+
+
+def train_dit(latents: torch.Tensor, prompt_ids: torch.Tensor, embeds: torch.Tensor,
+              empty: torch.Tensor, cfg: TrainConfig, progress: Callable | None = None):
+    """Flow matching on normalised latents; prompts dropped to ``empty`` with p_uncond.
+    Returns (model with its default attention, losses)."""
+    model = models.build_dit(cfg.seed).train()
+    state = models.install_train_attention(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.dit_lr, weight_decay=0.0)
+    g = torch.Generator().manual_seed(cfg.seed + 2)
+    losses = []
+    for step in range(cfg.dit_steps):
+        idx = torch.randint(len(latents), (cfg.dit_batch,), generator=g)
+        text = embeds[prompt_ids[idx]].clone()
+        text[torch.rand(cfg.dit_batch, generator=g) < cfg.p_uncond] = empty
+        batch = make_batch(latents[idx], text, cfg, g)
+        _set_lr(opt, lr_at(step, cfg.dit_steps, cfg.dit_lr))
+        loss = dit_loss(model, state, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        if progress:
+            progress(losses[-1])
+    clean = models.build_dit(cfg.seed)  # default attention processors, trained weights
+    clean.load_state_dict(model.state_dict())
+    return clean.eval().requires_grad_(False), losses
+
+
+def save_folder(out: Path, vae, transformer, tokenizer, text_encoder) -> Path:
+    """``WanPipeline(...).save_pretrained(out)`` with Wan's UniPC scheduler config."""
+    from diffusers import WanPipeline
+
+    from ppdit.pipeline.tiny import tiny_unipc_scheduler
+
+    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
+                       vae=vae, scheduler=tiny_unipc_scheduler())
+    pipe.save_pretrained(out)
+    return out
+
+
+def write_json(path: Path, obj) -> None:
+    """Pretty JSON (eval.json, train.json)."""
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+
+
+__all__ = ["TrainConfig", "encode_clips", "latent_stats", "make_batch",
+           "save_folder", "train_dit", "train_vae", "write_json"]
