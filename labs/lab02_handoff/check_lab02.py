@@ -97,12 +97,14 @@ def _check_real_ranks(impl, sampling, requests, expected) -> None:
 def check(impl) -> None:
     """In-process pipelines, the wrong-step refusal, then 2 real gloo ranks."""
     from ppdit.sampler import Request, SamplingConfig
+    from ppdit.teaching.labkit import one_thread
 
     sampling = SamplingConfig(num_steps=NUM_STEPS)
     requests = [Request(0, 5), Request(1, 6)]
-    expected = _reference(requests, sampling)
-    _check_in_process(impl, sampling, requests, expected)
-    _check_wrong_step_is_refused(impl, sampling, requests)
+    with one_thread():  # as the ranks run: threads_per_rank=1
+        expected = _reference(requests, sampling)
+        _check_in_process(impl, sampling, requests, expected)
+        _check_wrong_step_is_refused(impl, sampling, requests)
     _check_real_ranks(impl, sampling, requests, expected)
 
 

@@ -9,8 +9,8 @@ import importlib.util
 import os
 import sys
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -103,3 +103,16 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
         raise AssertionError(f"messages sent but never received, by (from, to): "
                              f"{wire.unread()}: sender and receiver disagree on the protocol")
     return results
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block with one intra-op thread, then restore the count. A checker's reference
+    runs are tiny: on a CPU shared with its own ranks (or other jobs) a second OpenMP thread
+    only spins, and it made a 5-step tiny generation ~20x slower on a loaded 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
