@@ -1,4 +1,5 @@
-"""Every lab's checker must fail on the stub and pass on the reference solution."""
+"""Every lab's checker must fail on the stub, pass on the reference solution, and catch the
+mistake its handout is about (the broken variants in ``tests/lab_variants``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,42 @@ import pytest
 from ppdit.teaching.labkit import load_module
 
 LABS = Path(__file__).resolve().parents[1] / "labs"
+VARIANTS = Path(__file__).resolve().parent / "lab_variants"
 CASES = [("lab01_split_steps", "check_lab01"), ("lab02_handoff", "check_lab02"),
-         ("lab03_bubble", "check_lab03"), ("lab04_tp_linear", "check_lab04")]
+         ("lab03_bubble", "check_lab03"), ("lab04_tp_linear", "check_lab04"),
+         ("lab05_ulysses", "check_lab05")]
+CHECKERS = dict(CASES)
+# (lab, broken variant, what the checker must say about it)
+BROKEN = [
+    ("lab02_handoff", "lab02_trusts_its_plan", "wrong-step bug not caught"),
+    ("lab02_handoff", "lab02_restarts_at_zero", "differs from one device"),
+    ("lab03_bubble", "lab03_latency_free_makespan", "your makespan"),
+    ("lab04_tp_linear", "lab04_inplace_allreduce", "reduces in place"),
+    ("lab04_tp_linear", "lab04_async_allreduce", "graph break"),
+    ("lab05_ulysses", "lab05_no_permute", "not the right numbers"),
+]
+
+
+def _checker(lab: str):
+    return load_module(LABS / lab / f"{CHECKERS[lab]}.py").check
 
 
 @pytest.mark.parametrize("lab,checker", CASES)
 def test_checker_rejects_the_stub(lab, checker, no_orphans):
-    check = load_module(LABS / lab / f"{checker}.py").check
     with pytest.raises(NotImplementedError):
-        check(load_module(LABS / lab / f"{lab}.py"))
+        _checker(lab)(load_module(LABS / lab / f"{lab}.py"))
 
 
 @pytest.mark.parametrize("lab,checker", CASES)
 def test_checker_accepts_the_solution(lab, checker, no_orphans):
-    check = load_module(LABS / lab / f"{checker}.py").check
-    check(load_module(LABS / "solutions" / f"{lab}_solution.py"))
+    _checker(lab)(load_module(LABS / "solutions" / f"{lab}_solution.py"))
+
+
+@pytest.mark.parametrize("lab,variant,message", BROKEN)
+def test_checker_catches_the_mistake_its_lab_is_about(lab, variant, message, no_orphans):
+    with pytest.raises(Exception, match=message) as caught:
+        _checker(lab)(load_module(VARIANTS / f"{variant}.py"))
+    assert not isinstance(caught.value, NotImplementedError)
 
 
 @pytest.mark.parametrize("lab", [lab for lab, _ in CASES])
@@ -31,3 +53,11 @@ def test_stub_marks_the_student_region(lab):
     text = (LABS / lab / f"{lab}.py").read_text()
     assert text.count("# BEGIN YOUR SOLUTION") == text.count("# END YOUR SOLUTION") >= 1
     assert (LABS / lab / "README.md").exists()
+
+
+def test_every_lab_is_in_the_book_and_the_index():
+    toc = (LABS.parent / "book" / "_toc.yml").read_text()
+    index = (LABS / "README.md").read_text()
+    for lab, _ in CASES:
+        assert f"labs/{lab}/README" in toc, f"{lab} is missing from book/_toc.yml"
+        assert f"({lab}/README.md)" in index, f"{lab} is missing from labs/README.md"

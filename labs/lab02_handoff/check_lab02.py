@@ -1,4 +1,16 @@
-"""Checker for lab 02: run it with ``pytest labs/lab02_handoff``."""
+"""Checker for lab 02: run it with ``pytest labs/lab02_handoff``.
+
+Three parts, cheapest first:
+
+1. your stages, run one after another in this process over a loopback wire
+   (``ppdit.teaching.labkit.run_ranks_in_order``), on 3 stages (2+2+1 steps): bit for bit
+   against one device;
+2. the bug this lab is about: rank 1 is handed a plan that disagrees with rank 0's by one step
+   (it believes its stage starts at step 2, or 4, while rank 0 ran steps 0..2 and hands over
+   the latent *before step 3*). Your receiving stage must refuse with an error that names the
+   step, instead of running its steps on a latent from another point of the noise schedule;
+3. your worker on 2 real gloo ranks, bit for bit against one device.
+"""
 
 from __future__ import annotations
 
@@ -7,34 +19,93 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).parent
+NUM_STEPS = 5
+
+
+def _reference(requests, sampling):
+    from ppdit.model import build_model
+    from ppdit.sampler import generate
+
+    model = build_model("tiny", seed=0)
+    return {r.request_id: generate(model, r, sampling=sampling) for r in requests}
+
+
+def _compare(results, expected, where: str) -> None:
+    final = results[-1]
+    assert all(r == {} for r in results[:-1]), f"{where}: only the last stage returns latents"
+    assert sorted(final) == sorted(expected), f"{where}: requests returned: {sorted(final)}"
+    for rid, latent in final.items():
+        assert torch.equal(latent, expected[rid]), (
+            f"{where}: request {rid} differs from one device — did the receiving stage start "
+            "at the step the sender stopped at, with the latent it sent?")
+
+
+def _check_in_process(impl, sampling, requests, expected) -> None:
+    from ppdit.parallel.step_split.plan import split_steps
+    from ppdit.teaching.labkit import run_ranks_in_order
+
+    stages = split_steps(NUM_STEPS, 3)
+    results = run_ranks_in_order(impl.stage_worker, [(stages, sampling, requests)] * 3, [impl])
+    _compare(results, expected, f"3 stages ({[len(s) for s in stages]} steps)")
+
+
+def _check_wrong_step_is_refused(impl, sampling, requests) -> None:
+    """Rank 0 runs steps 0..2; rank 1 believes it starts at ``believed``: it must refuse."""
+    from ppdit.teaching.labkit import run_ranks_in_order
+
+    sent = [range(0, 3), range(3, NUM_STEPS)]  # rank 0's plan: it hands over before step 3
+    requests = requests[:1]  # one is enough to see the refusal
+    for believed in (2, 4):
+        skewed = [range(0, believed), range(believed, NUM_STEPS)]  # rank 1's plan
+        try:
+            run_ranks_in_order(impl.stage_worker, [(sent, sampling, requests),
+                                                   (skewed, sampling, requests)], [impl])
+        except NotImplementedError:
+            raise
+        except Exception as err:  # any refusal by rank 1 counts, if it names the step
+            if "raised on rank 1 " not in " ".join(getattr(err, "__notes__", [])):
+                raise AssertionError(f"with rank 1's plan one step off, rank 0 failed: "
+                                     f"{type(err).__name__}: {err}") from err
+            if "step" not in str(err).lower():
+                raise AssertionError(
+                    f"rank 1 (believing its stage starts at step {believed}) failed, but not "
+                    f"because of the step index: {type(err).__name__}: {err}") from err
+            continue
+        raise AssertionError(
+            f"wrong-step bug not caught: rank 0 handed over the latent before step 3, rank 1 "
+            f"believed its stage starts at step {believed} and silently ran steps "
+            f"{believed}..{NUM_STEPS - 1} on it. Send the step index with the latent and "
+            "refuse a state that does not start where your stage starts.")
+
+
+def _check_real_ranks(impl, sampling, requests, expected) -> None:
+    from ppdit.parallel.step_split.plan import split_steps
+    from ppdit.runtime import RankError, launch
+
+    stages = split_steps(NUM_STEPS, 2)
+    try:
+        results = launch(impl.stage_worker, 2, args=(stages, sampling, requests),
+                         timeout_s=300, threads_per_rank=1, echo=False,
+                         device="cpu")  # the same gloo ranks on any machine
+    except RankError as err:
+        if "NotImplementedError" in str(err):
+            raise NotImplementedError("lab 02 is not implemented yet") from err
+        raise
+    _compare(results, expected, "2 real ranks")
 
 
 def check(impl) -> None:
-    """Run ``impl.stage_worker`` on 2 and 3 real ranks; compare with one device bit for bit."""
-    from ppdit.model import build_model
-    from ppdit.parallel.step_split.plan import split_steps
-    from ppdit.runtime import RankError, launch
-    from ppdit.sampler import Request, SamplingConfig, generate
+    """In-process pipelines, the wrong-step refusal, then 2 real gloo ranks."""
+    from ppdit.sampler import Request, SamplingConfig
+    from ppdit.teaching.labkit import one_thread
 
-    sampling = SamplingConfig(num_steps=7)
-    requests = [Request(0, 5), Request(1, 6), Request(2, 7)]
-    model = build_model("tiny", seed=0)
-    expected = {r.request_id: generate(model, r, sampling=sampling) for r in requests}
-    for world in (2, 3):
-        stages = split_steps(7, world)
-        try:
-            results = launch(impl.stage_worker, world, args=(stages, sampling, requests),
-                             timeout_s=120, threads_per_rank=1, echo=False,
-                             device="cpu")  # the same gloo ranks on any machine
-        except RankError as err:
-            if "NotImplementedError" in str(err):
-                raise NotImplementedError("lab 02 is not implemented yet") from err
-            raise
-        final = results[-1]
-        assert all(r == {} for r in results[:-1]), "only the last stage returns latents"
-        assert sorted(final) == sorted(expected), f"requests returned: {sorted(final)}"
-        for rid, latent in final.items():
-            assert torch.equal(latent, expected[rid]), f"{world} stages: request {rid} differs"
+    sampling = SamplingConfig(num_steps=NUM_STEPS)
+    requests = [Request(0, 5), Request(1, 6)]
+    with one_thread():  # as the ranks run: threads_per_rank=1
+        expected = _reference(requests, sampling)
+        _check_in_process(impl, sampling, requests, expected)
+        _check_wrong_step_is_refused(impl, sampling, requests)
+    _check_real_ranks(impl, sampling, requests, expected)
 
 
 def test_lab02():

@@ -1,24 +1,35 @@
-"""Lab 03: the GPipe schedule on a clock, and its bubble (see README.md)."""
+"""Lab 03: the interleaved layer-split schedule on a clock, its bubble and its makespan
+(see README.md)."""
 
 from __future__ import annotations
 
+Task = tuple[int, int, int, float, float]  # (rank, micro, chunk, start, end)
 
-def gpipe_schedule(num_stages: int, num_micro: int) -> list[tuple[int, int, float, float]]:
-    """(stage, micro, start, end) for every micro-batch on every stage, earliest start."""
+
+def schedule(num_stages: int, num_micro: int, virtual: int = 1,
+             latency: float = 0.0) -> list[Task]:
+    """Every task of one denoising step, each started as early as the rules allow."""
     # BEGIN YOUR SOLUTION
-    raise NotImplementedError("lab 03: build the schedule")
+    raise NotImplementedError("lab 03: simulate the schedule")
     # END YOUR SOLUTION
 
 
-def bubble(schedule: list[tuple[int, int, float, float]], num_stages: int) -> float:
+def bubble(tasks: list[Task], num_stages: int) -> float:
     """1 - busy / (P x makespan)."""
     # BEGIN YOUR SOLUTION
     raise NotImplementedError("lab 03: measure the bubble")
     # END YOUR SOLUTION
 
 
-def bubble_formula(num_stages: int, num_micro: int) -> float:
-    """The closed form of ``bubble(gpipe_schedule(P, M), P)``."""
+def makespan(num_stages: int, num_micro: int, virtual: int = 1, latency: float = 0.0) -> float:
+    """The end of the last task of ``schedule(...)``, in closed form."""
     # BEGIN YOUR SOLUTION
-    raise NotImplementedError("lab 03: the formula")
+    raise NotImplementedError("lab 03: derive the makespan")
+    # END YOUR SOLUTION
+
+
+def fewest_micro_batches(num_stages: int, virtual: int, latency: float) -> int:
+    """The smallest M for which rank 0 never waits between its first task and its last."""
+    # BEGIN YOUR SOLUTION
+    raise NotImplementedError("lab 03: how many micro-batches keep rank 0 busy?")
     # END YOUR SOLUTION

@@ -28,7 +28,7 @@ def dense(x, w1, b1, w2, b2):
 
 
 def tp_worker(ctx, impl_path: str):
-    """On every rank: load the student's file, shard, run the TP block."""
+    """On every rank: load the student's file, shard, run the TP block eagerly and compiled."""
     import torch.distributed as dist
 
     from ppdit.teaching.labkit import load_module
@@ -38,23 +38,74 @@ def tp_worker(ctx, impl_path: str):
     w1_r, b1_r, w2_r = impl.shard(w1, b1, w2, ctx.rank, ctx.world_size)
     assert w1_r.shape == (FF // ctx.world_size, D), f"w1 shard has shape {tuple(w1_r.shape)}"
     assert w2_r.shape == (D, FF // ctx.world_size), f"w2 shard has shape {tuple(w2_r.shape)}"
-    return impl.tp_mlp(x, w1_r, b1_r, w2_r, b2, dist.group.WORLD)
+    eager = impl.tp_mlp(x, w1_r, b1_r, w2_r, b2, dist.group.WORLD)
+    compiled = compile_one_graph(impl.tp_mlp)(x, w1_r, b1_r, w2_r, b2, dist.group.WORLD)
+    return eager, compiled
+
+
+def compile_one_graph(fn):
+    """``torch.compile(fn, fullgraph=True)`` with a backend that only inspects the graph.
+
+    ``fullgraph=True`` turns every graph break into an error, and graph breaks are all Dynamo
+    (the tracer) decides, so no code generation is needed to find them: the backend keeps the
+    captured FX graph, checks its collectives and runs it as it is. That keeps the check to
+    about a second. Dynamo *rewrites* a synchronous in-place ``dist.all_reduce(t)`` into
+    ``t.copy_(funcol.all_reduce(t))`` (``traceable_collective_remaps``), so that one compiles
+    without a break; the graph still shows it, as a ``copy_`` of the collective's result.
+    """
+    import torch._dynamo
+
+    def inspect_graph(gm, example_inputs):
+        _check_collectives(gm.graph)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, backend=inspect_graph)
+
+    def run(*args):
+        try:
+            return compiled(*args)
+        except torch._dynamo.exc.Unsupported as err:
+            first = str(err).strip().splitlines()[0]
+            raise AssertionError(
+                f"torch.compile(tp_mlp, fullgraph=True) found a graph break: {first}. Write "
+                "the block as one graph: funcol.all_reduce returns the reduced tensor, no "
+                "async_op / wait(), no .item() or print() inside.") from err
+
+    return run
+
+
+def _check_collectives(graph) -> None:
+    reduces = [n for n in graph.nodes if "all_reduce" in str(n.target)]
+    waited = {n for n in graph.nodes if "wait_tensor" in str(n.target)}
+    for n in graph.nodes:
+        if str(n.target).startswith("copy_") and any(a in waited for a in n.args):
+            raise AssertionError(
+                "tp_mlp reduces in place with torch.distributed.all_reduce (c10d): Dynamo "
+                "could trace it only by rewriting it to funcol.all_reduce plus a copy_ back "
+                "into your tensor, and with async_op=True it breaks the graph. Use "
+                "funcol.all_reduce(partial, 'sum', group), which returns the sum.")
+    if len(reduces) != 1:
+        raise AssertionError(f"the compiled tp_mlp has {len(reduces)} all-reduces: the Megatron "
+                             "split needs exactly one, after the row-parallel linear")
 
 
 def check(impl) -> None:
-    """Run the student's TP block on 2 ranks; every rank must hold the dense output."""
+    """Run the student's TP block on 2 ranks, eagerly and through ``torch.compile(fullgraph=True)``;
+    every rank must hold the dense output, and the compiled graph one functional all-reduce."""
     from ppdit.runtime import RankError, launch
 
     try:
-        outs = launch(tp_worker, 2, args=(impl.__file__,), timeout_s=120, threads_per_rank=1,
+        outs = launch(tp_worker, 2, args=(impl.__file__,), timeout_s=300, threads_per_rank=1,
                       echo=False, device="cpu")  # the same gloo ranks on any machine
     except RankError as err:
         if "NotImplementedError" in str(err):
             raise NotImplementedError("lab 04 is not implemented yet") from err
         raise
     ref = dense(*_weights())
-    for out in outs:
-        torch.testing.assert_close(out, ref, **TP_TOL)
+    for rank, (eager, compiled) in enumerate(outs):
+        torch.testing.assert_close(eager, ref, **TP_TOL, msg=lambda m, r=rank: f"rank {r}: {m}")
+        torch.testing.assert_close(compiled, eager, rtol=0, atol=0)  # the same graph, run eagerly
 
 
 def test_lab04():

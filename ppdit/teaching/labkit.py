@@ -1,14 +1,22 @@
 """Helpers for the labs: load a student's file (or the reference solution) as an importable
 module, so the checkers can run its functions — also inside spawned ranks, which import
-workers by module name."""
+workers by module name — and run a pipeline's ranks one after another in one process, so a
+checker can try plans that real ranks would never be given (``run_ranks_in_order``)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import sys
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import torch
 
 
 def load_module(path: str | Path) -> ModuleType:
@@ -31,3 +39,80 @@ def lab_implementation(default: str | Path) -> ModuleType:
     """The file a checker grades: ``$PPDIT_LAB_IMPL`` if set (CI points it at a solution), else
     the student's stub next to the checker."""
     return load_module(os.environ.get("PPDIT_LAB_IMPL", default))
+
+
+class LoopbackWire:
+    """Point-to-point messages between ranks that run one after another in this process.
+
+    A stand-in for ``send_tensor`` / ``recv_tensor`` when every message flows from a lower rank
+    to a higher one (a step-split pipeline): rank 0 runs to the end, its sends wait in a FIFO
+    per (source, destination) pair, then rank 1 runs and reads them, and so on. A checker can
+    then hand each rank a *different* plan — which real ranks never get — to see whether a
+    stage notices that it was handed the wrong step. No process starts, so it costs nothing.
+    """
+
+    def __init__(self) -> None:
+        self.rank = 0  # the rank running now
+        self.queues: dict[tuple[int, int], deque[torch.Tensor]] = defaultdict(deque)
+
+    def send_tensor(self, tensor: torch.Tensor, dst: int, **_: Any) -> None:
+        """Queue a copy (a real send gives the receiver its own tensor, too)."""
+        if not isinstance(dst, int) or dst <= self.rank:
+            raise RuntimeError(f"rank {self.rank} sends to rank {dst}: here a rank sends only "
+                               "to a later rank")
+        self.queues[(self.rank, dst)].append(tensor.detach().clone())
+
+    def recv_tensor(self, src: int, **_: Any) -> torch.Tensor:
+        """The oldest message from ``src``; a message never sent is an error, not a hang."""
+        queue = self.queues[(src, self.rank)]
+        if not queue:
+            raise RuntimeError(f"rank {self.rank} waits for a message from rank {src} that "
+                               "was never sent (on real ranks: a hang until the timeout)")
+        return queue.popleft()
+
+    def unread(self) -> dict[tuple[int, int], int]:
+        """Messages sent but never received, by (source, destination)."""
+        return {pair: len(q) for pair, q in self.queues.items() if q}
+
+
+def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequence[Any]],
+                       modules: Sequence[ModuleType]) -> list[Any]:
+    """Run ``worker(ctx, *args_by_rank[r])`` for r = 0, 1, ... in this process, with
+    ``send_tensor`` / ``recv_tensor`` in ``modules`` (and in ``ppdit.runtime.p2p``) replaced by
+    a ``LoopbackWire``; return the results by rank. A rank's exception propagates with a note
+    naming the rank; a message left unread is an error."""
+    from ppdit.runtime import p2p
+
+    wire, world = LoopbackWire(), len(args_by_rank)
+    results = []
+    with ExitStack() as stack:
+        for module in {id(m): m for m in [*modules, p2p]}.values():
+            for name in ("send_tensor", "recv_tensor"):
+                if hasattr(module, name):
+                    stack.enter_context(mock.patch.object(module, name, getattr(wire, name)))
+        for rank, args in enumerate(args_by_rank):
+            wire.rank = rank
+            ctx = SimpleNamespace(rank=rank, world_size=world, device=torch.device("cpu"),
+                                  wire={"device": torch.device("cpu"), "staged": False})
+            try:
+                results.append(worker(ctx, *args))
+            except Exception as err:
+                err.add_note(f"(raised on rank {rank} of {world}, run in order in one process)")
+                raise
+    if wire.unread():
+        raise AssertionError(f"messages sent but never received, by (from, to): "
+                             f"{wire.unread()}: sender and receiver disagree on the protocol")
+    return results
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the block with one intra-op thread, then restore the count. A checker's reference
+    runs are tiny: on a CPU shared with its own ranks (or other jobs) a second OpenMP thread
+    only spins, and it made a 5-step tiny generation ~20x slower on a loaded 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
