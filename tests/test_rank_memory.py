@@ -7,7 +7,7 @@ import pytest
 
 from ppdit.analysis.rank_memory import layer_split_memory, module_bytes, step_split_memory
 from ppdit.model import build_model
-from ppdit.parallel.layer_split.ranks import expected_param_count
+from ppdit.parallel.layer_split.ranks import build_stage_model
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.runtime import ranks
@@ -30,6 +30,6 @@ def test_step_split_ranks_hold_the_model_and_layer_split_ranks_a_share():
     for m in step["two"].values():  # every step-split rank: the whole model, one step's peak
         assert m.weight_bytes == full
         assert m.total_bytes >= 0.95 * one.total_bytes
-    for rank, m in layer.items():  # each layer-split rank: exactly its blocks (fp32)
-        assert m.weight_bytes == expected_param_count(layer_plan, rank) * 4
+    for rank, m in layer.items():  # each layer-split rank: exactly its stage model
+        assert m.weight_bytes == module_bytes(build_stage_model(layer_plan, rank))
         assert m.weight_bytes < 0.8 * full
