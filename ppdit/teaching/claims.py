@@ -45,6 +45,10 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("report-cold-step", REPORT,
           "Each rank's first step takes 700-900 ms against 140-180 ms for later steps.",
           "01_step_split_pp", "4. Where a step's time goes: the cold first step"),
+    Claim("report-memory", REPORT,
+          "Step splitting spreads memory: each GPU holds only its steps' activations, so peak "
+          "memory per GPU falls about N-fold on N GPUs.", "03_layer_split_pp",
+          "8. Memory per rank, measured: step split against layer split"),
     Claim("report-divisible", REPORT,
           "Steps are distributed evenly; total steps must be divisible by the rank count.",
           "01_step_split_pp", "1. The idea"),
