@@ -13,23 +13,6 @@ from ppdit.teaching import claims
 
 COMMITTED = Path(__file__).resolve().parents[1] / "notebooks" / "claims"
 
-# Records committed before verdicts were computed from checks: no ``checks`` and no stored
-# ``verdict``. The notebooks that record them are being re-executed with ``checks=[...]``
-# (issue 17); once those runs are merged this list must be EMPTIED, so that every record is
-# held to the rule below. Do not add names to it.
-UNCHECKED_YET = frozenset({
-    "bubble-gpipe",
-    "bubble-interleaved",
-    "cocodiff-v-first",
-    "filling",
-    "funcol-compile",
-    "report-cold-step",
-    "report-divisible",
-    "report-handoff",
-    "stream-batch",
-    "vae-first-frame",
-})
-
 # One rule per row: keyword arguments, expected value, a measurement just inside the tolerance
 # (on its boundary, where the rule says "holds"), and one just past it. Binary fractions, so the
 # boundary is exact in floating point.
@@ -82,15 +65,14 @@ def _committed() -> list[Path]:
     return sorted(COMMITTED.glob("*.json"))
 
 
-def test_the_allow_list_names_only_committed_records():
+def test_every_ledger_claim_is_committed():
     names = {p.stem for p in _committed()}
-    assert names >= UNCHECKED_YET, f"not committed: {sorted(UNCHECKED_YET - names)}"
+    missing = sorted(c.claim_id for c in claims.CLAIMS if c.claim_id not in names)
+    assert not missing, f"claims never recorded by their notebook: {missing}"
 
 
 @pytest.mark.parametrize("path", _committed(), ids=lambda p: p.stem)
 def test_every_committed_record_carries_checks_and_its_computed_verdict(path):
-    if path.stem in UNCHECKED_YET:
-        pytest.skip(f"{path.stem} was recorded before checks (UNCHECKED_YET, to be emptied)")
     rec = json.loads(path.read_text())
     assert rec["claim_id"] == path.stem
     if rec.get("reproducible_here", True):
