@@ -71,14 +71,12 @@ def toy_stream(cfg, prompts: tuple[str, str], num_steps: int | None):
 
 
 def _write_demo(result, out: Path) -> None:
-    from ppdit.viz.artifacts import save_gif, save_timeline
+    from ppdit.viz.artifacts import enlarge, save_gif, save_strip, save_timeline
 
     out.mkdir(parents=True, exist_ok=True)
     video = result.controller.video
     names = ["video.gif"]
     if result.cfg.prompts is not None:  # the toy model: 32 x 32 clips, enlarged; a frame strip
-        from ppdit.viz.toy import enlarge, save_strip
-
         rows = [torch_cat(video[v])[0] for v in sorted(video)]
         save_strip(rows, [f"video {v}: {result.cfg.prompts[v]!r}" for v in sorted(video)],
                    out / "video_strip.png")
@@ -176,12 +174,19 @@ def generate(spec, out: Path, device: str | None = None) -> int:
 
 
 def _write_generate(result, out: Path, seconds: float) -> None:
-    from ppdit.pipeline.artifacts import save_strip, save_video
-    from ppdit.viz.artifacts import save_timeline
+    from ppdit.viz.artifacts import (
+        pipeline_clip,
+        save_strip,
+        save_timeline,
+        to_uint8_frames,
+        write_video,
+    )
 
     out.mkdir(parents=True, exist_ok=True)
-    video = save_video(result.video, out)
-    save_strip(result.video, out / "frames.png")
+    clip = pipeline_clip(result.video)
+    video = write_video(to_uint8_frames(clip), out / "video.mp4", fps=16)  # Wan 2.1's 16 fps
+    save_strip([clip], [f"{result.spec.layout}: {result.spec.prompt!r}"], out / "frames.png",
+               every=max(1, clip.shape[1] // 8))
     trace = result.trace
     save_timeline(trace, out / "timeline.png",
                   f"ppdit generate: layout {result.spec.layout}, {result.spec.ranks} rank(s)")

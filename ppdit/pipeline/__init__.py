@@ -4,5 +4,6 @@
 download) · ``encode`` (umT5 prompt embeddings, once) · ``solver`` (the folder's scheduler as the
 ``Denoiser``'s update; its state made a value a handoff can carry) · ``denoise`` (WanPipeline's
 loop on the Denoiser) · ``spec`` (the request and its rules) · ``generate`` (one device, VAE
-decode) · ``ranks`` (every layout) · ``artifacts`` (MP4 / GIF, frame strip).
+decode) · ``ranks`` (every layout). Its files (MP4 / GIF, frame strip)
+are written by ``ppdit.viz.artifacts``.
 """

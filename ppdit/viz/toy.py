@@ -1,6 +1,5 @@
-"""Pictures of the toy model (``ppdit.toy``): a frame strip (one row per video, every other
-frame), a nearest-neighbour enlargement so a 32 x 32 clip is visible in a GIF, and the training
-loss curves."""
+"""Pictures of the toy model's training (``ppdit.toy``): the loss curves. Its frame strips
+and enlarged GIFs are the shared ones in ``ppdit.viz.artifacts``."""
 
 from __future__ import annotations
 
@@ -9,38 +8,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-
-
-def enlarge(clip: torch.Tensor, factor: int = 4) -> torch.Tensor:
-    """(B, 3, T, H, W) -> (B, 3, T, H * factor, W * factor), nearest neighbour (crisp pixels)."""
-    return F.interpolate(clip.float(), scale_factor=(1, factor, factor), mode="nearest")
-
-
-def strip_figure(rows: list[torch.Tensor], titles: list[str], every: int = 2) -> Figure:
-    """One row per clip ((3, T, H, W) in [-1, 1]), frames ``0, every, 2 every, ...``."""
-    n = max(len(range(0, r.shape[1], every)) for r in rows)
-    fig = Figure(figsize=(1.0 * n, 1.25 * len(rows) + 0.2))
-    axes = fig.subplots(len(rows), n, squeeze=False)
-    for r, (clip, title) in enumerate(zip(rows, titles, strict=True)):
-        frames = ((clip.clamp(-1, 1) + 1) / 2).permute(1, 2, 3, 0)  # (T, H, W, 3)
-        for c, ax in enumerate(axes[r]):
-            ax.set_xticks([])
-            ax.set_yticks([])
-            t = c * every
-            if t < len(frames):
-                ax.imshow(frames[t].numpy(), interpolation="nearest")
-                ax.set_xlabel(f"frame {t}", fontsize=7)
-            else:
-                ax.axis("off")
-        axes[r][0].set_title(title, loc="left", fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
-def save_strip(rows: list[torch.Tensor], titles: list[str], path: Path, every: int = 2) -> Path:
-    """``strip_figure`` as a PNG."""
-    strip_figure(rows, titles, every).savefig(path, dpi=100)
-    return path
 
 
 def save_loss_plot(vae_losses: list[float], dit_losses: list[float], path: Path) -> Path:
@@ -61,4 +28,4 @@ def save_loss_plot(vae_losses: list[float], dit_losses: list[float], path: Path)
     return path
 
 
-__all__ = ["enlarge", "save_loss_plot", "save_strip", "strip_figure"]
+__all__ = ["save_loss_plot"]
