@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ppdit import toy
+
 # gpu-check's measurement sections, in the order it runs them (ppdit.gpu_check.run.SECTIONS;
 # spelt out here so that `ppdit --help` answers without importing torch)
 GPU_CHECK_SECTIONS = ("launch", "layouts", "device", "cuda_graphs", "vae", "forwards")
@@ -29,8 +31,9 @@ def parser() -> argparse.ArgumentParser:
                                        "video, a timeline, a trace and a summary")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="artifact folder")
     demo.add_argument("--chunks", type=int, default=None,
-                      help="chunks to stream across the cut (default: 5 toy, 6 random)")
-    demo.add_argument("--cut-at", type=int, default=3, help="hard cut before this chunk (-1: none)")
+                      help="chunks to stream across the cut (default: 6)")
+    demo.add_argument("--cut-at", type=int, default=None,
+                      help="hard cut before this chunk (default: 4 toy, 3 random; -1: none)")
     demo.add_argument("--tp", type=int, default=2, help="mesh ranks (tensor parallel degree)")
     demo.add_argument("--steps", type=int, default=None,
                       help="denoising steps per chunk (default: 8 toy, 4 random)")
@@ -67,18 +70,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _generate_args(g: argparse.ArgumentParser) -> None:
-    g.add_argument("--checkpoint", type=Path, required=True,
+    # The defaults make a video you can see with the committed toy model (models/toy_shapes:
+    # 32 x 32 pixels, 13 frames, prompts like "a red ball moves left"); a real Wan 2.1 folder
+    # wants e.g. --frames 81 --height 480 --width 832 --steps 50.
+    g.add_argument("--checkpoint", type=Path, default=toy.FOLDER,
                    help="local pipeline folder (model_index.json, transformer/, vae/, "
-                        "text_encoder/, tokenizer/, scheduler/); nothing is downloaded")
-    g.add_argument("--prompt", required=True)
+                        "text_encoder/, tokenizer/, scheduler/); nothing is downloaded "
+                        "(default: the trained toy, models/toy_shapes)")
+    g.add_argument("--prompt", default="a red ball moves left")
     g.add_argument("--negative-prompt", default="", help="used with guidance > 1")
     g.add_argument("--layout", default="single", choices=LAYOUTS)
     g.add_argument("--ranks", type=int, default=None,
                    help="ranks (default: 1 for single, 4 for pp_tp, else 2)")
-    g.add_argument("--steps", type=int, default=25, help="denoising steps")
-    g.add_argument("--frames", type=int, default=17, help="pixel frames, 4k + 1")
-    g.add_argument("--height", type=int, default=64)
-    g.add_argument("--width", type=int, default=64)
+    g.add_argument("--steps", type=int, default=12, help="denoising steps")
+    g.add_argument("--frames", type=int, default=13, help="pixel frames, 4k + 1")
+    g.add_argument("--height", type=int, default=32)
+    g.add_argument("--width", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--guidance", type=float, default=5.0, help="CFG scale (> 1: on)")
     g.add_argument("--solver", default="folder", choices=["folder", "euler"],
@@ -117,12 +124,19 @@ def _run(jobs, args: argparse.Namespace) -> int:
         return _generate(jobs, args)
     if args.command == "demo":
         return jobs.demo(args.out, chunks=args.chunks,
-                         cut_at=None if args.cut_at < 0 else args.cut_at, tp=args.tp,
+                         cut_at=_cut_at(args.cut_at), tp=args.tp,
                          num_steps=args.steps, dtype=args.dtype, device=args.device,
                          model=args.model, prompts=tuple(args.prompts))
     return jobs.step_split(args.out, stages=args.stages, requests=args.requests,
                            num_steps=args.steps, preset=args.preset, mode=args.mode,
                            dtype=args.dtype, device=args.device)
+
+
+def _cut_at(value: int | None) -> int | None:
+    """The demo's --cut-at: None = the model's default (jobs.demo's -1), < 0 = no cut."""
+    if value is None:
+        return -1
+    return None if value < 0 else value
 
 
 def _generate(jobs, args: argparse.Namespace) -> int:

@@ -13,14 +13,15 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from ppdit import toy
 from ppdit.runtime.launch import in_torchrun
 
 # The demo's default model: the tiny Wan pipeline trained on moving shapes (scripts/train_toy.py)
-TOY_FOLDER = Path(__file__).resolve().parents[1] / "models" / "toy_shapes"
+TOY_FOLDER = toy.FOLDER
 TOY_PROMPTS = ("a red ball moves right", "a blue square moves up")  # before / after the cut
 
 
-def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = 3, tp: int = 2,
+def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: int = 2,
          num_steps: int | None = None, dtype: str = "fp32", device: str | None = None,
          model: str = "toy", prompts: tuple[str, str] = TOY_PROMPTS) -> int:
     """The streaming system: rank 0 (controller + streaming VAE) and a TP mesh stream a video
@@ -29,13 +30,16 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = 3, tp: in
 
     ``model="toy"`` (default): the trained toy pipeline, so the video shows the prompts (a
     shape moving; the cut switches to another prompt). ``"random"``: the random-weight tiny
-    preset (coloured noise; the shapes and timings of the lessons)."""
+    preset (coloured noise; the shapes and timings of the lessons). ``chunks`` and ``cut_at``
+    default to the model's (``cut_at=None``: no cut)."""
     from ppdit.serve.config import BringupConfig
     from ppdit.serve.system import run_bringup
 
-    # The toy model is trained on two-chunk clips: 5 chunks with the cut before the fourth
-    # deliver video 0's first chunk (the next two go stale at the cut) and all of video 1.
-    chunks = chunks or (5 if model == "toy" else 6)
+    # The toy model is trained on two-chunk clips (13 frames): 6 chunks with the cut before
+    # the fifth deliver two chunks of each video (the two chunks in flight at the cut go stale).
+    chunks = chunks or 6
+    if cut_at == -1:
+        cut_at = 4 if model == "toy" else 3
     cfg = BringupConfig(phase="pp1" if tp > 1 else "recompute", chunks=chunks, cut_at=cut_at,
                         tp=tp, num_steps=num_steps or 4, dtype=dtype)
     if model == "toy":

@@ -27,6 +27,8 @@ if __name__ == "__main__":
     parser.add_argument("--vae-steps", type=int)
     parser.add_argument("--dit-steps", type=int)
     parser.add_argument("--dit-clips", type=int)
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override any TrainConfig field, e.g. --set vae_batch=8")
     parser.add_argument("--eval-n", type=int, default=20, help="held-out prompt/seed pairs")
     parser.add_argument("--stop-after", choices=("vae", "dit", "all"), default="all")
     sys.exit(main(parser.parse_args()))

@@ -107,7 +107,12 @@ TP2_VARIANTS = (V("single"), *(V(s) for s in TP_STYLES), V("funcol", True), V("d
 @pytest.fixture(scope="module")
 def tp2(pools):
     use_project_compile_cache()
-    spec = TPCompare(TP2_VARIANTS, trace=True, rounds=0)
+    # block 0 traced per style; the forward around the blocks holds no collective, so it is not
+    # traced again (the compiled variants compile every block with fullgraph=True, which turns
+    # any graph break into an error), and c10d_async's broken graphs are not AOT-traced one by
+    # one (the slowest part of tracing by far): its breaks and their reasons are the evidence
+    spec = TPCompare(TP2_VARIANTS, trace=True, trace_forward=False,
+                     trace_broken_collectives=False, rounds=0)
     return run_tp_compare(spec, 2, timeout_s=600, pool=pools(2))
 
 
@@ -149,7 +154,6 @@ def test_collectives_counted_match_the_formula(tp2, style):
 def test_zero_graph_breaks_for_traceable_collectives(tp2, style):
     r = tp2[0][style]
     assert r.block_trace.graph_break_count == 0 and r.block_trace.graph_count == 1
-    assert r.forward_trace.graph_break_count == 0 and r.forward_trace.graph_count == 1
     per_block = _formula(2)  # all 7 all-reduces of a block are inside its one graph
     assert r.block_trace.graph_all_reduces == per_block.all_reduces
     assert r.block_trace.graph_all_reduce_bytes == per_block.payload_bytes
@@ -157,8 +161,11 @@ def test_zero_graph_breaks_for_traceable_collectives(tp2, style):
 
 def test_async_c10d_breaks_the_graph_at_every_collective(tp2):
     r = tp2[0]["c10d_async"]
-    assert r.block_trace.graph_break_count >= 7
-    assert r.block_trace.graph_all_reduces == 0  # all of them ran outside the graphs
+    # a break at each of the block's 7 all-reduces, each for the same reason: async_op=True
+    # returns a Work handle, which Dynamo cannot put in a graph (the collectives run eagerly,
+    # between the graphs: counted by the eager counter above)
+    assert r.block_trace.graph_break_count >= _formula(2).all_reduces
+    assert r.block_trace.graph_all_reduces is None  # not counted: the block is not one graph
     assert any("async_op=True" in reason for reason in r.block_trace.break_reasons)
 
 
@@ -179,7 +186,7 @@ PP_TP_SAMPLING = SamplingConfig(num_steps=4)
 @pytest.fixture(scope="module")
 def four_ranks(pools):
     use_project_compile_cache()
-    spec = TPCompare((V("funcol"), V("funcol", True)), rounds=0)
+    spec = TPCompare((V("funcol"),), rounds=0)  # compiled TP is checked at tp=2 above
     plan = make_pp_tp_plan(2, 2, 2, sampling=PP_TP_SAMPLING)
     per_rank = launch(tp_workers.tp4_errors_then_pp_tp, 4, args=(spec, plan),
                       threads_per_rank=1, timeout_s=600, pool=pools(4))
@@ -187,7 +194,7 @@ def four_ranks(pools):
     return per_rank, StepSplitResult.from_runs(plan, runs["plan"])
 
 
-@pytest.mark.parametrize("name", ["funcol", "funcol compiled"])
+@pytest.mark.parametrize("name", ["funcol"])
 def test_tp4_equals_one_device(four_ranks, reference, tiny, name):
     per_rank, _ = four_ranks
     for r in per_rank:

@@ -21,29 +21,27 @@ def test_folder_is_a_small_diffusers_pipeline():
     assert index["scheduler"][1] == "UniPCMultistepScheduler"
 
 
-# The committed folder was trained on a heavily shared 2-core CPU (train.json: load ~19) with
-# budgets too small for the VAE (its own reconstructions score 50% colour), so it misses the
-# bar; strict: once a folder trained on a quiet machine meets it, this xfail must be removed.
-@pytest.mark.xfail(strict=True, reason="models/toy_shapes is under-trained (see train.json); "
-                   "retrain with scripts/train_toy.py on a quiet machine")
 def test_recorded_accuracy_meets_the_bar():
-    trained = EVAL["trained_causal"]
-    assert trained["colour_accuracy"] >= 0.9
-    assert trained["direction_accuracy"] >= 0.8
+    # the bar, on the demo's causal path and on WanPipeline with guidance (ppdit
+    # generate's default); WanPipeline without guidance is recorded too, and is weaker on
+    # direction (see README)
+    for key in ("trained_causal", "trained_full_cfg"):
+        assert EVAL[key]["colour_accuracy"] >= 0.9, key
+        assert EVAL[key]["direction_accuracy"] >= 0.8, key
 
 
 def test_recorded_eval_is_complete_and_random_is_near_chance():
     assert EVAL["held_out"] == 20
-    assert all(len(EVAL[k]["clips"]) == 20 for k in
-               ("trained_causal", "trained_full", "random_causal", "random_full"))
-    for path in ("causal", "full"):
+    assert all(len(EVAL[f"{model}_{path}"]["clips"]) == 20 for model in ("trained", "random")
+               for path in evaluate.PATHS)
+    for path in evaluate.PATHS:
         random = EVAL[f"random_{path}"]
         assert random["colour_accuracy"] <= 2 * CHANCE
         assert random["direction_accuracy"] <= 2 * CHANCE
 
 
 def test_recorded_numbers_are_the_recorded_verdicts():
-    for key in ("trained_causal", "trained_full", "random_causal", "random_full"):
+    for key in (f"{model}_{path}" for model in ("trained", "random") for path in evaluate.PATHS):
         clips = [detect.Score(**c) for c in EVAL[key]["clips"]]
         assert detect.accuracy(clips) == {k: EVAL[key][k] for k in
                                           ("colour_accuracy", "direction_accuracy")}

@@ -17,8 +17,9 @@ def _brute_force(weights, stages):
                for cuts in itertools.combinations(range(1, n), stages - 1))
 
 
-def check(impl) -> None:
-    """Raise (AssertionError / NotImplementedError) unless ``impl.split_steps`` is right."""
+def check(impl, pool=None) -> None:
+    """Raise (AssertionError / NotImplementedError) unless ``impl.split_steps`` is right.
+    ``pool``: live ranks to reuse (the test suite's); a student's run starts fresh ones."""
     split = impl.split_steps
     for steps, stages in [(28, 2), (7, 3), (10, 4), (5, 5), (28, 7), (1, 1)]:
         ranges = split(steps, stages)
@@ -34,10 +35,10 @@ def check(impl) -> None:
         assert worst == pytest.approx(_brute_force(weights, stages)), f"not optimal: {ranges}"
     with pytest.raises(ValueError, match=r"3.*4"):
         split(3, 4)
-    _run_pipeline(split)
+    _run_pipeline(split, pool)
 
 
-def _run_pipeline(split) -> None:
+def _run_pipeline(split, pool=None) -> None:
     """Your split drives a real 2-stage pipeline; the result must equal one device."""
     from ppdit.model import build_model
     from ppdit.parallel.step_split.plan import StepSplitPlan
@@ -47,7 +48,7 @@ def _run_pipeline(split) -> None:
     sampling = SamplingConfig(num_steps=5)
     requests = (Request(0, 3), Request(1, 4))
     plan = StepSplitPlan(requests, tuple(split(5, 2)), sampling)
-    result = run_step_split(plan, echo=False, timeout_s=120)
+    result = run_step_split(plan, echo=False, timeout_s=120, pool=pool)
     from ppdit.teaching.labkit import one_thread
 
     model = build_model("tiny", seed=0)

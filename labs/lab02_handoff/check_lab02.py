@@ -78,7 +78,7 @@ def _check_wrong_step_is_refused(impl, sampling, requests) -> None:
             "refuse a state that does not start where your stage starts.")
 
 
-def _check_real_ranks(impl, sampling, requests, expected) -> None:
+def _check_real_ranks(impl, sampling, requests, expected, pool=None) -> None:
     from ppdit.parallel.step_split.plan import split_steps
     from ppdit.runtime import RankError, launch
 
@@ -86,7 +86,7 @@ def _check_real_ranks(impl, sampling, requests, expected) -> None:
     try:
         results = launch(impl.stage_worker, 2, args=(stages, sampling, requests),
                          timeout_s=300, threads_per_rank=1, echo=False,
-                         device="cpu")  # the same gloo ranks on any machine
+                         device="cpu", pool=pool)  # the same gloo ranks on any machine
     except RankError as err:
         if "NotImplementedError" in str(err):
             raise NotImplementedError("lab 02 is not implemented yet") from err
@@ -94,8 +94,9 @@ def _check_real_ranks(impl, sampling, requests, expected) -> None:
     _compare(results, expected, "2 real ranks")
 
 
-def check(impl) -> None:
-    """In-process pipelines, the wrong-step refusal, then 2 real gloo ranks."""
+def check(impl, pool=None) -> None:
+    """In-process pipelines, the wrong-step refusal, then 2 real gloo ranks (``pool``: live
+    ranks to reuse, as the test suite does; a student's run starts fresh ones)."""
     from ppdit.sampler import Request, SamplingConfig
     from ppdit.teaching.labkit import one_thread
 
@@ -105,7 +106,7 @@ def check(impl) -> None:
         expected = _reference(requests, sampling)
         _check_in_process(impl, sampling, requests, expected)
         _check_wrong_step_is_refused(impl, sampling, requests)
-    _check_real_ranks(impl, sampling, requests, expected)
+    _check_real_ranks(impl, sampling, requests, expected, pool)
 
 
 def test_lab02():

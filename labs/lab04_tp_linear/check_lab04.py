@@ -90,14 +90,15 @@ def _check_collectives(graph) -> None:
                              "split needs exactly one, after the row-parallel linear")
 
 
-def check(impl) -> None:
+def check(impl, pool=None) -> None:
     """Run the student's TP block on 2 ranks, eagerly and through ``torch.compile(fullgraph=True)``;
-    every rank must hold the dense output, and the compiled graph one functional all-reduce."""
+    every rank must hold the dense output, and the compiled graph one functional all-reduce.
+    ``pool``: live ranks to reuse (the test suite's); a student's run starts fresh ones."""
     from ppdit.runtime import RankError, launch
 
     try:
         outs = launch(tp_worker, 2, args=(impl.__file__,), timeout_s=300, threads_per_rank=1,
-                      echo=False, device="cpu")  # the same gloo ranks on any machine
+                      echo=False, device="cpu", pool=pool)  # gloo ranks on any machine
     except RankError as err:
         if "NotImplementedError" in str(err):
             raise NotImplementedError("lab 04 is not implemented yet") from err

@@ -47,13 +47,15 @@ def a2a_worker(ctx, impl_path: str) -> dict[str, torch.Tensor]:
     }
 
 
-def check(impl) -> None:
-    """3 real gloo ranks: swaps bit for bit, attention to ``ATTN_TOL`` against one device."""
+def check(impl, pool=None) -> None:
+    """3 real gloo ranks: swaps bit for bit, attention to ``ATTN_TOL`` against one device.
+    ``pool``: live ranks to reuse (the test suite's); a student's run starts fresh ones."""
     from ppdit.runtime import RankError, launch
 
     try:
         outs = launch(a2a_worker, WORLD, args=(impl.__file__,), timeout_s=300,
-                      threads_per_rank=1, echo=False, device="cpu")  # gloo ranks anywhere
+                      threads_per_rank=1, echo=False, device="cpu",  # gloo ranks anywhere
+                      pool=pool)
     except RankError as err:
         if "NotImplementedError" in str(err):
             raise NotImplementedError("lab 05 is not implemented yet") from err

@@ -43,9 +43,10 @@ def encode(spec: GenerateSpec) -> PromptEmbeds:
     """Load the tokenizer and text encoder, encode, and let the encoder go (see ``encode.py``
     for why this runs once, here, rather than on every rank)."""
     parts = load_folder(spec.checkpoint, dtype=spec.dtype, parts=("tokenizer", "text_encoder"))
+    length = spec.max_sequence_length or min(512, parts.tokenizer.model_max_length)
     return encode_prompts(parts.tokenizer, parts.text_encoder, spec.prompt,
                           spec.negative_prompt, spec.guidance_scale, torch_dtype(spec.dtype),
-                          spec.max_sequence_length)
+                          length)
 
 
 def generate_latent(spec: GenerateSpec, embeds: PromptEmbeds, *,

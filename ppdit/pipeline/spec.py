@@ -24,7 +24,9 @@ class GenerateSpec:
     width: int = 32
     seed: int = 0  # CPU torch.Generator().manual_seed(seed), as diffusers documents
     guidance_scale: float = 5.0  # > 1 turns on CFG (diffusers' rule)
-    max_sequence_length: int = 512  # text tokens (Wan pads every prompt to 512)
+    # text tokens: None = the tokenizer's model_max_length, at most 512 (Wan's tokenizer: 512,
+    # WanPipeline's default; models/toy_shapes was trained at 16 and says so in its tokenizer)
+    max_sequence_length: int | None = None
     solver: str = "folder"  # "folder": the pipeline's scheduler; "euler": ppdit's baseline
     timeout_s: float = 600
 

@@ -6,7 +6,9 @@ Two generation paths, the two ways ppdit runs the model:
   latent frames, each denoised with ppdit's Euler sampler while attending to the KV cache of
   the clean chunks before it;
 * ``full``: the whole clip at once with full attention and the folder's UniPC scheduler,
-  through diffusers' own ``WanPipeline`` (what ``ppdit generate`` must equal at every layout).
+  through diffusers' own ``WanPipeline`` (what ``ppdit generate`` must equal at every layout);
+  ``full_cfg`` is the same with classifier-free guidance (``GUIDANCE``, ``ppdit generate``'s
+  default), which the DiT learned from its 10% of empty prompts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from ppdit.toy import data, detect, models
 CAUSAL_STEPS = 8  # Euler steps per chunk in the demo's path
 FULL_STEPS = 12  # UniPC steps for the whole clip
 CHUNKS = 2  # chunks of CHUNK_FRAMES latent frames: 4 latent frames = 13 pixel frames
+GUIDANCE = 5.0  # the "full_cfg" path: WanPipeline's default guidance, negative prompt ""
+PATHS = ("causal", "full", "full_cfg")
 
 
 @dataclass
@@ -117,11 +121,15 @@ def generate_full(toy: Toy, prompt: str, seed: int, steps: int = FULL_STEPS,
 def evaluate(toy: Toy, path: str = "causal", n: int = 20, seed0: int = 1000,
              **kwargs) -> dict:
     """Scores of ``n`` held-out prompt/seed pairs: accuracies and each clip's verdict."""
+    if path not in PATHS:
+        raise ValueError(f"path={path!r} is not one of {PATHS}")
     run = generate_causal if path == "causal" else generate_full
+    if path == "full_cfg":
+        kwargs = {"guidance_scale": GUIDANCE, **kwargs}
     scores = [detect.score(run(toy, spec.prompt, seed0 + i, **kwargs), spec)
               for i, spec in enumerate(data.held_out_specs(n))]
     return {**detect.accuracy(scores), "clips": [s.as_dict() for s in scores]}
 
 
-__all__ = ["CAUSAL_STEPS", "FULL_STEPS", "Toy", "decode", "evaluate", "generate_causal",
-           "generate_full", "load", "random_like"]
+__all__ = ["CAUSAL_STEPS", "FULL_STEPS", "GUIDANCE", "PATHS", "Toy", "decode", "evaluate",
+           "generate_causal", "generate_full", "load", "random_like"]

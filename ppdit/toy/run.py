@@ -49,6 +49,17 @@ def _vae_phase(cfg: TrainConfig, work: Path, name: str, vae):
     return vae, losses
 
 
+def _overrides(cfg: TrainConfig, pairs: list[str]) -> TrainConfig:
+    """``FIELD=VALUE`` strings applied to ``cfg`` (the value cast to the field's type)."""
+    for pair in pairs:
+        field, _, value = pair.partition("=")
+        if not hasattr(cfg, field) or not value:
+            raise ValueError(f"--set {pair!r}: expected FIELD=VALUE with FIELD one of "
+                             f"{sorted(asdict(cfg))}")
+        cfg = replace(cfg, **{field: type(getattr(cfg, field))(value)})
+    return cfg
+
+
 def main(args) -> int:
     """Run the stages up to ``--stop-after``; prints the wall time of each."""
     torch.set_num_threads(args.threads)
@@ -59,6 +70,7 @@ def main(args) -> int:
         cfg = replace(cfg, dit_steps=args.dit_steps)
     if args.dit_clips:
         cfg = replace(cfg, dit_clips=args.dit_clips)
+    cfg = _overrides(cfg, getattr(args, "set", []))
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     (work / "config.json").write_text(json.dumps(asdict(cfg), indent=2))

@@ -89,9 +89,11 @@ def run_eval(folder: Path, seed: int, n: int = 20) -> dict:
     """The trained folder and the random-weight model of the same shape, both paths."""
     result = {"held_out": n, "detector": "ppdit.toy.detect", "paths": {
         "causal": f"demo streaming path, {evaluate.CAUSAL_STEPS} Euler steps per chunk",
-        "full": f"WanPipeline, {evaluate.FULL_STEPS} UniPC steps, guidance 1"}}
+        "full": f"WanPipeline, {evaluate.FULL_STEPS} UniPC steps, guidance 1",
+        "full_cfg": f"WanPipeline, {evaluate.FULL_STEPS} UniPC steps, guidance "
+                    f"{evaluate.GUIDANCE:g}, negative prompt ''"}}
     for name, toy in (("trained", evaluate.load(folder)), ("random", evaluate.random_like(seed))):
-        for path in ("causal", "full"):
+        for path in evaluate.PATHS:
             r = evaluate.evaluate(toy, path, n)
             result[f"{name}_{path}"] = r
             print(f"{name:8s} {path:6s}: colour {r['colour_accuracy']:.0%}, direction "

@@ -24,18 +24,18 @@ class TrainConfig:
     """Sizes and budgets of one training run (the defaults are what models/toy_shapes used)."""
 
     seed: int = 0
-    vae_steps: int = 120
-    vae_batch: int = 4
+    vae_steps: int = 1000
+    vae_batch: int = 8
     vae_frames: int = 5  # 1 + 4: the first (image) frame and one 4-frame group
     # then longer clips, so the causal caches between 4-frame groups are trained too
-    vae_long_steps: int = 60
-    vae_long_frames: int = 9
+    vae_long_steps: int = 250
+    vae_long_frames: int = 13  # the whole clip: 1 + 4 x 3
     vae_lr: float = 3e-3
     kl_weight: float = 1e-4
     fg_weight: float = 10.0  # extra reconstruction weight on the shape's pixels (~5% of them)
-    dit_clips: int = 256  # training clips encoded once to latents
-    dit_steps: int = 600
-    dit_batch: int = 8
+    dit_clips: int = 1024  # training clips encoded once to latents
+    dit_steps: int = 4000
+    dit_batch: int = 16
     dit_lr: float = 2e-3
     p_causal: float = 0.5  # share of batches trained block-causally (teacher forcing)
     p_uncond: float = 0.1  # share of prompts replaced by "" (for classifier-free guidance)
