@@ -4,6 +4,11 @@ NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeo
 
 .PHONY: demo test lint book notebooks bench clean gpu-check
 
+# Let Python cache the bytecode of what it imports even where PYTHONDONTWRITEBYTECODE is set:
+# bootstrap installs with --no-compile, and every rank process would otherwise recompile the
+# torch and ppdit modules it imports, at every start.
+unexport PYTHONDONTWRITEBYTECODE
+
 demo:
 	scripts/bootstrap.sh pipeline
 	$(PY) -m ppdit demo
@@ -11,9 +16,8 @@ demo:
 # Everything CI checks: lint, unit + multi-rank tests, the labs (stub fails, solution passes),
 # nbval over every committed notebook, and the offline book with its HTML scan.
 test:
-	scripts/bootstrap.sh test,book
+	EXTRAS=test,book scripts/build_book.sh  # sets up .venv first (npm installs meanwhile)
 	$(PY) -m ruff check .
-	EXTRAS=test,book scripts/build_book.sh
 	# nbval replays the notebooks: their claims go to a scratch folder, not over the committed ones.
 	# Ranks stay on the CPU (the committed outputs and the references are CPU results, compared
 	# bit for bit) even on a GPU machine, where the tests marked `gpu` run on CUDA themselves.

@@ -13,11 +13,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ppdit import toy
 from ppdit.runtime.launch import in_torchrun
 
 # The demo's default model: the tiny Wan pipeline trained on moving shapes (scripts/train_toy.py)
-TOY_FOLDER = toy.FOLDER
 TOY_PROMPTS = ("a red ball moves right", "a blue square moves up")  # before / after the cut
 
 
@@ -43,7 +41,9 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
     cfg = BringupConfig(phase="pp1" if tp > 1 else "recompute", chunks=chunks, cut_at=cut_at,
                         tp=tp, num_steps=num_steps or 4, dtype=dtype)
     if model == "toy":
-        cfg = toy_stream(cfg, prompts, num_steps)
+        from ppdit.toy.stream import stream_config
+
+        cfg = stream_config(cfg, prompts, num_steps)
     elif model != "random":
         raise ValueError(f"model={model!r} is not one of ('toy', 'random')")
     if not in_torchrun():
@@ -55,23 +55,6 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
         return 0
     _write_demo(result, out)
     return 0
-
-
-def toy_stream(cfg, prompts: tuple[str, str], num_steps: int | None):
-    """``cfg`` with the toy pipeline folder, its prompts and its latent geometry."""
-    from dataclasses import replace
-
-    from ppdit.toy import evaluate, models
-    from ppdit.toy.data import SIZE
-
-    if not (TOY_FOLDER / "model_index.json").exists():
-        raise FileNotFoundError(f"{TOY_FOLDER} is missing: it is committed with the repository "
-                                "(or rebuild it: scripts/train_toy.py); --model random runs "
-                                "the random-weight preset instead")
-    side = SIZE // models.VAE.spatial_factor
-    return replace(cfg, checkpoint=str(TOY_FOLDER), prompts=tuple(prompts), latent_hw=(side, side),
-                   channels=models.Z_DIM, chunk_frames=models.CHUNK_FRAMES,
-                   num_steps=num_steps or evaluate.CAUSAL_STEPS)
 
 
 def _write_demo(result, out: Path) -> None:

@@ -15,13 +15,16 @@ torch_spec="${TORCH_SPEC:-torch==2.13.0}"
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     echo "bootstrap: installing ${torch_spec}"
     # shellcheck disable=SC2086  # TORCH_SPEC may carry pip options (--index-url ...)
-    .venv/bin/python -m pip install --quiet ${torch_spec}
+    .venv/bin/python -m pip install --quiet --no-compile ${torch_spec}
 fi
+# --no-compile: pip would byte-compile every installed module (a minute or more on 2 cores, torch
+# alone 25 s); Python compiles what is imported, on first import, and caches it. The Makefile
+# lets it write that cache even where PYTHONDONTWRITEBYTECODE is set.
 # Reinstall only when the project's requirements or the extras changed.
 stamp=".venv/.ppdit-installed-${extras:-base}"
 want="$(cat pyproject.toml | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "bootstrap: installing ppdit${extras:+[$extras]} (editable)"
-    .venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
+    .venv/bin/python -m pip install --quiet --no-compile -e ".${extras:+[$extras]}"
     echo "$want" > "$stamp"
 fi

@@ -7,9 +7,11 @@
 # 3. jupyter-book renders the committed, already-executed notebooks (no execution).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# npm needs no Python: it installs while bootstrap sets up .venv (on a fresh clone both download)
+(cd book && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) &
+npm_pid=$!
 scripts/bootstrap.sh "${EXTRAS:-test,book}"
-
-(cd book && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+wait "$npm_pid"
 rm -rf book/vendor && mkdir -p book/vendor/widgets book/vendor/mathjax/output/chtml/fonts
 cp book/node_modules/requirejs/require.js book/vendor/require.js
 widgets=book/node_modules/@jupyter-widgets/html-manager/dist

@@ -10,29 +10,24 @@ from ppdit.runtime import LaunchTimeout, RankError, launch, probes
 from tests import workers
 
 
-def test_results_come_back_in_rank_order(no_orphans):
-    out = launch(probes.hello, 2, timeout_s=120)
+def test_results_output_and_events_of_one_launch(capsys, no_orphans):
+    # one fresh launch checks three things a launch must do (each launch costs seconds):
+    # results in rank order, each rank's output echoed with its prefix, events to the caller
+    seen = []
+    out = launch(workers.hello_echo_and_emit, 2, timeout_s=120,
+                 on_event=lambda r, e: seen.append((r, e)))
     assert [o["rank"] for o in out] == [0, 1]
     assert all(o["backend"] == "gloo" and o["device"] == "cpu" for o in out)
     assert all(o["all_reduce_sum"] == 3.0 for o in out)  # 1 + 2
     assert out[0]["pid"] != out[1]["pid"]
+    printed = capsys.readouterr().out
+    assert "[rank 0] hello from rank 0" in printed and "[rank 1] hello from rank 1" in printed
+    assert sorted(seen) == [(r, ("tick", i)) for r in (0, 1) for i in range(3)]
 
 
 def test_world_of_one_and_calling_twice(no_orphans):
     assert launch(probes.hello, 1, timeout_s=120)[0]["world_size"] == 1
     assert launch(probes.hello, 1, timeout_s=120)[0]["threads"] >= 1
-
-
-def test_child_output_is_echoed_with_rank_prefix(capsys, no_orphans):
-    launch(workers.echo_lines, 2, timeout_s=120)
-    out = capsys.readouterr().out
-    assert "[rank 0] hello from rank 0" in out and "[rank 1] hello from rank 1" in out
-
-
-def test_events_reach_the_caller(no_orphans):
-    seen = []
-    launch(workers.emit_progress, 2, timeout_s=120, on_event=lambda r, e: seen.append((r, e)))
-    assert sorted(seen) == [(r, ("tick", i)) for r in (0, 1) for i in range(3)]
 
 
 def test_a_rank_that_raises_is_named_with_its_traceback(no_orphans):

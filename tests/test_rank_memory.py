@@ -10,21 +10,19 @@ from ppdit.model import build_model
 from ppdit.parallel.layer_split.ranks import build_stage_model
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.step_split.plan import make_plan
-from ppdit.runtime import ranks
 from ppdit.sampler import Request, SamplingConfig
 
 pytestmark = pytest.mark.slow  # starts real ranks
 
 
-def test_step_split_ranks_hold_the_model_and_layer_split_ranks_a_share():
+def test_step_split_ranks_hold_the_model_and_layer_split_ranks_a_share(pools):
     sampling = SamplingConfig(num_steps=2)
     full = module_bytes(build_model("tiny", seed=0))
     layer_plan = LayerSplitPlan((Request(0, 0),), 2, 1, wrap=False, sampling=sampling)
-    with ranks(2) as pool:
-        step = step_split_memory({"one": make_plan(1, 1, sampling=sampling),
-                                  "two": make_plan(2, 1, sampling=sampling)},
-                                 pool=pool, echo=False)
-        layer = layer_split_memory({"two": layer_plan}, pool=pool, echo=False)["two"]
+    pool = pools(2)
+    step = step_split_memory({"one": make_plan(1, 1, sampling=sampling),
+                              "two": make_plan(2, 1, sampling=sampling)}, pool=pool, echo=False)
+    layer = layer_split_memory({"two": layer_plan}, pool=pool, echo=False)["two"]
     one = step["one"][0]
     assert one.weight_bytes == full and one.peak_bytes > 0
     for m in step["two"].values():  # every step-split rank: the whole model, one step's peak

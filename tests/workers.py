@@ -25,6 +25,15 @@ def emit_progress(ctx: RankContext) -> int:
     return ctx.rank
 
 
+def hello_echo_and_emit(ctx: RankContext) -> dict:
+    """``echo_lines`` + ``emit_progress`` + ``probes.hello`` in one job."""
+    from ppdit.runtime import probes
+
+    echo_lines(ctx)
+    emit_progress(ctx)
+    return probes.hello(ctx)
+
+
 def tensors_round_trip(ctx: RankContext) -> list[torch.Tensor] | None:
     """Rank 0 sends assorted tensors (one non-contiguous); rank 1 returns what it got."""
     g = torch.Generator().manual_seed(0)
