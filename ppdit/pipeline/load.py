@@ -14,6 +14,7 @@ dtype, the VAE in fp32 (its decode is where low precision shows as banding).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,10 +84,30 @@ def load_folder(path: str | Path, *, dtype: str | torch.dtype = "fp32",
     Every CPU weight is copied into aligned memory (``ppdit.model.own_memory``) so that loaded
     weights compute bit for bit like the ones that were saved.
     """
+    path = check_folder(path)
+    with _no_progress_bars():
+        return _load(path, dtype, device, parts)
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """Silence transformers' "Loading weights" bars while loading: a rank's output reaches the
+    caller's (a notebook's, which nbval compares), and the bar's rate differs on every run."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def _load(path: Path, dtype: str, device, parts: tuple[str, ...]) -> WanFolder:
     from diffusers import AutoencoderKLWan
     from transformers import AutoTokenizer, UMT5EncoderModel
 
-    path = check_folder(path)
     unknown = set(parts) - set(COMPONENTS)
     if unknown:
         raise ValueError(f"parts {sorted(unknown)} are not components; choose from {COMPONENTS}")

@@ -37,17 +37,12 @@ def stream_prompts(cfg: BringupConfig) -> dict[int, torch.Tensor]:
     """
     if cfg.checkpoint is None:
         return {v: prompt_embeddings(Request(v, s), cfg.preset) for v, s in enumerate(cfg.seeds)}
-    from transformers import AutoTokenizer, UMT5EncoderModel
+    from ppdit.pipeline.encode import encode_text
+    from ppdit.pipeline.load import load_folder
 
-    folder = Path(cfg.checkpoint)
-    tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
-    encoder = UMT5EncoderModel.from_pretrained(folder / "text_encoder").eval()
-    length = min(512, tokenizer.model_max_length)
-    ids = tokenizer(list(cfg.prompts), padding="max_length", max_length=length, truncation=True,
-                    add_special_tokens=True, return_attention_mask=True, return_tensors="pt")
-    hidden = encoder(ids.input_ids, ids.attention_mask).last_hidden_state
-    hidden = hidden * ids.attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return {v: hidden[v:v + 1] for v in range(len(cfg.prompts))}
-
+    parts = load_folder(cfg.checkpoint, parts=("tokenizer", "text_encoder"))
+    length = min(512, parts.tokenizer.model_max_length)
+    return {v: encode_text(parts.tokenizer, parts.text_encoder, prompt, length)
+            for v, prompt in enumerate(cfg.prompts)}
 
 __all__ = ["load_dit", "load_vae", "stream_prompts"]

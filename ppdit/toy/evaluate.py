@@ -40,19 +40,11 @@ class Toy:
 
 def load(folder: str | Path) -> Toy:
     """Load every component of a pipeline folder (fp32, CPU, eval mode)."""
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
-    from transformers import AutoTokenizer, UMT5EncoderModel
+    from ppdit.pipeline.load import load_folder
 
-    from ppdit.model import own_memory
-
-    folder = Path(folder)
-    if not (folder / "model_index.json").exists():
-        raise ValueError(f"{str(folder)!r} is not a pipeline folder (no model_index.json)")
-    return Toy(AutoTokenizer.from_pretrained(folder / "tokenizer"),
-               UMT5EncoderModel.from_pretrained(folder / "text_encoder").eval(),
-               AutoencoderKLWan.from_pretrained(folder / "vae").eval(),
-               own_memory(WanTransformer3DModel.from_pretrained(folder / "transformer")).eval(),
-               UniPCMultistepScheduler.from_pretrained(folder / "scheduler"))
+    parts = load_folder(folder)
+    return Toy(parts.tokenizer, parts.text_encoder, parts.vae, parts.transformer,
+               parts.scheduler)
 
 
 def random_like(seed: int = 0) -> Toy:

@@ -69,16 +69,14 @@ def build_text(seed: int):
     return tokenizer, tiny_text_encoder(TEXT_DIM, len(tokenizer), seed).requires_grad_(False)
 
 
-@torch.no_grad()
 def encode_prompts(tokenizer, text_encoder, prompts: list[str],
                    max_sequence_length: int = MAX_SEQUENCE_LENGTH) -> torch.Tensor:
-    """(N, L, TEXT_DIM) embeddings with ``WanPipeline.encode_prompt``'s arithmetic: real tokens
-    kept, padding rows zeroed."""
-    ids = tokenizer(prompts, padding="max_length", max_length=max_sequence_length,
-                    truncation=True, add_special_tokens=True, return_attention_mask=True,
-                    return_tensors="pt")
-    hidden = text_encoder(ids.input_ids, ids.attention_mask).last_hidden_state
-    return hidden * ids.attention_mask.unsqueeze(-1).to(hidden.dtype)
+    """(N, L, TEXT_DIM) embeddings, one prompt at a time with ``WanPipeline``'s arithmetic
+    (``ppdit.pipeline.encode.encode_text``: real tokens kept, padding rows zeroed)."""
+    from ppdit.pipeline.encode import encode_text
+
+    return torch.cat([encode_text(tokenizer, text_encoder, p, max_sequence_length)
+                      for p in prompts])
 
 
 @dataclass
