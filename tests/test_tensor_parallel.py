@@ -101,7 +101,10 @@ def test_async_c10d_cannot_compile_fullgraph():
 
 # -- TP = 2 on 2 ranks -------------------------------------------------------------------------
 
-TP2_VARIANTS = (V("single"), *(V(s) for s in TP_STYLES), V("funcol", True), V("dtensor", True))
+# compiled: funcol only (notebook 04 compiles it too); DTensor's compile costs a cold Inductor
+# compile of its own, and its graph is checked above without one (block trace: one graph, the
+# all-reduces inside it)
+TP2_VARIANTS = (V("single"), *(V(s) for s in TP_STYLES), V("funcol", True))
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +173,7 @@ def test_async_c10d_breaks_the_graph_at_every_collective(tp2):
 
 
 def test_compiled_variants_ran_compiled_code(tp2):
-    for name in ("funcol compiled", "dtensor compiled"):
+    for name in ("funcol compiled",):
         # Dynamo made at least one graph while the variant compiled: its output (checked
         # against one device above) came from compiled code, not from the eager blocks.
         assert tp2[0][name].graphs_compiled >= 1
