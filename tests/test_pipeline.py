@@ -162,6 +162,20 @@ def test_bad_folders_name_the_rule(folders, tmp_path):
         validate(spec_for(broken))
 
 
+def test_generate_defaults_fit_the_toy_folder_and_its_trained_text_length():
+    from ppdit import toy
+
+    args = cli.parser().parse_args(["generate"])
+    assert args.checkpoint == toy.FOLDER
+    spec = GenerateSpec(str(args.checkpoint), args.prompt, num_steps=args.steps,
+                        num_frames=args.frames, height=args.height, width=args.width,
+                        guidance_scale=args.guidance)
+    validate(spec)  # 13 frames of 32 x 32 are what the toy was trained on
+    embeds = encode(spec)  # the folder's tokenizer says 16 tokens; Wan's would say 512
+    assert embeds.text.shape == embeds.negative.shape == (1, 16, 32)
+    assert encode(replace(spec, max_sequence_length=24)).text.shape == (1, 24, 32)
+
+
 def test_cli_bad_input_is_a_message_not_a_traceback(folders, tmp_path, capsys):
     code = cli.main(["generate", "--checkpoint", str(folders["unipc"]), "--prompt", "x",
                      "--frames", "8", "--out", str(tmp_path)])
