@@ -2,13 +2,13 @@
 evaluation meets the bar, and whose recorded verdicts are reproduced by regenerating clips."""
 
 import json
-from pathlib import Path
 
 import pytest
 
+from ppdit import toy
 from ppdit.toy import data, detect, evaluate
 
-FOLDER = Path(__file__).resolve().parents[1] / "models" / "toy_shapes"
+FOLDER = toy.FOLDER
 EVAL = json.loads((FOLDER / "eval.json").read_text())
 CHANCE = 0.25  # four colours, four directions
 

@@ -28,6 +28,13 @@ class PromptEmbeds:
     negative: torch.Tensor | None  # None without guidance
 
 
+def text_length(tokenizer, requested: int | None = None) -> int:
+    """Tokens each prompt is padded to: ``requested``, else the tokenizer's ``model_max_length``
+    capped at Wan's 512 (the real umT5 tokenizer says 512, WanPipeline's default; a folder
+    trained shorter, like models/toy_shapes at 16, says so in its tokenizer)."""
+    return requested or min(512, tokenizer.model_max_length)
+
+
 @torch.no_grad()
 def encode_text(tokenizer, text_encoder, prompt: str, max_sequence_length: int = 512
                 ) -> torch.Tensor:
@@ -58,4 +65,4 @@ def encode_prompts(tokenizer, text_encoder, prompt: str, negative_prompt: str | 
     return PromptEmbeds(text.to(dtype).cpu(), neg)
 
 
-__all__ = ["PromptEmbeds", "encode_prompts", "encode_text"]
+__all__ = ["PromptEmbeds", "encode_prompts", "encode_text", "text_length"]

@@ -14,7 +14,7 @@ import torch
 
 from ppdit.model import torch_dtype
 from ppdit.pipeline.denoise import denoise, initial_state, make_denoiser
-from ppdit.pipeline.encode import PromptEmbeds, encode_prompts
+from ppdit.pipeline.encode import PromptEmbeds, encode_prompts, text_length
 from ppdit.pipeline.load import WanFolder, check_folder, load_folder
 from ppdit.pipeline.spec import GenerateSpec, check_spec, latent_shape
 from ppdit.runtime.device import decide_placement
@@ -43,7 +43,7 @@ def encode(spec: GenerateSpec) -> PromptEmbeds:
     """Load the tokenizer and text encoder, encode, and let the encoder go (see ``encode.py``
     for why this runs once, here, rather than on every rank)."""
     parts = load_folder(spec.checkpoint, dtype=spec.dtype, parts=("tokenizer", "text_encoder"))
-    length = spec.max_sequence_length or min(512, parts.tokenizer.model_max_length)
+    length = text_length(parts.tokenizer, spec.max_sequence_length)
     return encode_prompts(parts.tokenizer, parts.text_encoder, spec.prompt,
                           spec.negative_prompt, spec.guidance_scale, torch_dtype(spec.dtype),
                           length)

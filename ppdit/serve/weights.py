@@ -37,11 +37,11 @@ def stream_prompts(cfg: BringupConfig) -> dict[int, torch.Tensor]:
     """
     if cfg.checkpoint is None:
         return {v: prompt_embeddings(Request(v, s), cfg.preset) for v, s in enumerate(cfg.seeds)}
-    from ppdit.pipeline.encode import encode_text
+    from ppdit.pipeline.encode import encode_text, text_length
     from ppdit.pipeline.load import load_folder
 
     parts = load_folder(cfg.checkpoint, parts=("tokenizer", "text_encoder"))
-    length = min(512, parts.tokenizer.model_max_length)
+    length = text_length(parts.tokenizer)
     return {v: encode_text(parts.tokenizer, parts.text_encoder, prompt, length)
             for v, prompt in enumerate(cfg.prompts)}
 
