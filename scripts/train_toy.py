@@ -24,11 +24,8 @@ if __name__ == "__main__":
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads (on a heavily shared machine 1 is faster)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--vae-steps", type=int)
-    parser.add_argument("--dit-steps", type=int)
-    parser.add_argument("--dit-clips", type=int)
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override any TrainConfig field, e.g. --set vae_batch=8")
+                        help="override any TrainConfig field, e.g. --set dit_steps=600")
     parser.add_argument("--eval-n", type=int, default=20, help="held-out prompt/seed pairs")
     parser.add_argument("--stop-after", choices=("vae", "dit", "all"), default="all")
     sys.exit(main(parser.parse_args()))

@@ -69,3 +69,12 @@ def test_teacher_forcing_mask_rules():
     assert not m[clean, noisy].any()
     assert m[noisy, clean].tolist() == [[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]]
     assert m[noisy, noisy].tolist() == [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]]
+
+
+def test_train_overrides_cast_to_the_field_type_and_name_the_fields():
+    from ppdit.toy.run import _overrides
+
+    cfg = _overrides(TrainConfig(), ["dit_steps=600", "vae_lr=0.001"])
+    assert (cfg.dit_steps, cfg.vae_lr) == (600, 0.001)
+    with pytest.raises(ValueError, match=r"--set 'dit_stpes=6'.*'dit_steps'"):
+        _overrides(TrainConfig(), ["dit_stpes=6"])

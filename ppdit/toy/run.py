@@ -63,14 +63,7 @@ def _overrides(cfg: TrainConfig, pairs: list[str]) -> TrainConfig:
 def main(args) -> int:
     """Run the stages up to ``--stop-after``; prints the wall time of each."""
     torch.set_num_threads(args.threads)
-    cfg = TrainConfig(seed=args.seed)
-    if args.vae_steps:
-        cfg = replace(cfg, vae_steps=args.vae_steps)
-    if args.dit_steps:
-        cfg = replace(cfg, dit_steps=args.dit_steps)
-    if args.dit_clips:
-        cfg = replace(cfg, dit_clips=args.dit_clips)
-    cfg = _overrides(cfg, getattr(args, "set", []))
+    cfg = _overrides(TrainConfig(seed=args.seed), args.set)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     (work / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
