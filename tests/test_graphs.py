@@ -11,7 +11,7 @@ import torch
 from ppdit.analysis.overhead import capture_hazards, count_ops, per_op_overhead_us
 from ppdit.cuda_graph import StepGraph
 from ppdit.model import build_model
-from ppdit.runtime.compile_cache import ENV, use_project_compile_cache
+from ppdit.runtime.compile_cache import ENV, cache_key, cache_root, use_project_compile_cache
 from ppdit.runtime.device import Placement
 from ppdit.sampler import Denoiser, Request, SamplingConfig, generate, initial_noise
 
@@ -131,12 +131,35 @@ def test_compile_cache_respects_an_existing_setting(monkeypatch, tmp_path):
     assert use_project_compile_cache() == tmp_path / "mine"
     monkeypatch.delenv(ENV)
     path = use_project_compile_cache()
-    assert path.name == "inductor" and path.is_dir() and os.environ[ENV] == str(path)
+    assert path == cache_root().resolve() / cache_key()  # one folder per machine kind
+    assert path.is_dir() and os.environ[ENV] == str(path)
     assert use_project_compile_cache(tmp_path / "x") == (tmp_path / "x").resolve()
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     monkeypatch.setenv(ENV, os.path.abspath(default_cache_dir()))  # what Inductor writes itself
     assert use_project_compile_cache() == path  # ... is not a choice: the project folder wins
+    # a folder ppdit chose for another key (a parent process on another capability), or the
+    # unkeyed folder of earlier versions, is not a choice either
+    for inherited in (cache_root() / "torch0-other-key", cache_root()):
+        monkeypatch.setenv(ENV, str(inherited))
+        assert use_project_compile_cache() == path
+
+
+def test_compile_cache_key_names_the_cpu_capability():
+    """Inductor compiles CPU kernels for the vector ISA ATen runs with, and its own cache key
+    does not name it: a process with another ``ATEN_CPU_CAPABILITY`` must get another folder."""
+    import subprocess
+    import sys
+
+    import torch
+
+    other = "default" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "avx2"
+    code = "from ppdit.runtime.compile_cache import cache_key; print(cache_key())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": other}
+    theirs = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert theirs != cache_key() and f"-{other}-" in theirs
+    assert torch.__version__ in cache_key() and cache_key().count("/") == 0
 
 
 # -- GPU only: real capture and replay -----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Where ``torch.compile`` keeps compiled kernels: a project-local folder, unless told otherwise.
+"""Where ``torch.compile`` keeps compiled kernels: a project-local folder per machine kind.
 
 TorchInductor caches generated code and compiled kernels on disk (``TORCHINDUCTOR_CACHE_DIR``,
 by default a per-user folder under ``/tmp``). A warm cache turns a compile of many seconds into
@@ -6,14 +6,25 @@ a load of a fraction of one, which is what keeps a notebook that compiles inside
 budget on a re-run. Keeping the cache inside the checkout (``.cache/inductor``, git-ignored)
 makes it survive ``/tmp`` clean-ups and keeps one project's kernels apart from another's.
 
+Why one sub-folder per key: a checkout outlives the machine it was made on (a home directory
+shared by the nodes of a cluster; the same clone on a laptop and a GPU box), and Inductor
+compiles CPU kernels for *this* CPU (``-march=native``, the vector ISA that
+``ATEN_CPU_CAPABILITY`` selects) without naming either in its cache key. Served another CPU's
+kernels, compiled tensor parallelism gave wrong answers (the two TP ranks even disagreed).
+``cache_key()`` names everything that makes kernels differ: the torch build, the CPU
+architecture, capability and model, the CUDA version and the GPUs' architecture.
+
 Call ``use_project_compile_cache()`` before the first ``torch.compile`` in a process. Inductor
 reads the variable whenever it needs the folder, and the first time writes its own default
-into the environment; a value equal to that default is therefore treated as "not chosen".
+into the environment; a value equal to that default, or one of ppdit's own folders (chosen for
+another key, inherited from a parent), is therefore treated as "not chosen".
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
 from pathlib import Path
 
 ENV = "TORCHINDUCTOR_CACHE_DIR"
@@ -25,19 +36,73 @@ def project_root() -> Path | None:
     return root if (root / "pyproject.toml").exists() and (root / "ppdit").is_dir() else None
 
 
+def cache_root() -> Path:
+    """The folder that holds one sub-folder per ``cache_key()``: ``<checkout>/.cache/inductor``,
+    else ``~/.cache/ppdit/inductor``."""
+    root = project_root()
+    return (root / ".cache" if root else Path.home() / ".cache" / "ppdit") / "inductor"
+
+
+def cache_key() -> str:
+    """What makes compiled kernels differ, as a folder name, e.g.
+    ``torch2.13.0+cpu-x86_64-avx512-cpu3fa2b1c4-nocuda``.
+
+    The CPU capability is the one ATen runs with (``ATEN_CPU_CAPABILITY`` may lower it, and
+    Inductor follows it); the CPU model is a short hash of what ``-march=native`` compiles for.
+    """
+    import torch
+
+    parts = [f"torch{torch.__version__}", platform.machine() or "unknown",
+             torch.backends.cpu.get_cpu_capability().lower(), f"cpu{_cpu_id()}"]
+    if torch.version.cuda is None:
+        parts.append("nocuda")
+    else:
+        parts.append(f"cu{torch.version.cuda}")
+        if torch.cuda.is_available():
+            caps = sorted({torch.cuda.get_device_capability(i)
+                           for i in range(torch.cuda.device_count())})
+            parts.append("sm" + "+".join(f"{a}{b}" for a, b in caps))
+    return "-".join(p.replace("/", "_").replace(" ", "_") for p in parts)
+
+
+def _cpu_id() -> str:
+    """8 hex digits naming this CPU model and its instruction set extensions."""
+    text = platform.processor()
+    with_info = Path("/proc/cpuinfo")
+    if with_info.exists():
+        lines = with_info.read_text(errors="replace").splitlines()
+        keep = ("model name", "flags", "Features", "CPU part", "CPU implementer")
+        seen: dict[str, str] = {}
+        for line in lines:
+            key, _, value = line.partition(":")
+            if key.strip() in keep:
+                seen.setdefault(key.strip(), value.strip())
+        text = repr(sorted(seen.items())) or text
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 def use_project_compile_cache(path: str | Path | None = None) -> Path:
-    """Point Inductor's cache at ``path`` (default ``<checkout>/.cache/inductor``, else
-    ``~/.cache/ppdit/inductor``) unless ``TORCHINDUCTOR_CACHE_DIR`` already names another
-    folder; return the folder in effect. An explicit ``path`` always wins."""
-    if path is None and os.environ.get(ENV) and os.environ[ENV] != _inductor_default():
-        return Path(os.environ[ENV])
+    """Point Inductor's cache at ``path`` (default ``cache_root() / cache_key()``) unless
+    ``TORCHINDUCTOR_CACHE_DIR`` already names a folder someone chose; return the folder in
+    effect. An explicit ``path`` always wins."""
+    chosen = os.environ.get(ENV)
+    if path is None and chosen and not _ours_or_default(Path(chosen)):
+        return Path(chosen)
     if path is None:
-        root = project_root()
-        path = (root / ".cache" if root else Path.home() / ".cache" / "ppdit") / "inductor"
+        path = cache_root() / cache_key()
     path = Path(path).resolve()
     path.mkdir(parents=True, exist_ok=True)
     os.environ[ENV] = str(path)
     return path
+
+
+def _ours_or_default(path: Path) -> bool:
+    """Whether ``path`` is Inductor's own default or one of ppdit's keyed folders (set by this
+    function, here or in a parent process, perhaps for another key): neither is a choice."""
+    if str(path) == _inductor_default():
+        return True
+    root, path = cache_root().resolve(), path.resolve()
+    return path == root or path.parent == root  # the root: what ppdit chose before keys
 
 
 def _inductor_default() -> str:
@@ -49,4 +114,4 @@ def _inductor_default() -> str:
     return os.path.abspath(default_cache_dir())
 
 
-__all__ = ["project_root", "use_project_compile_cache"]
+__all__ = ["cache_key", "cache_root", "project_root", "use_project_compile_cache"]
