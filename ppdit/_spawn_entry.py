@@ -27,6 +27,14 @@ def die_with_parent() -> None:
 
 def main(parent_pid: int, pdeathsig: bool, payload: bytes, *queues) -> None:
     """Die with the parent, then become the rank: ``child_main(*payload, *queues)``."""
+    # An interrupt meant for the caller (Jupyter signals the kernel's whole process group) must
+    # not raise inside a rank's imports: the caller stops the ranks. (A pool started from the
+    # main thread starts its ranks with SIGINT ignored already: ppdit.runtime.pool.)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Cache the bytecode of what this rank imports even where PYTHONDONTWRITEBYTECODE is set
+    # (a JupyterLab started by hand on such a machine): every rank start would otherwise
+    # recompile torch's and ppdit's modules (8.3 s of imports instead of 3.4 s, measured).
+    sys.dont_write_bytecode = False
     if pdeathsig:
         die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before the request above took effect

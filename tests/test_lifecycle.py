@@ -40,6 +40,30 @@ def test_a_signalled_run_leaves_nothing_behind(sig):
         assert res.returncode == -sig
 
 
+def test_ranks_start_with_the_interrupt_ignored():
+    """A child started by the pool inherits an ignored SIGINT from its first instruction (the
+    disposition survives exec; Python keeps it), so an interrupt during its seconds of imports
+    raises nothing there; the caller's own handler is back afterwards."""
+    import subprocess
+
+    from ppdit.runtime.pool import _children_ignore_sigint
+
+    code = "import signal; print(int(signal.getsignal(signal.SIGINT) == signal.SIG_IGN))"
+    with _children_ignore_sigint(main_thread=True):
+        inside = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert inside.stdout.strip() == "1"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_interrupt_while_ranks_start_prints_one_line():
+    """Jupyter's interrupt reaches the kernel's whole process group. Ranks still importing
+    torch ignore it (the caller stops them): no rank traceback, no C++ terminate."""
+    res = signal_drill(signal.SIGINT, limit_s=LIMIT_S, busy_s=0.0, to_group=True)
+    assert res.clean and res.returncode == 130, res.output
+    assert "terminate called" not in res.output and "Traceback" not in res.output, res.output
+    assert res.output.count("KeyboardInterrupt") == 1, res.output
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_torchrun_ends_every_rank(tmp_path, sig):
     command = ("-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "ppdit",

@@ -65,10 +65,12 @@ def _ranks(procs: dict[int, str], main_pid: int) -> int:
 
 def signal_drill(sig: signal.Signals, *, command: tuple[str, ...] = STEP_SPLIT, ranks: int = 2,
                  limit_s: float = 10.0, start_limit_s: float = 120.0,
-                 busy_s: float = 1.5, cwd: str | Path | None = None) -> DrillResult:
+                 busy_s: float = 1.5, cwd: str | Path | None = None,
+                 to_group: bool = False) -> DrillResult:
     """Run ``python *command`` in a new session; once ``ranks`` rank processes run (and have
-    had ``busy_s`` to get busy), send ``sig`` to the main process only, as Jupyter does; then
-    wait up to ``limit_s`` for every process of the run to end."""
+    had ``busy_s`` to get busy), send ``sig`` to the main process only (``to_group=True``: to
+    its whole process group, ranks included, as Jupyter's interrupt does); then wait up to
+    ``limit_s`` for every process of the run to end."""
     token = uuid.uuid4().hex
     env = {**os.environ, "PYTHONUNBUFFERED": "1", MARK: token}
     proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE,
@@ -83,7 +85,10 @@ def signal_drill(sig: signal.Signals, *, command: tuple[str, ...] = STEP_SPLIT, 
         time.sleep(busy_s)
         seen = _ranks(marked_processes(token), proc.pid)
         start = time.monotonic()
-        proc.send_signal(sig)
+        if to_group:
+            os.killpg(proc.pid, sig)  # the new session's group: the main process's pid
+        else:
+            proc.send_signal(sig)
         left = _wait_empty(proc, token, start + limit_s)
         ended = time.monotonic() - start
         output = _output(proc)

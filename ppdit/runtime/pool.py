@@ -121,7 +121,8 @@ class RankPool:
             p = ctx.Process(target=spawn_entry, name=f"ppdit-rank{rank}", daemon=True,
                             args=(self._spec.parent_pid, self._spec.pdeathsig, payload,
                                   self._job_qs[rank], self._results, self._events))
-            p.start()
+            with _children_ignore_sigint(main_thread):
+                p.start()
             self._procs.append(p)
         _LIVE.add(self)
         _guard_sigterm()
@@ -185,6 +186,10 @@ class RankPool:
                 for q in self._job_qs:
                     q.put(job)
             return self._wait(job.job_id, timeout_s)
+        except KeyboardInterrupt:
+            self._abort()  # every rank ends before the caller hears of it
+            raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped, "
+                                    "none is left") from None
         except BaseException:
             self._abort()  # failed, timed out or interrupted: no rank may live on
             raise
@@ -308,6 +313,26 @@ def close_all() -> None:
     for pool in list(_LIVE):
         with contextlib.suppress(Exception):
             pool._abort()
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint(main_thread: bool):
+    """Start children with SIGINT ignored from their first instruction.
+
+    Jupyter's interrupt signals the kernel's whole process group, ranks included. A rank hit
+    while it starts (imports torch: seconds) printed a traceback and a C++ ``terminate called``
+    into the cell, every rank its own. An ignored disposition survives ``exec`` and Python
+    keeps it at start-up, so a child started inside this block never sees the interrupt: its
+    caller gets it and stops the ranks. (Only the main thread may change handlers; elsewhere
+    ``ppdit._spawn_entry`` ignores SIGINT on its first line, a little later.)"""
+    if not main_thread:
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 def _guard_sigterm() -> None:
