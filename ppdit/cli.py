@@ -23,10 +23,23 @@ GPU_CHECK_SECTIONS = ("launch", "layouts", "device", "cuda_graphs", "vae", "forw
 LAYOUTS = ("single", "step", "layer", "tp", "sp", "pp_tp", "cfg")
 
 
+class _Help(argparse.HelpFormatter):
+    """``--help`` shows every default: appended as "(default: X)" unless the help text states
+    it already (defaults that depend on other options are written out by hand)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text, default = action.help or "", action.default
+        if "default" in text or not action.option_strings or any(
+                default is none for none in (None, False, argparse.SUPPRESS)):
+            return text
+        return f"{text} (default: {'none' if default == '' else '%(default)s'})".lstrip()
+
+
 def parser() -> argparse.ArgumentParser:
     """Every subcommand and its options."""
-    p = argparse.ArgumentParser(prog="ppdit", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="ppdit", description=__doc__.splitlines()[0],
+                                formatter_class=_Help)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_parser_with_defaults)
     demo = sub.add_parser("demo", help="the streaming system (controller + TP mesh); writes a "
                                        "video, a timeline, a trace and a summary")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="artifact folder")
@@ -50,7 +63,8 @@ def parser() -> argparse.ArgumentParser:
     step.add_argument("--requests", type=int, default=8, help="requests to generate")
     step.add_argument("--steps", type=int, default=28, help="denoising steps per request")
     step.add_argument("--preset", default="tiny", help="model preset (tiny, small, ...)")
-    step.add_argument("--mode", default="filled", choices=["filled", "stream_batch"])
+    step.add_argument("--mode", default="filled", choices=["filled", "stream_batch"],
+                      help="requests in flight one per stage, or batched (lesson 02)")
     _placement_args(step)
     _generate_args(sub.add_parser(
         "generate", help="prompt -> video from a local diffusers Wan 2.1 pipeline folder, with "
@@ -69,6 +83,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _parser_with_defaults(*args, **kwargs) -> argparse.ArgumentParser:
+    """Every subcommand's parser shows its defaults (``_Help``)."""
+    return argparse.ArgumentParser(*args, formatter_class=_Help, **kwargs)
+
+
 def _generate_args(g: argparse.ArgumentParser) -> None:
     # The defaults make a video you can see with the committed toy model (models/toy_shapes:
     # 32 x 32 pixels, 13 frames, prompts like "a red ball moves left"); a real Wan 2.1 folder
@@ -77,16 +96,17 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
                    help="local pipeline folder (model_index.json, transformer/, vae/, "
                         "text_encoder/, tokenizer/, scheduler/); nothing is downloaded "
                         "(default: the trained toy, models/toy_shapes)")
-    g.add_argument("--prompt", default="a red ball moves left")
+    g.add_argument("--prompt", default="a red ball moves left", help="what the video shows")
     g.add_argument("--negative-prompt", default="", help="used with guidance > 1")
-    g.add_argument("--layout", default="single", choices=LAYOUTS)
+    g.add_argument("--layout", default="single", choices=LAYOUTS,
+                   help="how the denoising is split over ranks")
     g.add_argument("--ranks", type=int, default=None,
                    help="ranks (default: 1 for single, 4 for pp_tp, else 2)")
     g.add_argument("--steps", type=int, default=12, help="denoising steps")
     g.add_argument("--frames", type=int, default=13, help="pixel frames, 4k + 1")
-    g.add_argument("--height", type=int, default=32)
-    g.add_argument("--width", type=int, default=32)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--height", type=int, default=32, help="pixels, a multiple of 16")
+    g.add_argument("--width", type=int, default=32, help="pixels, a multiple of 16")
+    g.add_argument("--seed", type=int, default=0, help="the noise's seed")
     g.add_argument("--guidance", type=float, default=5.0, help="CFG scale (> 1: on)")
     g.add_argument("--solver", default="folder", choices=["folder", "euler"],
                    help="the folder's scheduler, or ppdit's Euler (the teaching baseline)")
