@@ -74,12 +74,31 @@ def _write_demo(result, out: Path) -> None:
                   "rank 0 controller + decode, ranks 1.. the mesh")
     result.trace.save_chrome(out / "trace.json")
     summary = {**result.summary(), "frames_written": frames}
+    if result.cfg.prompts is not None:
+        summary["videos"] = _frame_verdicts(result.controller.video, result.cfg.prompts)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"{summary['fps']:.1f} frames/s, first frame after "
           f"{summary['time_to_first_frame_s'] * 1e3:.0f} ms, {summary['chunks_delivered']} "
           f"chunks delivered, {summary['dropped_stale_results']} stale results dropped, "
           f"max queue depth {summary['max_queue_depth']}")
+    for v in summary.get("videos", []):
+        print(f"{v['prompt']!r}: the toy detector's colour per frame {v['frame_colours']}; "
+              f"every frame the prompt's colour: {v['every_frame_is_the_prompts_colour']}")
     _wrote(out, *names, "timeline.png", "trace.json", "summary.json")
+
+
+def _frame_verdicts(video: dict, prompts) -> list[dict]:
+    """The toy detector's colour for every delivered frame of each video, against its prompt
+    (``ppdit.toy.detect``): the first picture a newcomer sees must show what it says."""
+    from ppdit.toy.detect import frame_colours, parse_prompt
+
+    out = []
+    for v in sorted(video):
+        colours = frame_colours(torch_cat(video[v])[0])
+        wanted = parse_prompt(prompts[v])[0]
+        out.append({"prompt": prompts[v], "frame_colours": colours,
+                    "every_frame_is_the_prompts_colour": all(c == wanted for c in colours)})
+    return out
 
 
 def torch_cat(chunks):

@@ -2,8 +2,13 @@
 
     PYTHONPATH=$PWD .venv/bin/python scripts/train_toy.py --out models/toy_shapes
 
-Stages (each resumable from its checkpoint in --work): vae -> dit -> folder + eval.json +
-loss.png. See ppdit/toy/train.py for what each does.
+Stages (each resumable from its checkpoint in --work): vae -> dit (then its first-frame
+fine-tune) -> folder + eval.json + loss.png. See ppdit/toy/train.py for what each does.
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/train_toy.py --tune-from models/toy_shapes \
+        --out models/toy_shapes
+
+runs only the first-frame fine-tune on a trained folder (how models/toy_shapes got it).
 """
 
 from __future__ import annotations
@@ -27,5 +32,7 @@ if __name__ == "__main__":
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any TrainConfig field, e.g. --set dit_steps=600")
     parser.add_argument("--eval-n", type=int, default=20, help="held-out prompt/seed pairs")
+    parser.add_argument("--tune-from", type=Path, default=None, metavar="FOLDER",
+                        help="only fine-tune this trained folder's DiT for the first frame")
     parser.add_argument("--stop-after", choices=("vae", "dit", "all"), default="all")
     sys.exit(main(parser.parse_args()))

@@ -6,6 +6,7 @@ import random
 import pytest
 import torch
 
+from ppdit.toy import data
 from ppdit.toy.data import (
     COLOURS,
     DIRECTIONS,
@@ -18,7 +19,7 @@ from ppdit.toy.data import (
     sample_spec,
     vocabulary,
 )
-from ppdit.toy.detect import accuracy, detect, parse_prompt, score
+from ppdit.toy.detect import accuracy, detect, frame_colours, parse_prompt, score
 
 
 def test_same_seed_same_clips_and_other_seed_differs():
@@ -46,7 +47,8 @@ def test_shape_stays_inside_the_frame():
 def test_detector_scores_the_data_set_perfectly():
     specs = make_specs(0, 200) + held_out_specs()
     acc = accuracy([score(render(s), s) for s in specs])
-    assert acc == {"colour_accuracy": 1.0, "direction_accuracy": 1.0}
+    assert acc == {"colour_accuracy": 1.0, "direction_accuracy": 1.0,
+                   "every_frame_colour_accuracy": 1.0}
 
 
 def test_detector_is_near_chance_on_noise():
@@ -77,3 +79,13 @@ def test_bad_prompt_and_bad_clip_are_clear_errors():
         parse_prompt("a purple ball moves left")
     with pytest.raises(ValueError, match="one clip"):
         detect(torch.zeros(2, 3, 8, 8))
+
+
+def test_frame_colours_name_each_frame_and_an_empty_one():
+    spec = data.ClipSpec("red", "ball", "right", 8, 16, 1)
+    clip = data.render(spec)
+    assert frame_colours(clip) == ["red"] * clip.shape[1]
+    clip[:, 0] = data.render(data.ClipSpec("blue", "square", "up", 16, 20, 1))[:, 0]
+    clip[:, 1] = torch.tensor(data.BACKGROUND).view(3, 1, 1) * 2 - 1  # nothing in frame 1
+    colours = frame_colours(clip)
+    assert colours[:2] == ["blue", None] and set(colours[2:]) == {"red"}

@@ -28,6 +28,8 @@ def test_recorded_accuracy_meets_the_bar():
     for key in ("trained_causal", "trained_full_cfg"):
         assert EVAL[key]["colour_accuracy"] >= 0.9, key
         assert EVAL[key]["direction_accuracy"] >= 0.8, key
+    # frame by frame too: the demo's first picture must show the prompt (the first-frame tune)
+    assert EVAL["trained_causal"]["every_frame_colour_accuracy"] >= 0.8
 
 
 def test_recorded_eval_is_complete_and_random_is_near_chance():
@@ -43,8 +45,8 @@ def test_recorded_eval_is_complete_and_random_is_near_chance():
 def test_recorded_numbers_are_the_recorded_verdicts():
     for key in (f"{model}_{path}" for model in ("trained", "random") for path in evaluate.PATHS):
         clips = [detect.Score(**c) for c in EVAL[key]["clips"]]
-        assert detect.accuracy(clips) == {k: EVAL[key][k] for k in
-                                          ("colour_accuracy", "direction_accuracy")}
+        assert detect.accuracy(clips) == {k: EVAL[key][k] for k in (
+            "colour_accuracy", "direction_accuracy", "every_frame_colour_accuracy")}
 
 
 @pytest.mark.parametrize("i", [0, 1])
@@ -53,6 +55,18 @@ def test_regenerated_clip_gets_the_recorded_verdict(i):
     clip = evaluate.generate_causal(evaluate.load(FOLDER), spec.prompt, 1000 + i)
     assert clip.shape == (3, data.FRAMES, data.SIZE, data.SIZE)
     assert detect.score(clip, spec).as_dict() == EVAL["trained_causal"]["clips"][i]
+
+
+def test_demo_first_video_shows_its_prompt_from_the_first_frame():
+    """The demo's first video (its prompt and seed, its causal path on one device): the toy
+    detector finds the prompt's colour in every frame, the first included."""
+    from ppdit.jobs import TOY_PROMPTS
+    from ppdit.serve.config import BringupConfig
+
+    seed = BringupConfig().seeds[0]
+    clip = evaluate.generate_causal(evaluate.load(FOLDER), TOY_PROMPTS[0], seed)
+    wanted = detect.parse_prompt(TOY_PROMPTS[0])[0]
+    assert detect.frame_colours(clip) == [wanted] * data.FRAMES
 
 
 def test_demo_config_encodes_the_folder_prompts_and_needs_both():

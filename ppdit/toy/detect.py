@@ -43,6 +43,7 @@ class Score:
     detected_direction: str
     colour_ok: bool
     direction_ok: bool
+    every_frame_ok: bool  # every frame's own colour is the prompt's (``frame_colours``)
 
     def as_dict(self) -> dict:
         """For eval.json."""
@@ -67,6 +68,22 @@ def detect(clip: torch.Tensor) -> Detection:
     palette = torch.tensor(list(COLOURS.values()))
     colour = list(COLOURS)[int((palette - rgb).norm(dim=1).argmin())]
     return Detection(colour, *_motion(mask))
+
+
+def frame_colours(clip: torch.Tensor) -> list[str | None]:
+    """The palette colour of each frame's foreground (None: fewer than ``MIN_PIXELS`` of it),
+    for a (3, T, H, W) clip in [-1, 1]: where in a clip a wrong colour shows."""
+    mask = foreground(clip)
+    rgb = (clip.float().clamp(-1, 1) + 1) / 2
+    palette, names = torch.tensor(list(COLOURS.values())), list(COLOURS)
+    out = []
+    for t in range(clip.shape[1]):
+        if mask[t].sum() < MIN_PIXELS:
+            out.append(None)
+            continue
+        mean = rgb[:, t][:, mask[t]].mean(dim=1)
+        out.append(names[int((palette - mean).norm(dim=1).argmin())])
+    return out
 
 
 def _motion(mask: torch.Tensor) -> tuple[str, tuple[float, float]]:
@@ -105,14 +122,17 @@ def score(clip: torch.Tensor, prompt: str | ClipSpec) -> Score:
     colour, direction = parse_prompt(text)
     found = detect(clip)
     return Score(text, found.colour, found.direction, found.colour == colour,
-                 found.direction == direction)
+                 found.direction == direction, all(c == colour for c in frame_colours(clip)))
 
 
 def accuracy(scores: list[Score]) -> dict[str, float]:
-    """Colour and direction accuracy over a list of scores."""
+    """Colour and direction accuracy over a list of scores, and the share of clips whose
+    every frame shows the prompt's colour."""
     n = max(1, len(scores))
     return {"colour_accuracy": sum(s.colour_ok for s in scores) / n,
-            "direction_accuracy": sum(s.direction_ok for s in scores) / n}
+            "direction_accuracy": sum(s.direction_ok for s in scores) / n,
+            "every_frame_colour_accuracy": sum(s.every_frame_ok for s in scores) / n}
 
 
-__all__ = ["Detection", "Score", "accuracy", "detect", "foreground", "parse_prompt", "score"]
+__all__ = ["Detection", "Score", "accuracy", "detect", "foreground", "frame_colours",
+           "parse_prompt", "score"]

@@ -64,6 +64,10 @@ def main(args) -> int:
     """Run the stages up to ``--stop-after``; prints the wall time of each."""
     torch.set_num_threads(args.threads)
     cfg = _overrides(TrainConfig(seed=args.seed), args.set)
+    if getattr(args, "tune_from", None):
+        from ppdit.toy.run_dit import tune_folder
+
+        return tune_folder(cfg, args)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     (work / "config.json").write_text(json.dumps(asdict(cfg), indent=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -13,11 +14,13 @@ import torch
 from ppdit.toy import evaluate, models
 from ppdit.toy.run import _bar
 from ppdit.toy.train import (
+    DitData,
     TrainConfig,
     encode_clips,
     latent_stats,
     save_folder,
     train_dit,
+    tune_dit,
     write_json,
 )
 from ppdit.viz.toy import save_loss_plot
@@ -34,31 +37,51 @@ def stage_latents(vae, cfg: TrainConfig, work: Path):
     return latents, prompts
 
 
-def stage_dit(cfg: TrainConfig, vae, work: Path):
-    """Normalise the latents with their statistics (stored in the VAE config), encode the
-    prompts once with the frozen umT5, train the DiT; returns (dit, losses, tokenizer, umT5)."""
-    latents, prompts = stage_latents(vae, cfg, work)
-    mean, std = latent_stats(latents)
-    vae.register_to_config(latents_mean=mean, latents_std=std)
+def dit_data(cfg: TrainConfig, vae, work: Path | None, tokenizer=None, text_encoder=None):
+    """The DiT's training data: the VAE's latents normalised with their statistics (stored in
+    the VAE config; a trained folder's VAE keeps its own), the prompts encoded once with the
+    frozen umT5. Returns (DitData, tokenizer, umT5)."""
+    if work is None:  # a trained folder: its VAE already holds the statistics
+        latents, prompts = encode_clips(vae, cfg)
+        mean, std = vae.config.latents_mean, vae.config.latents_std
+    else:
+        latents, prompts = stage_latents(vae, cfg, work)
+        mean, std = latent_stats(latents)
+        vae.register_to_config(latents_mean=mean, latents_std=std)
     shape = (1, -1, 1, 1, 1)
     latents = (latents - torch.tensor(mean).view(shape)) / torch.tensor(std).view(shape)
-    tokenizer, text_encoder = models.build_text(cfg.seed)
+    if tokenizer is None:
+        tokenizer, text_encoder = models.build_text(cfg.seed)
     vocab = sorted(set(prompts))
     embeds = models.encode_prompts(tokenizer, text_encoder, vocab)
     empty = models.encode_prompts(tokenizer, text_encoder, [""])[0]
     ids = torch.tensor([vocab.index(p) for p in prompts])
-    with _bar(cfg.dit_steps, "DiT") as bar:
+    return DitData(latents, ids, embeds, empty), tokenizer, text_encoder
+
+
+def _with_bar(total: int, desc: str, fit):
+    """``fit(progress)`` with a progress bar of ``total`` steps."""
+    with _bar(total, desc) as bar:
         def tick(loss):
             bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
             bar.update(1)
-        dit, losses = train_dit(latents, ids, embeds, empty, cfg, tick)
-    return dit, losses, tokenizer, text_encoder
+        return fit(tick)
+
+
+def stage_dit(cfg: TrainConfig, data: DitData):
+    """Train the DiT, then fine-tune it for the first frame: (dit, losses of both, tune s)."""
+    dit, losses = _with_bar(cfg.dit_steps, "DiT", lambda tick: train_dit(data, cfg, tick))
+    start = time.perf_counter()
+    dit, tuned = _with_bar(cfg.tune_steps, "DiT first-frame tune",
+                           lambda tick: tune_dit(dit, data, cfg, tick))
+    return dit, losses + tuned, time.perf_counter() - start
 
 
 def finish(cfg: TrainConfig, args, vae, vae_losses: list[float], start: float) -> int:
     """DiT, folder, plot, eval.json; prints where everything went."""
     dit_start = time.perf_counter()
-    dit, dit_losses, tokenizer, text_encoder = stage_dit(cfg, vae, args.work)
+    data, tokenizer, text_encoder = dit_data(cfg, vae, args.work)
+    dit, dit_losses, tune_s = stage_dit(cfg, data)
     dit_s = time.perf_counter() - dit_start
     vae_file = args.work / "vae_wall_s.json"  # the VAE stage may have run in an earlier call
     vae_s = float(vae_file.read_text()) if vae_file.exists() else dit_start - start
@@ -72,11 +95,40 @@ def finish(cfg: TrainConfig, args, vae, vae_losses: list[float], start: float) -
     write_json(out / "train.json", {
         "config": asdict(cfg), "threads": args.threads, "train_wall_s": round(train_s, 1),
         "vae_wall_s": round(vae_s, 1), "dit_wall_s": round(dit_s, 1),
+        "tune_wall_s": round(tune_s, 1),
         "load_average_1min_at_end": os.getloadavg()[0], "cpu_count": os.cpu_count(),
         "final_vae_mse": _tail_mean(vae_losses), "final_dit_loss": _tail_mean(dit_losses),
     })
     write_json(out / "eval.json", run_eval(out, cfg.seed, args.eval_n))
     print(f"wrote {out} (training took {train_s:.0f} s)")
+    return 0
+
+
+def tune_folder(cfg: TrainConfig, args) -> int:
+    """``--tune-from FOLDER``: only the first-frame fine-tune, on a trained folder's DiT with
+    its own VAE and text encoder (the same clips, re-encoded); writes the folder to ``--out``
+    (the source's files, only the transformer replaced), its train.json extended with the
+    tune's record, and a new eval.json."""
+    src = Path(args.tune_from)
+    toy = evaluate.load(src)
+    record = json.loads((src / "train.json").read_text())
+    start = time.perf_counter()
+    data, _, _ = dit_data(cfg, toy.vae, None, toy.tokenizer, toy.text_encoder)
+    dit, losses = _with_bar(cfg.tune_steps, "DiT first-frame tune",
+                            lambda tick: tune_dit(toy.transformer, data, cfg, tick))
+    tune_s = time.perf_counter() - start
+    if args.out.resolve() != src.resolve():  # everything but the DiT is the source's, as is
+        shutil.rmtree(args.out, ignore_errors=True)
+        shutil.copytree(src, args.out)
+    shutil.rmtree(args.out / "transformer")
+    dit.save_pretrained(args.out / "transformer")
+    fields = ("tune_steps", "tune_lr", "first_frame_weight")
+    record["config"].update({k: getattr(cfg, k) for k in fields})
+    record.update(tune_wall_s=round(tune_s, 1), final_tune_loss=_tail_mean(losses),
+                  tune_threads=args.threads, tune_load_average_1min_at_end=os.getloadavg()[0])
+    write_json(args.out / "train.json", record)
+    write_json(args.out / "eval.json", run_eval(args.out, cfg.seed, args.eval_n))
+    print(f"wrote {args.out} (the tune took {tune_s:.0f} s)")
     return 0
 
 
