@@ -1,8 +1,9 @@
-# The two commands a newcomer runs (see README): `make demo` and `make test`. Each sets up .venv.
+# The three commands a newcomer runs (see README): `make demo`, `make lab` and `make test`. Each
+# sets up .venv with what it needs.
 PY := .venv/bin/python
 NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: demo test lint book notebooks bench clean gpu-check
+.PHONY: demo lab test test-fast lint book notebooks bench clean gpu-check
 
 # Let Python cache the bytecode of what it imports even where PYTHONDONTWRITEBYTECODE is set:
 # bootstrap installs with --no-compile, and every rank process would otherwise recompile the
@@ -13,12 +14,16 @@ demo:
 	scripts/bootstrap.sh pipeline
 	$(PY) -m ppdit demo
 
+# The lessons in JupyterLab (everything they import, and ppdit's lab settings).
+lab:
+	scripts/lab.sh
+
 # Everything CI checks: lint, unit + multi-rank tests, the labs (stub fails, solution passes),
 # nbval over every committed notebook, and the offline book with its HTML scan.
 test:
-	EXTRAS=test,book scripts/build_book.sh  # sets up .venv first (npm installs meanwhile)
+	EXTRAS=test,notebooks,book scripts/build_book.sh  # sets up .venv (npm installs meanwhile)
 	$(PY) -m ruff check .
-	# nbval replays the notebooks: their claims go to a scratch folder, not over the committed ones.
+	# nbval replays the notebooks: their claims go to a scratch folder (also the default).
 	# Ranks stay on the CPU (the committed outputs and the references are CPU results, compared
 	# bit for bit) even on a GPU machine, where the tests marked `gpu` run on CUDA themselves.
 	PPDIT_DEVICE=cpu PPDIT_CLAIMS_DIR=$$(mktemp -d) PPDIT_REQUIRE_BOOK=1 \
@@ -30,6 +35,12 @@ test:
 gpu-check:
 	scripts/bootstrap.sh test
 	$(PY) -m ppdit gpu-check
+
+# The quick inner loop: every test that starts no ranks (well under a minute), then ruff.
+test-fast:
+	scripts/bootstrap.sh test
+	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m ruff check .
 
 lint:
 	scripts/bootstrap.sh test

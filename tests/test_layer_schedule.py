@@ -119,3 +119,38 @@ def test_explorer_has_its_controls():
     controls = [c for row in box.children[:2] for c in row.children]
     assert [c.description for c in controls] == ["P stages", "M micro", "V chunks", "steps",
                                                  "wrap across steps", "last slower"]
+
+
+def test_explorer_redraws_one_picture_even_when_changes_race():
+    """JupyterLab may deliver widget changes on several threads at once: the output must hold
+    exactly one picture, drawn from the last values, and an impossible choice one line."""
+    import threading
+
+    import ipywidgets as w
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ppdit.viz import explorer
+    from ppdit.viz.schedules import make_explorer
+
+    box = make_explorer()
+    micro, out = box.children[0].children[1], box.children[-1]
+    threads = [threading.Thread(target=setattr, args=(micro, "value", m)) for m in (5, 6, 7, 8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(out.outputs) == 1 and "image/png" in out.outputs[0]["data"]
+    assert "Schedule explorer" in repr(box) and "VBox(" not in repr(box)
+
+    def draw(n):
+        if n > 2:
+            raise ValueError(f"n={n} is too big")
+        return schedule_figure(2, 2, 1, 1)
+
+    from ppdit.viz.schedules import schedule_figure
+
+    n = w.IntSlider(value=1)
+    small = explorer.make_explorer({"n": n}, draw, rows=(1,), summary="test")
+    n.value = 3
+    assert small.children[-1].outputs == (explorer.text_output("not possible: n=3 is too big"),)

@@ -9,6 +9,7 @@ import torch
 from ppdit.model import build_model
 from ppdit.sampler import Request, prompt_embeddings
 from ppdit.serve.causal import (
+    CAUSAL_TOL,
     ChunkGenerator,
     StreamConfig,
     chunk_forward,
@@ -16,10 +17,6 @@ from ppdit.serve.causal import (
     full_sequence_reference,
 )
 
-# The cached path attends over [cached keys | chunk keys]; the reference over the whole masked
-# sequence. Same products, summed in another order (and masked terms are exact zeros): fp32
-# rounding of values of order 1 over a few blocks.
-CAUSAL_TOL = {"rtol": 1e-4, "atol": 1e-5}
 CFG = StreamConfig(chunk_frames=2)
 TEXT = prompt_embeddings(Request(0, 5), "tiny")
 

@@ -2,7 +2,8 @@
 measured when they reproduced them in miniature.
 
 A notebook cell calls ``record(claim_id, measured=..., checks=[...])`` with the numbers it just
-computed; that writes ``notebooks/claims/<claim_id>.json``. Each ``Check`` compares one measured
+computed; that writes ``<claim_id>.json`` to ``claims_dir()`` (a scratch folder unless the
+committed ledger, ``notebooks/claims``, is being regenerated). Each ``Check`` compares one measured
 quantity with what the claim predicts, within a stated tolerance, on a simulated clock or on
 live ranks; the **verdict** is computed from the checks, never set by hand:
 
@@ -139,13 +140,36 @@ def verdict(checks: list[Check], reproducible_here: bool = True, why_not: str = 
     return "not reproduced"
 
 
+ENV = "PPDIT_CLAIMS_DIR"
+
+
+def _checkout() -> Path | None:
+    """The repository root when ppdit runs from a checkout (editable install), else None."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "notebooks").is_dir() else None
+
+
+def ledger_dir() -> Path:
+    """The committed ledger, ``notebooks/claims`` of the checkout (else ``./claims``)."""
+    root = _checkout()
+    return root / "notebooks" / "claims" if root else Path("claims")
+
+
 def claims_dir() -> Path:
-    """``$PPDIT_CLAIMS_DIR``, else the repository's ``notebooks/claims`` (editable install),
-    else ``./claims``."""
-    if os.environ.get("PPDIT_CLAIMS_DIR"):
-        return Path(os.environ["PPDIT_CLAIMS_DIR"])
-    repo_notebooks = Path(__file__).resolve().parents[2] / "notebooks"
-    return repo_notebooks / "claims" if repo_notebooks.is_dir() else Path("claims")
+    """Where ``record`` writes: ``$PPDIT_CLAIMS_DIR``, else ``out/claims`` of the checkout.
+
+    Why not the ledger itself: a learner running a lesson would rewrite tracked files with
+    their own machine's timings. The ledger is regenerated only when asked, by executing the
+    notebooks for a commit (``make notebooks`` sets ``PPDIT_CLAIMS_DIR=notebooks/claims``)."""
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV])
+    root = _checkout()
+    return root / "out" / "claims" if root else Path("claims")
+
+
+def _read_dir() -> Path:
+    """What the ledger page shows: ``$PPDIT_CLAIMS_DIR`` when set, else the committed ledger."""
+    return Path(os.environ[ENV]) if os.environ.get(ENV) else ledger_dir()
 
 
 def record(claim_id: str, measured: str, *, checks: list[Check] | None = None,
@@ -178,7 +202,7 @@ def recorded_verdict(rec: dict) -> str:
 
 def load(directory: Path | None = None) -> dict[str, dict]:
     """Every recorded claim, by id."""
-    directory = directory or claims_dir()
+    directory = directory or _read_dir()
     return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
 
 
@@ -196,7 +220,7 @@ def ledger_markdown(directory: Path | None = None, notebook_prefix: str = "noteb
         "| claim | source | reproduced in | measured here | verdict |",
         "| --- | --- | --- | --- | --- |",
     ]
-    notebooks = claims_dir().parent if directory is None else Path(directory).parent
+    notebooks = Path(directory or _read_dir()).parent
     for c in CLAIMS:
         rec = data.get(c.claim_id)
         if (notebooks / f"{c.notebook}.ipynb").exists():

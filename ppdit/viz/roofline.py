@@ -24,6 +24,7 @@ from ppdit.analysis.hardware import (
 from ppdit.analysis.measure import Timed
 from ppdit.analysis.roofline import RESOLUTIONS, Op, latent_for, model_ops, totals
 from ppdit.model import get_preset
+from ppdit.viz import explorer
 
 GROUP_COLORS = {"matmul": "#4C72B0", "attention": "#C44E52", "conv": "#8172B3",
                 "elementwise": "#55A868"}
@@ -225,9 +226,13 @@ def explorer_figure(model: str = "wan2.1-14b", resolution: str = "480p", frames:
     return fig
 
 
+FASTEST = "as sold (fastest)"  # the link dropdown's default: each GPU's own fastest link
+
+
 def make_explorer():
     """Dropdowns for model, resolution, frames, dtype, GPU, TP, PP (and split, link) that redraw
-    ``explorer_figure``. Needs a live kernel; the notebook draws the default view statically."""
+    ``explorer_figure`` (``ppdit.viz.explorer``: race-free in JupyterLab). Needs a live kernel;
+    the notebook draws the default view statically."""
     import ipywidgets as w  # only a live kernel needs widgets; the static figure does not
 
     controls = dict(
@@ -239,20 +244,19 @@ def make_explorer():
         tp=w.Dropdown(options=[1, 2, 4, 8], value=1, description="TP"),
         pp=w.Dropdown(options=[1, 2, 4, 8], value=1, description="PP"),
         split=w.Dropdown(options=["layer", "step"], value="layer"),
-        link=w.Dropdown(options=[("as sold (fastest)", None), *[(k, k) for k in LINKS]],
-                        value=None),
+        # a string for the default, not None: a Dropdown whose value is None shows an empty box
+        link=w.Dropdown(options=[FASTEST, *LINKS], value=FASTEST),
     )
     for name, c in controls.items():
         c.description = c.description or name
         c.layout = w.Layout(width="210px")
 
-    def show(**kwargs):
-        explorer_figure(**kwargs)
-        plt.show()
+    def draw(link: str, **kwargs):
+        return explorer_figure(link=None if link == FASTEST else link, **kwargs)
 
-    out = w.interactive_output(show, controls)
-    boxes = list(controls.values())
-    return w.VBox([w.HBox(boxes[:5]), w.HBox(boxes[5:]), out])
+    return explorer.make_explorer(controls, draw, rows=(5, 4),
+                                  summary="Roofline explorer: model, resolution, frames, dtype, "
+                                          "GPU, TP, PP, split and link")
 
 
 __all__ = [

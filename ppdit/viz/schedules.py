@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 
 from ppdit.analysis.bubbles import layer_split_bubble, simulate_schedule
 from ppdit.parallel.layer_split.schedule import SimSpan, sim_bubble
+from ppdit.viz import explorer
 
 
 def plot_schedule(spans: list[SimSpan], num_stages: int, ax=None, title: str | None = None):
@@ -50,10 +51,9 @@ def schedule_figure(num_stages: int = 4, micro: int = 4, virtual: int = 1, steps
 
 
 def make_explorer():
-    """Sliders for P, M, V, steps, wrap and last-stage slow-down, redrawing ``schedule_figure``.
-
-    Combinations the schedule cannot run (V x P above 40 blocks) show the error instead.
-    """
+    """Sliders for P, M, V, steps, wrap and last-stage slow-down, redrawing ``schedule_figure``
+    (``ppdit.viz.explorer``: race-free in JupyterLab). Combinations the schedule cannot run
+    (V x P above 40 blocks) show the error instead."""
     import ipywidgets as w  # only a live kernel needs widgets; the static figure does not
 
     controls = {
@@ -65,19 +65,6 @@ def make_explorer():
         "last_stage_slowdown": w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05,
                                              description="last slower"),
     }
-    out = w.Output()
-
-    def redraw(_=None):
-        out.clear_output(wait=True)
-        with out:
-            try:
-                schedule_figure(**{k: c.value for k, c in controls.items()})
-                plt.show()
-            except ValueError as err:
-                print(err)
-
-    for c in controls.values():
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:]),
-                   out])
+    return explorer.make_explorer(controls, schedule_figure, rows=(3, 3),
+                                  summary="Schedule explorer: sliders for P, M, V, steps, wrap "
+                                          "and a slower last stage")

@@ -1,0 +1,94 @@
+"""An explorer: widgets above one picture that redraws when they change (lessons 03 and 07).
+
+Two things a plain ``interactive_output`` gets wrong in JupyterLab, and this gets right:
+
+* **Races.** JupyterLab 4.4+ with ipykernel 7 delivers widget messages on kernel *subshells*
+  (threads), so two quick changes run two redraws at once: both clear the output, both append
+  a figure, and a stale picture stays stacked under the new one (matplotlib's pyplot state is
+  not thread-safe either). Here a redraw renders the figure to PNG bytes under a lock, always
+  from the controls' *current* values, and replaces the output in one assignment; a change that
+  arrives while another redraw runs is folded into the next one.
+* **The first open.** A saved notebook opened without a live kernel (or untrusted) shows the
+  text a widget stores beside its view, normally ``VBox(children=(HBox(...``. The explorer's
+  text says what it is and how to use it instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import threading
+from collections.abc import Callable
+from functools import cache
+
+
+@cache
+def _explorer_class():
+    """``Explorer(VBox)``, defined on first use: only a live kernel needs ipywidgets."""
+    import ipywidgets as w
+
+    class Explorer(w.VBox):
+        """Rows of controls above one output; ``repr`` is what a kernel-less viewer shows."""
+
+        def __init__(self, *args, summary: str = "", **kwargs):
+            super().__init__(*args, **kwargs)
+            self._summary = summary
+
+        def __repr__(self) -> str:
+            return f"{self._summary} (a live widget: run the notebook's cells to use it)"
+
+    return Explorer
+
+
+def figure_output(fig) -> dict:
+    """A matplotlib figure as one notebook output (PNG), drawn without pyplot's global state;
+    the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight", dpi=fig.dpi)
+    plt.close(fig)
+    data = {"image/png": base64.b64encode(buf.getvalue()).decode("ascii"),
+            "text/plain": "<Figure>"}
+    return {"output_type": "display_data", "data": data, "metadata": {}}
+
+
+def text_output(text: str) -> dict:
+    """A line of text as one notebook output."""
+    return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
+
+
+def make_explorer(controls: dict, draw: Callable[..., object], *, rows: tuple[int, ...],
+                  summary: str, errors: tuple[type[Exception], ...] = (ValueError,)):
+    """Controls (name -> widget with ``.value``) laid out in rows of ``rows`` widgets each,
+    above the figure ``draw(**values)`` returns; an error in ``errors`` prints as one line
+    ("not possible: ..."). ``summary`` names the explorer for viewers without a kernel."""
+    import ipywidgets as w
+
+    out = w.Output()
+    lock = threading.Lock()
+    asked = [0, 0]  # [changes seen, changes drawn]: the draw after the last change wins
+
+    def redraw(_=None) -> None:
+        asked[0] += 1
+        with lock:  # callbacks may arrive on several subshell threads at once
+            while asked[1] < asked[0]:
+                asked[1] = asked[0]
+                values = {name: c.value for name, c in controls.items()}
+                try:
+                    shown = figure_output(draw(**values))
+                except errors as err:
+                    shown = text_output(f"not possible: {err}")
+                out.outputs = (shown,)  # one assignment: never two pictures at once
+
+    for c in controls.values():
+        c.observe(redraw, names="value")
+    redraw()
+    widgets, boxes, start = list(controls.values()), [], 0
+    for n in rows:
+        boxes.append(w.HBox(widgets[start:start + n]))
+        start += n
+    return _explorer_class()([*boxes, out], summary=summary)
+
+
+__all__ = ["figure_output", "make_explorer", "text_output"]
