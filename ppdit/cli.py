@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 
 from ppdit import toy
+from ppdit.t2v.spec import LAYOUTS
 
 # gpu-check's measurement sections, in the order it runs them (ppdit.gpu_check.run.SECTIONS;
 # spelt out here so that `ppdit --help` answers without importing torch)
 GPU_CHECK_SECTIONS = ("launch", "layouts", "device", "cuda_graphs", "vae", "forwards")
-# ppdit.pipeline.spec.LAYOUTS, spelt out for the same reason
-LAYOUTS = ("single", "step", "layer", "tp", "sp", "pp_tp", "cfg")
 
 
 class _Help(argparse.HelpFormatter):
@@ -160,8 +159,8 @@ def _cut_at(value: int | None) -> int | None:
 
 
 def _generate(jobs, args: argparse.Namespace) -> int:
-    from ppdit.pipeline.generate import validate
-    from ppdit.pipeline.spec import GenerateSpec
+    from ppdit.t2v.generate import validate
+    from ppdit.t2v.spec import GenerateSpec
 
     ranks = args.ranks or {"single": 1, "pp_tp": 4}.get(args.layout, 2)
     spec = GenerateSpec(str(args.checkpoint), args.prompt, args.negative_prompt, args.layout,

@@ -115,12 +115,13 @@ def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int 
     writes timeline.png, trace.json and summary.json."""
     from tqdm import tqdm
 
+    from ppdit.checkpoint.source import ModelSource
     from ppdit.parallel.step_split.plan import make_plan
     from ppdit.parallel.step_split.run import run_step_split
     from ppdit.sampler import SamplingConfig
 
     plan = make_plan(stages, requests, sampling=SamplingConfig(num_steps=num_steps),
-                     preset=preset, mode=mode, dtype=dtype)
+                     source=ModelSource(preset, dtype=dtype), mode=mode)
     if in_torchrun():
         result = run_step_split(plan, device=device)
     else:
@@ -161,8 +162,8 @@ def generate(spec, out: Path, device: str | None = None) -> int:
 
     from tqdm import tqdm
 
-    from ppdit.pipeline.generate import generate as run_generate
-    from ppdit.pipeline.generate import validate
+    from ppdit.t2v.generate import generate as run_generate
+    from ppdit.t2v.generate import validate
 
     validate(spec)  # bad input fails here, before anything loads or launches
     if not in_torchrun():

@@ -13,7 +13,7 @@ What state a step needs from earlier steps (the *handoff*): Euler is a one-step 
 ``(num_steps, shift)`` and the conditioning from the request, both of which every rank knows.
 That is ``StepState``. A multistep solver (UniPC, which Wan's diffusers pipeline uses by
 default) adds its memory in ``StepState.solver_state``: its last 2 model outputs and the last
-sample, 3 more latents (``ppdit.pipeline.solver``, plugged in as the ``Denoiser``'s update).
+sample, 3 more latents (``ppdit.checkpoint.solver``, plugged in as the ``Denoiser``'s update).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from functools import partial
 import torch
 
 from ppdit.model import DummyDiT, ModelPreset, forward_by_stages, get_preset
+
+CFG_MODES = ("batched", "split")
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class StepState:
     request_id: int
     step_index: int  # the next step to run, 0..num_steps; num_steps means done
     latent: torch.Tensor  # (B, C, F, H, W): x at sigmas[step_index]
-    # A multistep solver's memory of earlier steps (``ppdit.pipeline.solver``: UniPC's model
+    # A multistep solver's memory of earlier steps (``ppdit.checkpoint.solver``: UniPC's model
     # outputs, last sample, order counter); None for Euler, which needs none.
     solver_state: dict | None = None
 
@@ -117,10 +119,19 @@ def prompt_embeddings(request: Request, preset: str | ModelPreset, batch: int = 
 
 @dataclass
 class Conditioning:
-    """Per-request model inputs that stay fixed over all steps (device tensors)."""
+    """A request's prompt as the DiT sees it, fixed over all steps: the one prompt type of
+    ppdit (seeded stand-ins, or a folder's umT5 embeddings: ``ppdit.checkpoint.text``)."""
 
     text: torch.Tensor  # (B, L, text_dim) prompt embedding
-    null_text: torch.Tensor | None  # (B, L, text_dim) zeros: the empty prompt, only with CFG
+    # (B, L, text_dim) the negative prompt's embedding, only with CFG (the stand-ins use zeros:
+    # Wan pads prompts with zero rows, so an empty prompt is all padding)
+    null_text: torch.Tensor | None
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Conditioning:
+        """Both embeddings on ``device`` (and in ``dtype``, if given)."""
+        def move(t):
+            return None if t is None else t.to(device=device, dtype=dtype or t.dtype)
+        return Conditioning(move(self.text), move(self.null_text))
 
 
 def conditioning_for(
@@ -160,17 +171,33 @@ def predict_velocity(
     cond: Conditioning,
     guidance_scale: float,
     guided: torch.Tensor | None = None,
+    cfg: str = "batched",
 ) -> torch.Tensor:
-    """The velocity for a batch (B, C, F, H, W), in one call of ``forward``.
+    """The velocity for a batch (B, C, F, H, W).
 
     ``timestep`` is (B,): every sample may sit at its own step (StreamDiffusion's stream batch).
-    ``guided`` (B,) bool marks the samples that get classifier-free guidance; their
-    unconditional copies are appended to the same batch, ``v = v_u + g (v_c - v_u)``.
+    ``guided`` (B,) bool marks the samples that get classifier-free guidance,
+    ``v = v_u + g (v_c - v_u)``. ``cfg`` says how their unconditional halves run:
+
+    * ``"batched"``: appended to the same batch, one call of ``forward`` (GEMM efficiency;
+      other shapes than one request alone, so other bits);
+    * ``"split"``: a second call, on the guided samples alone: ``WanPipeline``'s arithmetic
+      (the conditional forward, then the unconditional one), hence its bits.
     """
+    if cfg not in CFG_MODES:
+        raise ValueError(f"cfg={cfg!r} is not one of {CFG_MODES}")
     if guided is None or not bool(guided.any()):
         return forward(latent, timestep, cond.text)
     if cond.null_text is None:
         raise ValueError("guidance requested but the conditioning has no null prompt")
+    if cfg == "split":
+        v = forward(latent, timestep, cond.text)
+        if bool(guided.all()):
+            return guide(v, forward(latent, timestep, cond.null_text), guidance_scale)
+        v = v.clone()
+        v[guided] = guide(v[guided], forward(latent[guided], timestep[guided],
+                                             cond.null_text[guided]), guidance_scale)
+        return v
     b = latent.shape[0]
     both = forward(
         torch.cat([latent, latent[guided]]),
@@ -218,10 +245,15 @@ class Denoiser:
 
     def __init__(self, model: torch.nn.Module, preset: str | ModelPreset | None,
                  sampling: SamplingConfig, *, forward: Callable[..., torch.Tensor] | None = None,
-                 solver=None):
+                 solver=None, cfg: str = "batched"):
+        if cfg not in CFG_MODES:
+            raise ValueError(f"cfg={cfg!r} is not one of {CFG_MODES}")
         self.model = model
+        # How a guided step's two halves run: one batch ("batched") or two calls ("split",
+        # WanPipeline's arithmetic: what a pipeline folder must equal bit for bit).
+        self.cfg = cfg
         # ``solver`` replaces the Euler update (a pipeline folder's scheduler, see
-        # ``ppdit.pipeline.solver``): it brings its own timesteps and carries its state in
+        # ``ppdit.checkpoint.solver``): it brings its own timesteps and carries its state in
         # ``StepState.solver_state``.
         self.solver = solver
         self.forward = forward or model_forward(model)
@@ -233,10 +265,14 @@ class Denoiser:
         self.sigmas = sampling.sigmas().to(self.device)
         self.timesteps = (sampling.timesteps() if solver is None else solver.timesteps
                           ).to(self.device)
-        self._cond: dict[int, Conditioning] = {}
+        self._cond: dict[int, Conditioning] = {}  # seeded stand-ins, computed on demand
+        self._given: dict[int, Conditioning] = {}  # prompts handed in (kept: the plan's)
 
     def conditioning(self, request: Request) -> Conditioning:
-        """Conditioning for a request, computed once and cached (it is the same every step)."""
+        """Conditioning for a request: the one given (``condition_on``), else its seeded
+        stand-in, computed once and cached (it is the same every step)."""
+        if request.request_id in self._given:
+            return self._given[request.request_id]
         if request.request_id not in self._cond:
             if self.preset is None:
                 raise ValueError(f"request {request.request_id} has no prompt: pass it with "
@@ -251,18 +287,20 @@ class Denoiser:
         """Use these prompt embeddings for ``request`` instead of its seeded stand-in."""
         if self.sampling.uses_cfg and null_text is None:
             null_text = torch.zeros_like(text)
-        self._cond[request.request_id] = Conditioning(text.to(self.device),
-                                                      None if null_text is None
-                                                      else null_text.to(self.device))
+        self._given[request.request_id] = Conditioning(text, null_text).to(self.device)
 
     def release(self, request: Request) -> None:
-        """Forget a finished request's cached conditioning."""
+        """Forget a finished request's cached stand-in (given prompts stay: a plan run for
+        several rounds needs them again)."""
         self._cond.pop(request.request_id, None)
 
     def initial_state(self, request: Request, latent_shape: Sequence[int]) -> StepState:
-        """Step 0's input: the request's seeded noise, on this device."""
+        """Step 0's input: the request's seeded noise, on this device (drawn on the CPU from
+        ``torch.Generator().manual_seed(seed)``, as diffusers' ``prepare_latents`` draws it
+        with such a generator), and the solver's empty memory."""
         noise = initial_noise(request, latent_shape).to(self.device)
-        return StepState(request.request_id, 0, noise)
+        memory = None if self.solver is None else self.solver.initial_state()
+        return StepState(request.request_id, 0, noise, memory)
 
     def step(self, state: StepState, request: Request, out: torch.Tensor | None = None
              ) -> StepState:
@@ -289,7 +327,7 @@ class Denoiser:
             None if conds[0].null_text is None else torch.cat([c.null_text for c in conds]),
         )
         v = predict_velocity(self.forward, latent, self.timesteps[idx.to(self.device)], cond,
-                             self.sampling.guidance_scale, guided)
+                             self.sampling.guidance_scale, guided, self.cfg)
         return self.update(states, v, out=out)
 
     def guide(self, v_cond: torch.Tensor, v_uncond: torch.Tensor) -> torch.Tensor:
@@ -304,8 +342,12 @@ class Denoiser:
         self._check_steps(states)
         counts = [s.latent.shape[0] for s in states]
         if self.solver is not None:
-            return [self.solver.update(s, v)
-                    for s, v in zip(states, velocity.split(counts), strict=True)]
+            new = [self.solver.update(s, v)
+                   for s, v in zip(states, velocity.split(counts), strict=True)]
+            if out is not None:  # the handoff frame: the solver's own tensors copied in
+                torch.cat([s.latent for s in new], out=out)
+                new = [replace(s, latent=x) for s, x in zip(new, out.split(counts), strict=True)]
+            return new
         idx = torch.tensor([s.step_index for s in states]).repeat_interleave(torch.tensor(counts))
         idx = idx.to(self.device)
         latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
@@ -328,11 +370,13 @@ class Denoiser:
         steps: range,
         span: Callable[[int], AbstractContextManager] | None = None,
         out: torch.Tensor | None = None,
+        on_step: Callable[[int], None] | None = None,
     ) -> list[StepState]:
         """Run the contiguous ``steps`` (a stage's slice) for a group of requests, batched.
 
         ``span(i)`` times step i; ``out`` receives the last step's latents, concatenated (a
-        stage passes its outgoing frame here so the handoff copies nothing).
+        stage passes its outgoing frame here so the handoff copies nothing; a solver that
+        returns new tensors is copied into it); ``on_step(i)`` reports step i as done.
         """
         for s in states:
             if s.step_index != steps.start:
@@ -341,6 +385,8 @@ class Denoiser:
         for i in steps:
             with span(i) if span is not None else nullcontext():
                 states = self.step_batch(states, requests, out=out if i == steps.stop - 1 else None)
+            if on_step is not None:
+                on_step(i)
         return list(states)
 
     def generate(self, request: Request, latent_shape: Sequence[int]) -> torch.Tensor:

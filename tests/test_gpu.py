@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ppdit.checkpoint.source import ModelSource
 from ppdit.model import build_model
 from ppdit.parallel.compare import LayoutCompare, run_compare
 from ppdit.parallel.decode_overlap.plan import OverlapPlan
@@ -20,12 +21,12 @@ from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_over
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.pp_tp import make_pp_tp_plan, run_pp_tp
-from ppdit.parallel.sequence.ulysses import SPRun, setup_sp, sp_worker
+from ppdit.parallel.sequence.run import SPPlan, run_sps
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_splits
 from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
 from ppdit.parallel.tensor.parallelize import TP_TOL_BY_DTYPE
-from ppdit.runtime import RankError, RankPool, launch
+from ppdit.runtime import RankError, RankPool
 from ppdit.sampler import Request, SamplingConfig, generate
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.system import reference_stream, run_bringup
@@ -53,7 +54,7 @@ def _close(out: torch.Tensor, ref: torch.Tensor, tol=GPU_TOL) -> None:
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_step_split_on_cuda(pool2, dtype):
-    plan = make_plan(2, 2, sampling=FOUR, dtype=dtype)
+    plan = make_plan(2, 2, sampling=FOUR, source=ModelSource(dtype=dtype))
     res = run_step_splits({"p": plan}, rounds=1, pool=pool2)["p"]
     model = build_model("tiny", seed=0, dtype=dtype, device="cuda")
     tol = GPU_TOL if dtype == "fp32" else TP_TOL_BY_DTYPE["bf16"]
@@ -87,13 +88,13 @@ def test_tensor_parallel_on_cuda(pool2):
 
 
 def test_sequence_parallel_on_cuda(pool2):
-    runs = (SPRun(num_steps=2, v_first=True), SPRun(num_steps=2, v_first=False))
-    per_rank = launch(sp_worker, 2, args=(runs,), setup=setup_sp, pool=pool2)
-    ref = generate(build_model("tiny", seed=0, device="cuda"), Request(0, 0),
-                   sampling=SamplingConfig(num_steps=2))
-    for out in per_rank:
-        for o in out:
-            _close(o["latent"], ref)
+    two = SamplingConfig(num_steps=2)
+    res = run_sps({str(v): SPPlan(2, sampling=two, v_first=v) for v in (True, False)},
+                  pool=pool2)
+    ref = generate(build_model("tiny", seed=0, device="cuda"), Request(0, 0), sampling=two)
+    for r in res.values():
+        for latents in r.rank_latents:
+            _close(latents[0], ref)
 
 
 def test_layouts_side_by_side_on_cuda(pool2):

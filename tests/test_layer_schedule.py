@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ppdit.analysis.bubbles import layer_split_bubble
+from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.layer_split.schedule import (
     LayerSplitPlan,
     input_message,
@@ -21,7 +22,8 @@ REQS = tuple(Request(i, i) for i in range(8))
 
 def _plan(p, m, v=1, wrap=True, steps=3, preset=None, **kw):
     preset = preset or ("tiny" if p * v <= 4 else "small")
-    return LayerSplitPlan(REQS, p, m, v, wrap, SamplingConfig(num_steps=steps), preset=preset, **kw)
+    return LayerSplitPlan(REQS, p, m, v, wrap, SamplingConfig(num_steps=steps),
+                          source=ModelSource(preset), **kw)
 
 
 @pytest.mark.parametrize("p,v", [(2, 1), (3, 1), (4, 1), (2, 2), (3, 2), (4, 2)])

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ppdit.analysis.bubbles import measured_bubble
+from ppdit.checkpoint.source import ModelSource
 from ppdit.model import build_model, num_params
 from ppdit.parallel.layer_split.comms import message_spec
 from ppdit.parallel.layer_split.ranks import build_stage_model, expected_param_count
@@ -101,7 +102,7 @@ def test_wrap_trace_has_compute_for_every_task(runs):
 
 
 def test_bf16_layer_split_equals_its_reference_in_bf16(pools):
-    plan = LayerSplitPlan(_reqs(2), 2, 2, sampling=THREE, dtype="bf16")
+    plan = LayerSplitPlan(_reqs(2), 2, 2, sampling=THREE, source=ModelSource(dtype="bf16"))
     res = run_layer_split(plan, timeout_s=300, pool=pools(2))
     ref = layer_split_reference(build_model("tiny", seed=0, dtype="bf16"), plan)
     assert all(torch.equal(res.latents[k], ref[k]) for k in ref)

@@ -1,8 +1,19 @@
-"""The package is a map: no import cycles, pictures only in viz/, no global state changed.
+"""The package is a map: declared layers, no import cycles, pictures only in viz/, no global
+state changed.
 
-The import graph is read from the source (module-level ``import`` / ``from ... import``
-statements, outside ``if TYPE_CHECKING:``), so a cycle is caught whether or not Python's
-import order happens to tolerate it today.
+The import graph is read from the source: every ``import`` / ``from ... import`` statement,
+function-level ones included (a lazy import is still a dependency; only ``if TYPE_CHECKING:``
+blocks are left out), so a cycle or an upward import is caught whether or not Python's import
+order happens to tolerate it today.
+
+The layers (``../shared/DESIGN.md``; a module imports its own layer or lower ones)::
+
+    L0  model, sampler, vae/, checkpoint/     the model, the one loop, where weights come from
+    L1  runtime/, cuda_graph, _spawn_entry    ranks, groups, messages, traces
+    L2  parallel/                             one folder per layout
+    L3  serve/, t2v/                          systems built from layouts
+    L4  analysis/, viz/, teaching/            numbers, pictures, lessons' helpers
+    L5  toy/, gpu_check/, jobs, cli           what a command line runs
 """
 
 from __future__ import annotations
@@ -21,29 +32,51 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _module_level_imports(tree: ast.Module) -> list[str]:
+LAYERS = {
+    0: ("model", "sampler", "vae", "checkpoint"),
+    1: ("runtime", "cuda_graph", "_spawn_entry"),
+    2: ("parallel",),
+    3: ("serve", "t2v"),
+    4: ("analysis", "viz", "teaching"),
+    5: ("toy", "gpu_check", "jobs", "cli", "__main__"),
+}
+
+
+def layer(module: str) -> int:
+    """The layer of ``ppdit.<part>...`` (the package itself sits on top)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return max(LAYERS)
+    found = [n for n, names in LAYERS.items() if parts[1] in names]
+    assert found, f"{module}: ppdit/{parts[1]} belongs to no layer: add it to LAYERS"
+    return found[0]
+
+
+def _imports(tree: ast.Module) -> list[str]:
+    """Every module an import statement names, at any depth (TYPE_CHECKING blocks aside)."""
     out = []
-    for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    for sub in ast.walk(tree):
+        if id(sub) in skip:
             continue
-        for sub in ast.walk(node):
-            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                break
-            if isinstance(sub, ast.Import):
-                out += [a.name for a in sub.names]
-            elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
-                out.append(sub.module)
-                out += [f"{sub.module}.{a.name}" for a in sub.names]
+        if isinstance(sub, ast.Import):
+            out += [a.name for a in sub.names]
+        elif isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
+            out.append(sub.module)
+            out += [f"{sub.module}.{a.name}" for a in sub.names]
     return out
 
 
 def import_graph() -> dict[str, set[str]]:
-    """ppdit module -> the ppdit modules it imports at module level."""
+    """ppdit module -> the ppdit modules it imports (function-level imports included; a
+    package's own ``__init__`` is not counted as a dependency of its modules)."""
     files = {module_name(p): p for p in ROOT.rglob("*.py")}
     graph = {}
     for name, path in files.items():
-        targets = _module_level_imports(ast.parse(path.read_text()))
-        graph[name] = {t for t in targets if t in files and t != name}
+        targets = _imports(ast.parse(path.read_text()))
+        graph[name] = {t for t in targets
+                       if t in files and t != name and not name.startswith(t + ".")}
     return graph
 
 
@@ -83,15 +116,34 @@ def test_no_import_cycles():
     assert cycles(import_graph()) == []
 
 
+def test_modules_import_their_own_layer_or_lower_ones():
+    upward = sorted(f"{m} (L{layer(m)}) imports {t} (L{layer(t)})"
+                    for m, targets in import_graph().items() for t in targets
+                    if t != "ppdit" and layer(t) > layer(m))
+    assert upward == []
+
+
+def test_the_layer_check_sees_a_function_level_import():
+    tree = ast.parse("def f():\n    from ppdit.viz import timeline\n")
+    assert "ppdit.viz.timeline" in _imports(tree)
+    assert layer("ppdit.viz.timeline") > layer("ppdit.runtime.rank")
+
+
+def test_the_spawn_trampoline_imports_no_ppdit_module():
+    """A rank ties its life to its caller before anything heavy is imported."""
+    assert import_graph()["ppdit._spawn_entry"] == set()
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
 
 
 def test_each_layout_is_a_folder():
-    for layout in ("step_split", "layer_split", "tensor", "sequence", "decode_overlap"):
+    for layout in ("step_split", "layer_split", "tensor", "sequence", "cfg", "decode_overlap"):
         assert (ROOT / "parallel" / layout / "__init__.py").exists(), layout
     flat = sorted(p.name for p in (ROOT / "parallel").glob("*.py"))
     assert flat == ["__init__.py", "compare.py", "partition.py", "pp_tp.py"]
+    assert not (ROOT / "pipeline").exists()  # a folder is checkpoint/ or t2v/, never both
 
 
 def test_pictures_only_in_viz():

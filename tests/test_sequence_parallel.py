@@ -7,36 +7,31 @@ import torch
 
 from ppdit.model import build_model, get_preset
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
-from ppdit.parallel.sequence.ulysses import (
-    SP_TOL,
-    SPRun,
-    check_sp_degree,
-    setup_sp,
-    sp_worker,
-)
-from ppdit.runtime import launch
+from ppdit.parallel.sequence.run import SPPlan, run_sps
+from ppdit.parallel.sequence.ulysses import SP_TOL, check_sp_degree
 from ppdit.sampler import Request, SamplingConfig, generate
 
 
 @pytest.mark.parametrize("degree,shapes", [(2, (None, (1, 16, 5, 14, 18))), (4, (None,))])
 def test_sp_equals_one_device_with_and_without_v_first(degree, shapes, tiny, pools):
-    runs = tuple(SPRun(num_steps=2, v_first=v, latent_shape=s) for s in shapes
-                 for v in (True, False))  # the second shape has 315 tokens: uneven slices
-    per_rank = launch(sp_worker, degree, args=(runs,), setup=setup_sp, threads_per_rank=1,
-                      timeout_s=300, echo=False, pool=pools(degree))
-    for i, run in enumerate(runs):
-        out = [r[i] for r in per_rank]
-        ref = generate(tiny, Request(0, 0), sampling=SamplingConfig(num_steps=2),
-                       latent_shape=run.shape())
-        for rank_out in out:
-            torch.testing.assert_close(rank_out["latent"], ref, **SP_TOL)
-        tokens = get_preset("tiny").num_tokens(run.shape())
+    two = SamplingConfig(num_steps=2)
+    plans = {(s, v): SPPlan(degree, sampling=two, v_first=v, latent_shape=s) for s in shapes
+             for v in (True, False)}  # the second shape has 315 tokens: uneven slices
+    results = run_sps({str(k): p for k, p in plans.items()}, timeout_s=300, echo=False,
+                      pool=pools(degree))
+    for key, plan in plans.items():
+        res = results[str(key)]
+        ref = generate(tiny, Request(0, 0), sampling=two, latent_shape=plan.shape)
+        assert len(res.rank_latents) == degree
+        for rank_latents in res.rank_latents:
+            torch.testing.assert_close(rank_latents[0], ref, **SP_TOL)
+        tokens = get_preset("tiny").num_tokens(plan.shape)
         layers = get_preset("tiny").num_layers
         if tokens % degree == 0:
             per_layer = a2a_bytes_per_layer(batch=1, tokens=tokens, dim=64, degree=degree,
                                              bytes_per_element=4)
-            assert out[0]["a2a_bytes"] == per_layer * layers * run.num_steps
-        assert out[0]["a2a_calls"] == 4 * layers * run.num_steps
+            assert res.a2a_bytes == per_layer * layers * two.num_steps
+        assert res.a2a_calls == 4 * layers * two.num_steps
 
 
 def test_uneven_split_gives_every_token_exactly_once():

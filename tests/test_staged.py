@@ -12,12 +12,13 @@ from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_split
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.parallel.sequence.ulysses import SPRun, setup_sp, sp_worker
+from ppdit.parallel.sequence.run import SPPlan, run_sp
+from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_split
 from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
 from ppdit.parallel.tensor.parallelize import TP_TOL
-from ppdit.runtime import RankError, launch
+from ppdit.runtime import RankError
 from ppdit.sampler import Request, SamplingConfig, generate
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.system import reference_stream, run_bringup
@@ -50,11 +51,10 @@ def test_layer_split_staged_equals_its_reference_bitwise(staged, tiny):
 
 
 def test_sequence_parallel_staged_equals_one_device(staged, tiny):
-    run = SPRun(num_steps=2)
-    per_rank = launch(sp_worker, 2, args=((run,),), setup=setup_sp, pool=staged)
+    res = run_sp(SPPlan(2, sampling=SamplingConfig(num_steps=2)), pool=staged)
     ref = generate(tiny, Request(0, 0), sampling=SamplingConfig(num_steps=2))
-    for out in per_rank:
-        torch.testing.assert_close(out[0]["latent"], ref, rtol=1e-5, atol=1e-5)
+    for latents in res.rank_latents:
+        torch.testing.assert_close(latents[0], ref, **SP_TOL)
 
 
 def test_tensor_parallel_staged_equals_one_device(staged):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from ppdit.analysis.trace_stats import busy_fractions, handoff_latencies, summary
+from ppdit.checkpoint.source import ModelSource
 from ppdit.model import build_model
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import (
@@ -142,7 +143,7 @@ BF16_VS_FP32 = {"rtol": 5e-2, "atol": 5e-2}  # 4 steps of bf16 activations (unit
 
 def test_bf16_step_split_equals_one_device_bf16(pools, tiny):
     sampling = SamplingConfig(num_steps=4)
-    plan = make_plan(2, 2, sampling=sampling, dtype="bf16")
+    plan = make_plan(2, 2, sampling=sampling, source=ModelSource(dtype="bf16"))
     res = run_step_split(plan, timeout_s=120, pool=pools(2))
     bf16 = build_model("tiny", seed=0, dtype="bf16")
     for r in plan.requests:

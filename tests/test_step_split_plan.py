@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.step_split.plan import StepSplitPlan, make_plan, split_steps
 from ppdit.sampler import Request, SamplingConfig
 
@@ -69,11 +70,23 @@ def test_bad_weights(kwargs, match):
     ({"replicas": 3}, "cannot be dealt to replicas=3"),
     ({"mode": "stream_batch", "micro_batch": 2}, "micro_batch must be 1"),
     ({"max_in_flight": 0}, "max_in_flight=0 must be >= 1"),
-    ({"preset": "huge"}, "unknown model preset 'huge'"),
+    ({"solver": "folder"}, "runs a pipeline folder's scheduler, but the model source is"),
+    ({"cfg": "twice"}, "cfg='twice' is not one of"),
+    ({"prompts": ()}, "0 prompts for 4 requests"),
 ])
 def test_bad_plans(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_plan(2, 4, sampling=SamplingConfig(num_steps=4), **kwargs)
+
+
+def test_bad_model_sources_name_the_rule(tmp_path):
+    with pytest.raises(ValueError, match="unknown model preset 'huge'"):
+        ModelSource("huge")
+    with pytest.raises(ValueError, match="dtype='fp12' is not one of"):
+        ModelSource(dtype="fp12")
+    with pytest.raises(ValueError, match="is not a folder"):
+        ModelSource(folder=str(tmp_path / "nowhere"))
+    assert ModelSource("tiny", seed=1) == ModelSource("tiny", seed=1) != ModelSource("tiny")
 
 
 def test_stages_must_cover_every_step_once():
@@ -89,4 +102,4 @@ def test_groups_deal_requests_to_replicas():
     ids = [[[r.request_id for r in g] for g in plan.groups(k)] for k in range(2)]
     assert ids == [[[0, 2], [4, 6]], [[1, 3], [5, 7]]]
     assert plan.world_size == 2
-    assert plan.frame_spec().shape == (2, 16, 5, 16, 16)
+    assert plan.frame_spec().shape == (1, 2, 16, 5, 16, 16)  # one slot: Euler has no memory

@@ -20,11 +20,12 @@ LATENCIES = (0.0, 0.25, 1.0)
 def simulated(p: int, m: int, v: int, latency: float):
     """ppdit's clock for one denoising step: P ranks, M micro-batches, V chunks per rank,
     every chunk 1/V stage-time, ``latency`` per hop between ranks."""
+    from ppdit.checkpoint.source import ModelSource
     from ppdit.parallel.layer_split.schedule import LayerSplitPlan, simulate
     from ppdit.sampler import Request, SamplingConfig
 
     plan = LayerSplitPlan(tuple(Request(i, i) for i in range(m)), p, m, virtual=v,
-                          sampling=SamplingConfig(num_steps=1), preset="wan2.1-14b")
+                          sampling=SamplingConfig(num_steps=1), source=ModelSource("wan2.1-14b"))
     return simulate(plan, lambda rank, task: 1.0 / v, latency=latency)
 
 

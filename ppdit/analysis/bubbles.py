@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan, SimSpan, simulate
 from ppdit.sampler import Request, SamplingConfig
 
@@ -99,7 +100,7 @@ def simulated_plan(num_stages: int, micro: int, virtual: int = 1, steps: int = 2
     only — nothing is built)."""
     requests = tuple(Request(i, i) for i in range(micro))
     return LayerSplitPlan(requests, num_stages, micro, virtual, wrap,
-                          SamplingConfig(num_steps=steps), preset=EXPLORER_PRESET)
+                          SamplingConfig(num_steps=steps), source=ModelSource(EXPLORER_PRESET))
 
 
 def simulate_schedule(num_stages: int, micro: int, virtual: int = 1, steps: int = 2,

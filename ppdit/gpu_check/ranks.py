@@ -16,6 +16,7 @@ import statistics
 import time
 import traceback
 
+from ppdit.checkpoint.source import ModelSource
 from ppdit.gpu_check.sections import first_line, sig
 from ppdit.parallel.compare import LayoutCompare, run_compare
 from ppdit.parallel.layer_split.run import run_layer_splits
@@ -82,8 +83,9 @@ def _row(layout: str, per: str, ms: float, one_device_ms: float) -> dict:
 
 def _step_split(pool) -> list[dict]:
     sampling = SamplingConfig(num_steps=STEPS)
-    res = run_step_splits({"one": make_plan(1, REQUESTS, sampling=sampling, preset=PRESET),
-                           "p2": make_plan(2, REQUESTS, sampling=sampling, preset=PRESET)},
+    source = ModelSource(PRESET)
+    res = run_step_splits({"one": make_plan(1, REQUESTS, sampling=sampling, source=source),
+                           "p2": make_plan(2, REQUESTS, sampling=sampling, source=source)},
                           ROUNDS, pool=pool, echo=False, timeout_s=TIMEOUT_S)
     per_step = {k: statistics.median(v.makespans_s) / (REQUESTS * STEPS) * 1e3
                 for k, v in res.items()}
@@ -95,8 +97,9 @@ def _layer_split(pool) -> list[dict]:
     reqs = tuple(Request(i, i) for i in range(REQUESTS))
     sampling = SamplingConfig(num_steps=STEPS)
     res = run_layer_splits({
-        "one": LayerSplitPlan(reqs, 1, REQUESTS, sampling=sampling, preset=PRESET),
-        "p2": LayerSplitPlan(reqs, 2, REQUESTS, wrap=True, sampling=sampling, preset=PRESET),
+        "one": LayerSplitPlan(reqs, 1, REQUESTS, sampling=sampling, source=ModelSource(PRESET)),
+        "p2": LayerSplitPlan(reqs, 2, REQUESTS, wrap=True, sampling=sampling,
+                             source=ModelSource(PRESET)),
     }, rounds=ROUNDS, pool=pool, echo=False, timeout_s=TIMEOUT_S)
     per_step = {k: statistics.median(v.makespans_s) / (REQUESTS * STEPS) * 1e3
                 for k, v in res.items()}

@@ -147,10 +147,27 @@ def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_si
     if not plans:
         raise ValueError("run_side_by_side needs at least one plan")
     interleaved(rounds, len(plans))  # validates rounds
+    check_one_model(plans)
     launch_kwargs.setdefault("threads_per_rank", 1)
     job = Job(runner, tuple(plans.values()), rounds)
     per_rank = launch(rounds_worker, world_size, args=(job,), setup=prepare_job, **launch_kwargs)
     return None if per_rank is None else collect(list(plans), per_rank, rounds)
+
+
+def _source(plan: Any) -> Any:
+    """A plan's model source: its ``source``, or the first item of a (plan, variant) pair's."""
+    if isinstance(plan, tuple):
+        return _source(plan[0]) if plan else None
+    return getattr(plan, "source", None)
+
+
+def check_one_model(plans: Mapping[str, Any]) -> None:
+    """Plans run side by side share one model per rank: their sources must be equal (equal
+    sources build identical weights; ``ppdit.checkpoint.source``)."""
+    sources = {name: _source(p) for name, p in plans.items()}
+    known = {s for s in sources.values() if s is not None}
+    if len(known) > 1:
+        raise ValueError(f"plans run side by side must share one model source, got {sources}")
 
 
 def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[str, PlanRuns]:
@@ -165,5 +182,5 @@ def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[s
     return out
 
 
-__all__ = ["Job", "PlanRuns", "RankRounds", "Runner", "collect", "interleaved", "prepare_job",
-           "rounds_worker", "run_side_by_side"]
+__all__ = ["Job", "PlanRuns", "RankRounds", "Runner", "check_one_model", "collect",
+           "interleaved", "prepare_job", "rounds_worker", "run_side_by_side"]

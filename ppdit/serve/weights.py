@@ -37,8 +37,8 @@ def stream_prompts(cfg: BringupConfig) -> dict[int, torch.Tensor]:
     """
     if cfg.checkpoint is None:
         return {v: prompt_embeddings(Request(v, s), cfg.preset) for v, s in enumerate(cfg.seeds)}
-    from ppdit.pipeline.encode import encode_text, text_length
-    from ppdit.pipeline.load import load_folder
+    from ppdit.checkpoint.folder import load_folder
+    from ppdit.checkpoint.text import encode_text, text_length
 
     parts = load_folder(cfg.checkpoint, parts=("tokenizer", "text_encoder"))
     length = text_length(parts.tokenizer)

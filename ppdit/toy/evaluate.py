@@ -40,7 +40,7 @@ class Toy:
 
 def load(folder: str | Path) -> Toy:
     """Load every component of a pipeline folder (fp32, CPU, eval mode)."""
-    from ppdit.pipeline.load import load_folder
+    from ppdit.checkpoint.folder import load_folder
 
     parts = load_folder(folder)
     return Toy(parts.tokenizer, parts.text_encoder, parts.vae, parts.transformer,
@@ -49,7 +49,7 @@ def load(folder: str | Path) -> Toy:
 
 def random_like(seed: int = 0) -> Toy:
     """The same shapes with untrained weights (the chance baseline)."""
-    from ppdit.pipeline.tiny import tiny_unipc_scheduler
+    from ppdit.checkpoint.tiny import tiny_unipc_scheduler
 
     tokenizer, text_encoder = models.build_text(seed)
     vae = models.build_vae(seed).eval()

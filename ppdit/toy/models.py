@@ -60,8 +60,8 @@ def build_dit(seed: int):
 
 
 def build_text(seed: int):
-    """(tokenizer, frozen random umT5) over the toy vocabulary (``ppdit.pipeline.tiny``)."""
-    from ppdit.pipeline.tiny import tiny_text_encoder, word_tokenizer
+    """(tokenizer, frozen random umT5) over the toy vocabulary (``ppdit.checkpoint.tiny``)."""
+    from ppdit.checkpoint.tiny import tiny_text_encoder, word_tokenizer
     from ppdit.toy.data import vocabulary
 
     tokenizer = word_tokenizer(vocabulary())
@@ -72,8 +72,8 @@ def build_text(seed: int):
 def encode_prompts(tokenizer, text_encoder, prompts: list[str],
                    max_sequence_length: int = MAX_SEQUENCE_LENGTH) -> torch.Tensor:
     """(N, L, TEXT_DIM) embeddings, one prompt at a time with ``WanPipeline``'s arithmetic
-    (``ppdit.pipeline.encode.encode_text``: real tokens kept, padding rows zeroed)."""
-    from ppdit.pipeline.encode import encode_text
+    (``ppdit.checkpoint.text.encode_text``: real tokens kept, padding rows zeroed)."""
+    from ppdit.checkpoint.text import encode_text
 
     return torch.cat([encode_text(tokenizer, text_encoder, p, max_sequence_length)
                       for p in prompts])

@@ -10,13 +10,8 @@ from pathlib import Path
 
 import torch
 
+from ppdit.toy.progress import bar
 from ppdit.toy.train import TrainConfig
-
-
-def _bar(total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", mininterval=2.0)
 
 
 def stage_vae(cfg: TrainConfig, work: Path):
@@ -36,10 +31,10 @@ def _vae_phase(cfg: TrainConfig, work: Path, name: str, vae):
         return AutoencoderKLWan.from_pretrained(work / name).eval(), losses
     start = time.perf_counter()
     long = vae is not None
-    with _bar(cfg.vae_long_steps if long else cfg.vae_steps, name) as bar:
+    with bar(cfg.vae_long_steps if long else cfg.vae_steps, name) as progress:
         def tick(mse):
-            bar.set_postfix(mse=f"{mse:.4f}", refresh=False)
-            bar.update(1)
+            progress.set_postfix(mse=f"{mse:.4f}", refresh=False)
+            progress.update(1)
         vae, losses = train_vae(cfg, tick, vae, long)
     vae.save_pretrained(work / name)
     wall = work / "vae_wall_s.json"

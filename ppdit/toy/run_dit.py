@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ppdit.toy import evaluate, models
-from ppdit.toy.run import _bar
+from ppdit.toy.progress import bar
 from ppdit.toy.train import (
     DitData,
     TrainConfig,
@@ -61,10 +61,10 @@ def dit_data(cfg: TrainConfig, vae, work: Path | None, tokenizer=None, text_enco
 
 def _with_bar(total: int, desc: str, fit):
     """``fit(progress)`` with a progress bar of ``total`` steps."""
-    with _bar(total, desc) as bar:
+    with bar(total, desc) as progress:
         def tick(loss):
-            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-            bar.update(1)
+            progress.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            progress.update(1)
         return fit(tick)
 
 

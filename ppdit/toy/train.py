@@ -241,7 +241,7 @@ def save_folder(out: Path, vae, transformer, tokenizer, text_encoder) -> Path:
     """``WanPipeline(...).save_pretrained(out)`` with Wan's UniPC scheduler config."""
     from diffusers import WanPipeline
 
-    from ppdit.pipeline.tiny import tiny_unipc_scheduler
+    from ppdit.checkpoint.tiny import tiny_unipc_scheduler
 
     pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                        vae=vae, scheduler=tiny_unipc_scheduler())

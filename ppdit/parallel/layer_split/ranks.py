@@ -26,7 +26,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ppdit.model import build_model, condition, embed_patches, epilogue, get_preset, run_blocks
+from ppdit.checkpoint.solver import plan_denoiser
+from ppdit.model import condition, embed_patches, epilogue, get_preset, run_blocks
 from ppdit.parallel.layer_split.comms import Mailbox, encode, message_spec
 from ppdit.parallel.layer_split.schedule import (
     LayerSplitPlan,
@@ -55,7 +56,7 @@ def build_stage_model(plan: LayerSplitPlan, rank: int):
     single-device reference; the other blocks are then dropped. (With real checkpoints one
     would load only the owned tensors; peak host memory here is one full model, briefly.)
     """
-    model = build_model(plan.preset, seed=plan.model_seed, dtype=plan.dtype)
+    model = plan.source.dit()
     owned = {i for chunk in plan.chunks()[rank] for i in chunk}
     for i in range(len(model.blocks)):
         if i not in owned:
@@ -70,7 +71,7 @@ def build_stage_model(plan: LayerSplitPlan, rank: int):
 
 def expected_param_count(plan: LayerSplitPlan, rank: int) -> int:
     """What ``build_stage_model(plan, rank)`` must hold, counted from the full model's names."""
-    full = build_model(plan.preset, device="meta")
+    full = plan.source.dit("meta")
     owned = {i for chunk in plan.chunks()[rank] for i in chunk}
     total = 0
     for name, p in full.named_parameters():
@@ -102,10 +103,11 @@ class _Rank:
                                staged=ctx.placement.staged)
         self.senders: dict[tuple[int, FrameSpec], FrameSender] = {}
         # The shared sampling loop's pieces: conditioning, guidance and the solver update.
-        self.den = Denoiser(model, plan.preset, plan.sampling)
+        self.den = plan_denoiser(model, plan)
         self.conds: dict[tuple[int, int], object] = {}
-        # The last rank owns every request's current latent (it applies the updates).
-        self.latent = [self.den.initial_state(r, plan.shape).latent for r in plan.requests]
+        # Every request's current state: its latent (rank 0 reads it at step 0), and on the
+        # last rank, which applies the updates, the solver's memory too.
+        self.states = [self.den.initial_state(r, plan.shape) for r in plan.requests]
         self.velocity: dict[tuple[int, int], torch.Tensor] = {}
         self.tracker = WrapTracker(plan)
         self.local: dict[Message, torch.Tensor] = {}
@@ -118,7 +120,7 @@ class _Rank:
             sender.flush()
         if self.rank != self.plan.num_stages - 1:
             return {}
-        return {r.request_id: x for r, x in zip(self.plan.requests, self.latent, strict=True)}
+        return {s.request_id: s.latent for s in self.states}
 
     def execute(self, task: Task) -> None:
         """Receive the input, run the chunk (plus prologue / epilogue), send the output."""
@@ -144,7 +146,7 @@ class _Rank:
         """The task's input: noise at step 0 on the first stage, else a message."""
         msg = input_message(self.plan, self.rank, task)
         if msg is None:
-            return torch.stack([self.latent[s.request][0]
+            return torch.stack([self.states[s.request].latent[0]
                                 for s in self.plan.micro_samples(task.micro)])
         if msg in self.local:
             return self.local.pop(msg)
@@ -186,10 +188,11 @@ class _Rank:
             self.velocity[(s.request, s.half)] = v
         ready, release = self.tracker.done(task)
         for r in ready:
-            self.latent[r] = update_request(self.den, self.plan, r, task.step,
-                                            self.latent[r], self.velocity)
+            self.states[r] = update_request(self.den, self.plan, self.states[r], self.velocity)
+            if plan.report_steps and r == 0:
+                self.ctx.emit(("step", task.step))
         for m in release:
-            latents = torch.cat([self.latent[s.request] for s in plan.micro_samples(m)])
+            latents = torch.cat([self.states[s.request].latent for s in plan.micro_samples(m)])
             self.send(0, Message("latent", task.step + 1, m), latents)
 
 
@@ -201,15 +204,15 @@ def micro_text(den: Denoiser, plan: LayerSplitPlan, samples) -> torch.Tensor:
                       for s, c in zip(samples, conds, strict=True)])
 
 
-def update_request(den: Denoiser, plan: LayerSplitPlan, request: int, step: int,
-                   latent: torch.Tensor, velocity: dict) -> torch.Tensor:
-    """A request's latent after ``step``, from the velocities of its halves (popped from
-    ``velocity``): guidance, then the shared solver update."""
-    v = velocity.pop((request, 0))
+def update_request(den: Denoiser, plan: LayerSplitPlan, state: StepState, velocity: dict
+                   ) -> StepState:
+    """A request's state after its step, from the velocities of its halves (popped from
+    ``velocity``): guidance, then the shared solver update (with the solver's memory)."""
+    index = next(i for i, r in enumerate(plan.requests) if r.request_id == state.request_id)
+    v = velocity.pop((index, 0))
     if plan.sampling.uses_cfg:
-        v = den.guide(v, velocity.pop((request, 1)))
-    rid = plan.requests[request].request_id
-    return den.update([StepState(rid, step, latent)], v)[0].latent
+        v = den.guide(v, velocity.pop((index, 1)))
+    return den.update([state], v)[0]
 
 
 class LayerStageRunner(Runner):

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.layer_split.ranks import LayerStageRunner, micro_text, update_request
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.runtime.rounds import run_side_by_side
 from ppdit.runtime.trace import Trace
-from ppdit.sampler import Denoiser
 
 ENGINES = ("ppdit", "torch")
 
@@ -46,14 +46,17 @@ def _compute_window(trace: Trace) -> float:
     return (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e9
 
 
-def run_layer_split(plan: LayerSplitPlan, rounds: int = 1, **launch_kwargs) -> LayerSplitResult:
-    """Launch ``plan.num_stages`` ranks (one thread each by default) and run the plan."""
-    return run_layer_splits({"plan": plan}, rounds, **launch_kwargs)["plan"]
+def run_layer_split(plan: LayerSplitPlan, rounds: int = 1,
+                    **launch_kwargs) -> LayerSplitResult | None:
+    """Launch ``plan.num_stages`` ranks (one thread each by default) and run the plan
+    (``None`` on torchrun ranks other than 0)."""
+    out = run_layer_splits({"plan": plan}, rounds, **launch_kwargs)
+    return None if out is None else out["plan"]
 
 
 def run_layer_splits(plans: dict[str, LayerSplitPlan], rounds: int = 1,
                      engines: dict[str, str] | None = None,
-                     **launch_kwargs) -> dict[str, LayerSplitResult]:
+                     **launch_kwargs) -> dict[str, LayerSplitResult] | None:
     """Several plans in one launch, interleaved round by round, so they can be compared.
 
     ``engines`` may name plans to run with ``torch.distributed.pipelining`` ("torch") instead
@@ -66,6 +69,8 @@ def run_layer_splits(plans: dict[str, LayerSplitPlan], rounds: int = 1,
     world = max(p.num_stages for p in plans.values())
     runs = run_side_by_side(jobs, runner=LayerStageRunner, world_size=world, rounds=rounds,
                             **launch_kwargs)
+    if runs is None:
+        return None
     out = {}
     for name, plan in plans.items():
         r = runs[name]
@@ -82,21 +87,20 @@ def layer_split_reference(model, plan: LayerSplitPlan) -> dict[int, torch.Tensor
     every micro-batch is one request without guidance; otherwise the batch shapes differ and
     only rounding separates them.
     """
-    den = Denoiser(model, plan.preset, plan.sampling)
-    latent = [den.initial_state(r, plan.shape).latent for r in plan.requests]
+    den = plan_denoiser(model, plan)
+    states = [den.initial_state(r, plan.shape) for r in plan.requests]
     for step in range(plan.sampling.num_steps):
         velocity: dict[tuple[int, int], torch.Tensor] = {}
         for m in range(plan.micro_batches):
             samples = plan.micro_samples(m)
-            x = torch.stack([latent[q.request][0] for q in samples])
+            x = torch.stack([states[q.request].latent[0] for q in samples])
             t = den.timesteps[step].expand(len(samples))
             with torch.no_grad():
                 v = den.forward(x, t, micro_text(den, plan, samples))
             velocity.update({(q.request, q.half): row
                              for q, row in zip(samples, v.split(1), strict=True)})
-        for r in range(len(plan.requests)):
-            latent[r] = update_request(den, plan, r, step, latent[r], velocity)
-    return {r.request_id: x for r, x in zip(plan.requests, latent, strict=True)}
+        states = [update_request(den, plan, s, velocity) for s in states]
+    return {s.request_id: s.latent for s in states}
 
 
 __all__ = ["ENGINES", "LayerSplitResult", "layer_split_reference", "run_layer_split",

@@ -30,9 +30,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ppdit.model import get_preset, torch_dtype
+from ppdit.checkpoint.solver import check_solver
+from ppdit.checkpoint.source import ModelSource
+from ppdit.model import ModelPreset
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
-from ppdit.sampler import Request, SamplingConfig
+from ppdit.sampler import Conditioning, Request, SamplingConfig
 
 
 @dataclass(frozen=True)
@@ -62,26 +64,33 @@ class LayerSplitPlan:
     virtual: int = 1  # V chunks per rank
     wrap: bool = True  # cross-step wrap (ring) instead of flushing every step
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(num_steps=4))
-    preset: str = "tiny"
-    model_seed: int = 0
-    dtype: str = "fp32"  # the model's, and the hidden states' between stages (latents: fp32)
+    # the weights (the model's dtype is the hidden states' between stages; latents stay fp32)
+    source: ModelSource = field(default_factory=ModelSource)
     latent_shape: tuple[int, ...] | None = None
+    # "euler", or "folder": the source folder's scheduler (its memory stays on the last stage,
+    # the only one that updates latents)
+    solver: str = "euler"
+    prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
     block_costs: tuple[float, ...] | None = None  # per-block cost for balancing; None = equal
     warmup: int = 1
     timeout_s: float = 120.0
+    report_steps: bool = False  # the last rank emits ("step", i) events (a progress bar)
 
     def __post_init__(self) -> None:
         p, v, m = self.num_stages, self.virtual, self.micro_batches
-        n = get_preset(self.preset).num_layers
-        torch_dtype(self.dtype)
+        n = self.preset.num_layers
+        check_solver(self.solver, self.source)
+        if self.prompts is not None and len(self.prompts) != len(self.requests):
+            raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
+                             "give one per request (or None for seeded stand-ins)")
         if p < 1 or v < 1:
             raise ValueError(f"num_stages={p} and virtual={v} must be >= 1")
         if p > n:
             raise ValueError(f"num_stages={p} is more stages than the {n} blocks of "
-                             f"{self.preset!r}: every stage needs at least one block")
+                             f"{self.preset.name!r}: every stage needs at least one block")
         if p * v > n:
             raise ValueError(f"virtual={v} x num_stages={p} = {p * v} chunks but "
-                             f"{self.preset!r} has {n} blocks: every chunk needs at least one "
+                             f"{self.preset.name!r} has {n} blocks: every chunk needs at least one "
                              "block (V*P <= blocks)")
         if not self.requests:
             raise ValueError("a plan needs at least one request")
@@ -97,9 +106,25 @@ class LayerSplitPlan:
     # -- shapes -----------------------------------------------------------------------------
 
     @property
+    def preset(self) -> ModelPreset:
+        """The model's sizes (``source.spec``)."""
+        return self.source.spec
+
+    @property
+    def dtype(self) -> str:
+        """The model's dtype (and the hidden states')."""
+        return self.source.dtype
+
+    @property
+    def cfg(self) -> str:
+        """Guided steps run their halves as separate samples (``micro_samples``): a plan with
+        one sample per micro-batch computes ``WanPipeline``'s two forwards."""
+        return "split"
+
+    @property
     def shape(self) -> tuple[int, ...]:
         """Latent shape of one request."""
-        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
+        return tuple(self.latent_shape or self.preset.latent_shape)
 
     @property
     def world_size(self) -> int:
@@ -124,7 +149,7 @@ class LayerSplitPlan:
 
     def chunks(self) -> list[list[range]]:
         """``chunks()[r][c]``: the block range of rank r's chunk c (virtual stage c * P + r)."""
-        n, p, v = get_preset(self.preset).num_layers, self.num_stages, self.virtual
+        n, p, v = self.preset.num_layers, self.num_stages, self.virtual
         costs = self.block_costs or (1.0,) * n
         sizes = balanced_sizes(costs, p * v) if self.block_costs else even_sizes(n, p * v)
         ranges = to_ranges(sizes)

@@ -17,10 +17,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.model import condition, embed_patches, epilogue, run_blocks
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.runtime.trace import Tracer
-from ppdit.sampler import Denoiser, StepState
+from ppdit.sampler import StepState
 
 
 class WanStage(nn.Module):
@@ -55,14 +56,14 @@ def run_torch_gpipe(ctx, plan: LayerSplitPlan, model, tracer: Tracer) -> dict[in
         raise ValueError("the torch.distributed.pipelining baseline moves device tensors with "
                          "its own P2P, which gloo cannot do for CUDA tensors: run it with a GPU "
                          "per rank (NCCL) or on CPU ranks")
-    if p != ctx.world_size or plan.virtual != 1 or plan.sampling.uses_cfg:
+    if p != ctx.world_size or plan.virtual != 1 or plan.sampling.uses_cfg or plan.solver != "euler":
         raise ValueError("the torch.distributed.pipelining baseline needs num_stages == "
-                         "world_size, virtual=1 and no guidance")
+                         "world_size, virtual=1, no guidance and ppdit's Euler")
     first, last = rank == 0, rank == p - 1
     stage_mod = WanStage(model, plan.chunks()[rank][0], first, last, plan.shape, tracer)
     stage = PipelineStage(stage_mod, rank, p, ctx.device)
     schedule = ScheduleGPipe(stage, n_microbatches=plan.micro_batches)
-    den = Denoiser(model, plan.preset, plan.sampling)  # the shared update and conditioning
+    den = plan_denoiser(model, plan)  # the shared update and conditioning
     timesteps, n = den.timesteps, len(plan.requests)
     latent = torch.cat([den.initial_state(r, plan.shape).latent for r in plan.requests])
     text = torch.cat([den.conditioning(r).text for r in plan.requests])

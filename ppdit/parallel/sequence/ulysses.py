@@ -16,8 +16,7 @@ attention, hiding it behind the Q/K work; without V-first each all-to-all is wai
 from __future__ import annotations
 
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -25,18 +24,9 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from diffusers.models.transformers.transformer_wan import WanAttnProcessor
 
-from ppdit.model import (
-    apply_rope,
-    build_model,
-    get_preset,
-    project_out,
-    prologue,
-    run_blocks,
-    unpatchify,
-)
-from ppdit.parallel.sequence.comms import A2ACounter, even_split, heads_to_seq, seq_to_heads
+from ppdit.model import apply_rope, project_out, prologue, run_blocks, unpatchify
+from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
 from ppdit.runtime.trace import Tracer
-from ppdit.sampler import Denoiser, Request, SamplingConfig
 
 # Each rank multiplies its token slice (fewer GEMM rows) and attends with its heads; the sums
 # are the same per row, so on this project's CPU the result is even bitwise, but GEMM kernels
@@ -144,51 +134,5 @@ def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
     return torch.cat([p[:, :n] for p, n in zip(parts, split, strict=True)], dim=1)
 
 
-@dataclass(frozen=True)
-class SPRun:
-    """One sequence-parallel generation."""
-
-    preset: str = "tiny"
-    latent_shape: tuple[int, ...] | None = None
-    num_steps: int = 4
-    seed: int = 0
-    v_first: bool = True
-    dtype: str = "fp32"
-
-    def shape(self) -> tuple[int, ...]:
-        """The latent shape (the preset's by default)."""
-        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
-
-
-def sp_generate(model, run: SPRun, group, tracer: Tracer | None = None, staged: bool = False):
-    """All denoising steps with the blocks sequence-parallel; (latent, all-to-all counter).
-
-    The shared sampling loop (``Denoiser``) with ``sp_forward`` as its forward: every rank
-    applies the same update to the same gathered velocity, so every rank ends with the latent.
-    """
-    shape = run.shape()
-    tokens = get_preset(run.preset).num_tokens(shape)
-    split = even_split(tokens, dist.get_world_size(group))
-    counter = install_ulysses(model, group, split, v_first=run.v_first, tracer=tracer,
-                              staged=staged)
-    den = Denoiser(model, run.preset, SamplingConfig(num_steps=run.num_steps),
-                   forward=partial(sp_forward, model, group=group, split=split, staged=staged))
-    return den.generate(Request(0, run.seed), shape), counter
-
-
-def setup_sp(rank: int, world_size: int, runs: tuple[SPRun, ...]):
-    """Before the process group exists: the whole model on every rank."""
-    return build_model(runs[0].preset, seed=0, dtype=runs[0].dtype)
-
-
-def sp_worker(ctx, runs: tuple[SPRun, ...]) -> list[dict]:
-    """Every rank generates each run with its token slice; all return the final latents."""
-    out = []
-    for run in runs:
-        tracer = Tracer(ctx.rank, ctx.placement)
-        tracer.align()
-        latent, counter = sp_generate(ctx.prepared.to(ctx.device), run, dist.group.WORLD,
-                                      tracer, ctx.placement.staged)
-        out.append({"latent": latent, "a2a_calls": counter.calls, "trace": tracer.finish(),
-                    "a2a_bytes": counter.bytes_sent, "a2a_per_call": counter.per_call})
-    return out
+__all__ = ["SP_TOL", "UlyssesAttnProcessor", "check_sp_degree", "gather_tokens",
+           "install_ulysses", "sp_forward", "uninstall_ulysses"]

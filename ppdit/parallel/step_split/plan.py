@@ -23,6 +23,11 @@ throughput approaches P times one device, ``R P / (R + P - 1)`` of it for R requ
 Splits are contiguous and balanced by step count (``split_steps``) or by per-step cost
 (``weights``: e.g. ``SamplingConfig.step_costs()`` when only early steps use guidance).
 
+The same plan runs a pipeline folder (``source`` a folder, ``solver="folder"``, ``cfg="split"``,
+``prompts`` its embeddings: what ``ppdit generate --layout step`` runs): the folder's scheduler
+is a multistep solver, and its memory travels in the frame beside the latent. One stage of
+``tp`` ranks is plain tensor parallelism (``--layout tp``).
+
 This file is the plan every rank agrees on; ``ranks.py`` is what one stage does on its rank,
 ``run.py`` launches a plan and holds the single-device references it must equal.
 """
@@ -34,13 +39,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppdit.model import build_model, get_preset, torch_dtype
+from ppdit.checkpoint.solver import SchedulerSolver, check_solver
+from ppdit.checkpoint.source import ModelSource
+from ppdit.model import ModelPreset
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.parallel.tensor.layers import COLLECTIVES
 from ppdit.parallel.tensor.parallelize import check_tp_degree
 from ppdit.runtime.mesh import ParallelDims
 from ppdit.runtime.p2p import FrameSpec
-from ppdit.sampler import Request, SamplingConfig
+from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig
 
 MODES = ("filled", "stream_batch")
 
@@ -74,10 +81,13 @@ class StepSplitPlan:
     requests: tuple[Request, ...]
     stages: tuple[range, ...]
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    preset: str = "tiny"
-    model_seed: int = 0
-    dtype: str = "fp32"  # the model's ("bf16": weights and activations; latents stay fp32)
-    latent_shape: tuple[int, ...] | None = None  # None: the preset's default
+    source: ModelSource = field(default_factory=ModelSource)  # the weights every rank builds
+    latent_shape: tuple[int, ...] | None = None  # None: the source's default
+    # "euler": ppdit's update; "folder": the source folder's scheduler, whose memory travels
+    # in the handoff frame beside the latent (UniPC: 3 more latents)
+    solver: str = "euler"
+    cfg: str = "batched"  # guided steps: one batch, or WanPipeline's two forwards ("split")
+    prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
     mode: str = "filled"
     micro_batch: int = 1  # "filled": requests that travel together as one batch
     max_in_flight: int | None = None  # "filled": groups inside the pipeline; None = no limit
@@ -90,10 +100,15 @@ class StepSplitPlan:
     tp: int = 1
     collectives: str = "funcol"  # how TP all-reduces are issued (parallel.tensor.layers)
     compiled: bool = False  # torch.compile(fullgraph=True) every block (TP stages)
+    report_steps: bool = False  # "filled": each stage emits ("step", i) events (a progress bar)
 
     def __post_init__(self) -> None:
-        get_preset(self.preset)  # fails early, naming the presets that exist
-        torch_dtype(self.dtype)
+        check_solver(self.solver, self.source)
+        if self.cfg not in CFG_MODES:
+            raise ValueError(f"cfg={self.cfg!r} is not one of {CFG_MODES}")
+        if self.prompts is not None and len(self.prompts) != len(self.requests):
+            raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
+                             "give one per request (or None for seeded stand-ins)")
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is not one of {MODES}")
         if not self.requests:
@@ -114,12 +129,22 @@ class StepSplitPlan:
         if self.replicas < 1 or self.warmup < 0:
             raise ValueError(f"replicas={self.replicas} must be >= 1, warmup={self.warmup} >= 0")
         if self.tp > 1:
-            check_tp_degree(build_model(self.preset, device="meta").config, self.tp)
+            check_tp_degree(self.source.dit("meta").config, self.tp)
         if self.collectives not in COLLECTIVES:
             raise ValueError(f"collectives={self.collectives!r} is not one of {COLLECTIVES}")
         if len(self.requests) % (self.replicas * self.micro_batch):
             raise ValueError(f"{len(self.requests)} requests cannot be dealt to replicas="
                              f"{self.replicas} in groups of micro_batch={self.micro_batch}")
+
+    @property
+    def preset(self) -> ModelPreset:
+        """The model's sizes (``source.spec``)."""
+        return self.source.spec
+
+    @property
+    def dtype(self) -> str:
+        """The model's dtype."""
+        return self.source.dtype
 
     @property
     def num_stages(self) -> int:
@@ -140,7 +165,7 @@ class StepSplitPlan:
     @property
     def shape(self) -> tuple[int, ...]:
         """The latent shape of every request."""
-        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
+        return tuple(self.latent_shape or self.preset.latent_shape)
 
     def groups(self, replica: int = 0) -> list[tuple[Request, ...]]:
         """A replica's requests (every ``replicas``-th) in the order they enter its pipeline,
@@ -148,11 +173,31 @@ class StepSplitPlan:
         mine, g = self.requests[replica::self.replicas], self.micro_batch
         return [mine[i:i + g] for i in range(0, len(mine), g)]
 
+    def handoff_solver(self) -> SchedulerSolver | None:
+        """The solver whose memory a handoff carries (None: Euler carries none)."""
+        if self.solver != "folder":
+            return None
+        return SchedulerSolver(self.source.scheduler(), self.sampling.num_steps)
+
+    def handoff_bytes(self) -> dict[str, int]:
+        """What one handoff frame carries for one request, by tensor: the latent and each slot
+        of the solver's memory (sent as zeros while absent, early in the warm-up)."""
+        latent = torch.Size(self.shape).numel() * 4  # fp32
+        solver = self.handoff_solver()
+        names = [] if solver is None else solver.slot_names()
+        return {"latent": latent, **{n: latent for n in names}}
+
     def frame_spec(self) -> FrameSpec:
-        """The handoff frame: one group's latents plus (first request id, step index). Latents
-        stay fp32 whatever the model's dtype (the sampler's state, as in diffusers)."""
+        """The handoff frame: one group's latents, then each latent-sized tensor of the solver's
+        memory (``slots`` of them), plus (first request id, step index, the memory's counters
+        and which of its tensors are present). Latents stay fp32 whatever the model's dtype
+        (the sampler's state, as in diffusers)."""
         b, *rest = self.shape
-        return FrameSpec((b * self.micro_batch, *rest), torch.float32, meta_slots=2)
+        solver = self.handoff_solver()
+        slots = 1 + (0 if solver is None else solver.wire_tensors)
+        meta = 2 + (0 if solver is None else len(solver.to_wire(solver.initial_state())[1])
+                    + solver.wire_tensors)
+        return FrameSpec((slots, b * self.micro_batch, *rest), torch.float32, meta_slots=meta)
 
 
 def make_plan(

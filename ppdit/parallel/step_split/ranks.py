@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.model import build_model
+from ppdit.checkpoint.solver import plan_denoiser
+from ppdit.parallel.step_split import handoff
 from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.tensor.parallelize import (
     compile_blocks,
@@ -51,7 +52,7 @@ class StepStageRunner(Runner):
     @staticmethod
     def prepare(rank: int, world_size: int, plans: Sequence[StepSplitPlan]):
         """Before the process group exists: build the (full) model every stage holds."""
-        return build_model(plans[0].preset, seed=plans[0].model_seed, dtype=plans[0].dtype)
+        return plans[0].source.dit()
 
     def __init__(self, ctx: RankContext, plans: Sequence[StepSplitPlan]):
         super().__init__(ctx, plans)
@@ -64,16 +65,14 @@ class StepStageRunner(Runner):
         self.dens: list[Denoiser | None] = []
         for plan, groups in zip(plans, self.groups, strict=True):
             model = None if groups is None else self._model(base, plan, groups)
-            self.dens.append(None if model is None else
-                             Denoiser(model, plan.preset, plan.sampling))
+            self.dens.append(None if model is None else plan_denoiser(model, plan))
         self.warmup_s = [0.0] * len(plans)
 
     def _model(self, base, plan: StepSplitPlan, groups: RankGroups):
         """The plain model, or a fresh copy sharded over the stage's TP group (and compiled)."""
         if plan.tp == 1:
             return compile_blocks(base) if plan.compiled else base
-        model = build_model(plan.preset, seed=plan.model_seed, dtype=plan.dtype,
-                            device=self.ctx.device)
+        model = plan.source.dit(self.ctx.device)
         model = parallelize_wan(model, tp_group=groups.tp_group, collectives=plan.collectives,
                                 staged=self.ctx.placement.staged)
         return compile_blocks(model) if plan.compiled else model
@@ -112,6 +111,7 @@ class _Stage:
         self.steps = plan.stages[groups.pp_rank]
         self.groups = plan.groups(groups.dp_rank)
         self.is_first, self.is_last = groups.is_first_stage, groups.is_last_stage
+        self.solver = plan.handoff_solver()  # whose memory travels with the latent
         spec, t, pg = plan.frame_spec(), plan.timeout_s, groups.pp_group
         n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
         # Each TP rank of a stage holds the same latent and hands it to its counterpart.
@@ -149,20 +149,21 @@ class _Stage:
         first = group[0].request_id
         with self.tracer.span("recv", f"r{first}", request=first, step=self.steps.start):
             # Stream batch holds a request for several ticks: keep a copy, not a ring-buffer view.
-            latent, (rid, step) = self.inbox.recv(copy=self.plan.mode == "stream_batch")
+            frame, meta = self.inbox.recv(copy=self.plan.mode == "stream_batch")
+        rid, step = meta[:2]
         if (rid, step) != (first, self.steps.start):
             raise RuntimeError(f"rank {self.ctx.rank} expected request {first} at step "
                                f"{self.steps.start}, received request {rid} at step {step}")
-        return [StepState(r.request_id, step, x)
-                for r, x in zip(group, latent.chunk(len(group)), strict=True)]
+        return handoff.unpack(self.solver, frame, meta, group)
 
     def give(self, states: Sequence[StepState], out: dict[int, torch.Tensor]) -> None:
-        """Pass a group on, or keep its latents if this is the last stage."""
+        """Pass a group on (latents and solver memory in one frame), or keep its latents if
+        this is the last stage."""
         first = states[0].request_id
         if not self.is_last:
-            latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
             with self.tracer.span("send", f"r{first}", request=first, step=states[0].step_index):
-                self.outbox.send(latent, [first, states[0].step_index])
+                frame = self.outbox.claim()
+                self.outbox.send(frame, handoff.pack(self.solver, states, frame))
             return
         for s in states:
             out[s.request_id] = s.latent.clone()  # it may live in a recycled buffer
@@ -185,14 +186,19 @@ class _Stage:
             first, last = group[0].request_id, group[-1].request_id
             name = f"r{first}" if first == last else f"r{first}-{last}"
             # The last step writes into the outgoing frame: the handoff then copies nothing.
-            frame = self.outbox.claim() if self.outbox is not None else None
+            frame = self.outbox.claim()[0] if self.outbox is not None else None
             states = self.den.run(
-                states, group, self.steps, out=frame,
+                states, group, self.steps, out=frame, on_step=self._report,
                 span=lambda i, n=name, r=first: self.tracer.span("compute", n, request=r, step=i))
             for r in group:
                 self.den.release(r)
             self.give(states, out)
         return out
+
+    def _report(self, step: int) -> None:
+        """A progress event per step (``plan.report_steps``), from one rank per stage."""
+        if self.plan.report_steps and self.reports_progress:
+            self.ctx.emit(("step", step))
 
     def _wait_for_credit(self, k: int) -> None:
         """Stage 0 only: before group k, wait until group k - max_in_flight has finished."""

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.step_split.ranks import StageInfo, StepStageRunner, stream_batch_ticks
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
 from ppdit.runtime.trace import Rounds, Trace
-from ppdit.sampler import Denoiser
 
 
 @dataclass
@@ -56,13 +56,9 @@ def run_step_splits(plans: dict[str, StepSplitPlan], rounds: int = 3,
                     **launch_kwargs) -> dict[str, StepSplitResult] | None:
     """Several plans in one launch, interleaved round by round, so they can be compared.
 
-    All plans must share the model (preset, seed); the launch has as many ranks as the largest
+    All plans must share the model (``source``); the launch has as many ranks as the largest
     plan needs, and a smaller plan leaves the other ranks idle during its turn.
     """
-    first = next(iter(plans.values()))
-    model = (first.preset, first.model_seed, first.dtype)
-    if any((p.preset, p.model_seed, p.dtype) != model for p in plans.values()):
-        raise ValueError("plans compared side by side must share preset, model_seed and dtype")
     world = max(p.world_size for p in plans.values())
     runs = run_side_by_side(plans, runner=StepStageRunner, world_size=world, rounds=rounds,
                             **launch_kwargs)
@@ -77,7 +73,7 @@ def stream_batch_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[
     A stage's batches depend only on its own tick schedule, so running the stages in sequence
     reproduces exactly the arithmetic of the distributed run: this equals it bitwise.
     """
-    den = Denoiser(model, plan.preset, plan.sampling)
+    den = plan_denoiser(model, plan)
     out: dict[int, torch.Tensor] = {}
     for replica in range(plan.replicas):
         requests = list(plan.requests[replica::plan.replicas])
@@ -92,7 +88,7 @@ def stream_batch_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[
 
 def grouped_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, torch.Tensor]:
     """Each ``micro_batch`` group batched through all steps on one device (== "filled" bitwise)."""
-    den = Denoiser(model, plan.preset, plan.sampling)
+    den = plan_denoiser(model, plan)
     out: dict[int, torch.Tensor] = {}
     for group in [g for rep in range(plan.replicas) for g in plan.groups(rep)]:
         states = [den.initial_state(r, plan.shape) for r in group]

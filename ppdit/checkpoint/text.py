@@ -4,7 +4,7 @@ Tokenize to ``max_sequence_length`` (512 for Wan), run the encoder with the atte
 each prompt's real tokens and zero the padding rows. With guidance (scale > 1) the negative
 prompt ("" by default, as diffusers) is encoded the same way.
 
-Where it runs: once, in the process that launches the ranks (``ppdit.pipeline.generate``), and
+Where it runs: once, in the process that launches the ranks (``ppdit.t2v.generate``), and
 the two (1, 512, 4096) embeddings travel to every rank with the job: 4 MB each in bf16. The
 alternative, encoding on every rank, sends nothing but puts umT5-XXL (5.7 GB in bf16, 11 GB in
 fp32) beside the DiT on every GPU, for a computation that runs once per video. The encoder is
@@ -15,17 +15,9 @@ the every-rank choice, paid only there.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass
-class PromptEmbeds:
-    """What the DiT sees of the prompts: (1, L, text_dim) each, in the transformer's dtype."""
-
-    text: torch.Tensor
-    negative: torch.Tensor | None  # None without guidance
+from ppdit.sampler import Conditioning
 
 
 def text_length(tokenizer, requested: int | None = None) -> int:
@@ -54,15 +46,14 @@ def encode_text(tokenizer, text_encoder, prompt: str, max_sequence_length: int =
 
 def encode_prompts(tokenizer, text_encoder, prompt: str, negative_prompt: str | None,
                    guidance_scale: float, dtype: torch.dtype,
-                   max_sequence_length: int = 512) -> PromptEmbeds:
+                   max_sequence_length: int = 512) -> Conditioning:
     """The prompt's and (with guidance > 1, as diffusers decides) the negative prompt's
     embeddings, cast to the transformer's ``dtype``, on the CPU."""
     text = encode_text(tokenizer, text_encoder, prompt, max_sequence_length)
     neg = None
     if guidance_scale > 1.0:
         neg = encode_text(tokenizer, text_encoder, negative_prompt or "", max_sequence_length)
-        neg = neg.to(dtype).cpu()
-    return PromptEmbeds(text.to(dtype).cpu(), neg)
+    return Conditioning(text, neg).to("cpu", dtype)
 
 
-__all__ = ["PromptEmbeds", "encode_prompts", "encode_text", "text_length"]
+__all__ = ["encode_prompts", "encode_text", "text_length"]

@@ -1,8 +1,10 @@
-"""Prompt -> video on one device (the reference every layout must equal), and the VAE decode.
+"""Prompt -> video, read the way ``WanPipeline.__call__`` reads: check the request, encode the
+prompts, draw the noise, denoise (on one device, or on the spec's layout), decode.
 
-``generate(spec)``: load the folder, encode the prompts (``encode.py``), draw the noise as
-diffusers does, denoise with the folder's scheduler (``denoise.py``), decode with the fp32 VAE.
-``generate_layout(spec)`` does the same with the denoising spread over ranks (``ranks.py``).
+``generate_latent`` is the single-device reference every layout must equal: the shared
+``Denoiser`` with the folder's scheduler as its update and ``WanPipeline``'s guidance
+arithmetic (``ppdit.checkpoint.solver.make_denoiser``). A layout runs its own plan
+(``t2v.layouts``: the same code a lesson runs).
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppdit.checkpoint.folder import WanFolder, check_folder, load_folder
+from ppdit.checkpoint.solver import make_denoiser
+from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
-from ppdit.pipeline.denoise import denoise, initial_state, make_denoiser
-from ppdit.pipeline.encode import PromptEmbeds, encode_prompts, text_length
-from ppdit.pipeline.load import WanFolder, check_folder, load_folder
-from ppdit.pipeline.spec import GenerateSpec, check_spec, latent_shape
 from ppdit.runtime.device import decide_placement
 from ppdit.runtime.trace import Trace, Tracer, merge
+from ppdit.sampler import Conditioning, Request
+from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
+from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
 
 
 @dataclass
@@ -33,13 +37,21 @@ class Generated:
 
 
 def validate(spec: GenerateSpec) -> WanFolder:
-    """Check the folder and the request against each other before loading weights."""
+    """Check the folder, the request and its layout's plan against each other before loading
+    weights."""
     folder = WanFolder(check_folder(spec.checkpoint))
     check_spec(spec, folder.vae_factors, folder.transformer_config())
+    if spec.layout != "single":
+        plan_for(spec, shape_of(spec, folder))  # the layout's own rules
     return folder
 
 
-def encode(spec: GenerateSpec) -> PromptEmbeds:
+def shape_of(spec: GenerateSpec, folder: WanFolder) -> tuple[int, ...]:
+    """The latent shape of ``spec`` with this folder's VAE and transformer."""
+    return latent_shape(spec, folder.vae_factors, folder.transformer_config()["in_channels"])
+
+
+def encode(spec: GenerateSpec) -> Conditioning:
     """Load the tokenizer and text encoder, encode, and let the encoder go (see ``encode.py``
     for why this runs once, here, rather than on every rank)."""
     parts = load_folder(spec.checkpoint, dtype=spec.dtype, parts=("tokenizer", "text_encoder"))
@@ -49,7 +61,7 @@ def encode(spec: GenerateSpec) -> PromptEmbeds:
                           length)
 
 
-def generate_latent(spec: GenerateSpec, embeds: PromptEmbeds, *,
+def generate_latent(spec: GenerateSpec, prompts: Conditioning, *,
                     device: str | torch.device = "cpu",
                     on_step: Callable[[int], None] | None = None,
                     tracer: Tracer | None = None) -> torch.Tensor:
@@ -60,16 +72,12 @@ def generate_latent(spec: GenerateSpec, embeds: PromptEmbeds, *,
                         parts=("transformer", "scheduler"))
     den = make_denoiser(parts.transformer, parts.scheduler, spec.num_steps, spec.guidance_scale,
                         solver=spec.solver)
-    shape = latent_shape(spec, folder.vae_factors, parts.transformer.config.in_channels)
-    state = initial_state(den, spec.seed, shape)
+    request = Request(REQUEST_ID, spec.seed)
+    den.condition_on(request, prompts.text, prompts.null_text)
     span = None if tracer is None else (lambda i: tracer.span("compute", f"step {i}", step=i))
-    return denoise(den, state, _on(embeds, device), range(spec.num_steps), span=span,
-                   on_step=on_step).latent
-
-
-def _on(embeds: PromptEmbeds, device) -> PromptEmbeds:
-    return PromptEmbeds(embeds.text.to(device),
-                        None if embeds.negative is None else embeds.negative.to(device))
+    [state] = den.run([den.initial_state(request, shape_of(spec, folder))], [request],
+                      range(spec.num_steps), span=span, on_step=on_step)
+    return state.latent
 
 
 @torch.no_grad()
@@ -95,18 +103,17 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     """Prompt -> video with ``spec.layout`` (``single`` in this process, others on ranks).
     ``device`` ("cpu", "cuda", "auto"; default ``$PPDIT_DEVICE``) as for every launch.
     ``None`` on torchrun ranks other than 0."""
-    validate(spec)
-    embeds = encode(spec)
+    folder = validate(spec)
+    prompts = encode(spec)
     if spec.layout == "single":
         place = decide_placement(1, device=device).for_rank(0)
         tracer = Tracer(0, place)
-        latent = generate_latent(spec, embeds, device=place.device, on_step=on_step,
+        latent = generate_latent(spec, prompts, device=place.device, on_step=on_step,
                                  tracer=tracer).cpu()
         trace, handoff = merge([tracer.finish()]), {}
     else:
-        from ppdit.pipeline.ranks import run_layout
-
-        out = run_layout(spec, embeds, on_step=on_step, device=device, **launch_kwargs)
+        out = run_layout(spec, prompts, shape_of(spec, folder), on_step=on_step, device=device,
+                         **launch_kwargs)
         if out is None:
             return None
         latent, trace, handoff = out.latent, out.trace, out.handoff_bytes
@@ -116,4 +123,5 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     return Generated(spec, latent, video, trace, handoff)
 
 
-__all__ = ["Generated", "decode", "encode", "generate", "generate_latent", "validate"]
+__all__ = ["Generated", "decode", "encode", "generate", "generate_latent", "shape_of",
+           "validate"]

@@ -1,6 +1,6 @@
-"""Prompt -> video from a pipeline folder (``ppdit.pipeline``): the tiny folder, parity with
-diffusers' ``WanPipeline``, the scheduler state a step-split handoff carries, the CLI and its
-bad inputs, and every layout equal to ppdit's single device.
+"""Prompt -> video from a pipeline folder (``ppdit.t2v``, ``ppdit.checkpoint``): the tiny
+folder, parity with diffusers' ``WanPipeline``, the scheduler state a step-split handoff
+carries, the CLI and its bad inputs, and every layout equal to ppdit's single device.
 
 The tiny folder is built once per session (seconds, ~2.5 MB); runs use 5 frames at 32 x 32
 (2 latent frames of 8 x 8: 32 tokens) and 3-4 steps.
@@ -16,15 +16,16 @@ import pytest
 import torch
 
 from ppdit import cli
+from ppdit.checkpoint.folder import PipelineFolderError, load_folder
+from ppdit.checkpoint.solver import make_denoiser, state_nbytes
+from ppdit.checkpoint.tiny import build_tiny_pipeline, word_tokenizer
 from ppdit.model import ModelPreset, own_memory
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
-from ppdit.pipeline.denoise import initial_state, make_denoiser
-from ppdit.pipeline.generate import encode, generate, generate_latent, validate
-from ppdit.pipeline.load import PipelineFolderError, load_folder
-from ppdit.pipeline.solver import state_nbytes
-from ppdit.pipeline.spec import GenerateSpec
-from ppdit.pipeline.tiny import build_tiny_pipeline, word_tokenizer
+from ppdit.sampler import Request
+from ppdit.t2v.generate import encode, generate, generate_latent, validate
+from ppdit.t2v.layouts import run_layout
+from ppdit.t2v.spec import GenerateSpec
 
 PROMPT, NEGATIVE = "a red fox jumps over the river", "blurry low quality"
 
@@ -138,7 +139,7 @@ def test_unipc_state_is_what_the_handoff_carries(folders):
     spec = spec_for(folders["unipc"], num_steps=4)
     parts = load_folder(spec.checkpoint, parts=("transformer", "scheduler"))
     den = make_denoiser(parts.transformer, parts.scheduler, 4, 1.0)
-    state = initial_state(den, 0, (1, 16, 2, 8, 8))
+    state = den.initial_state(Request(0, 0), (1, 16, 2, 8, 8))
     assert state.solver_state["model_outputs"] == [None, None]
     for _ in range(2):
         state = den.update([state], torch.randn_like(state.latent))[0]
@@ -166,9 +167,11 @@ def test_cli_generate_writes_the_video_and_artifacts(folders, tmp_path, capsys):
 @pytest.mark.parametrize(("change", "rule"), [
     ({"num_frames": 6}, "frames=6 must be 4k \\+ 1"),
     ({"height": 36}, "height=36 must be a positive multiple of 8"),
-    ({"layout": "tp", "ranks": 3}, "num_attention_heads=4 is not divisible by ranks=3"),
-    ({"layout": "layer", "ranks": 5}, "exceeds the transformer's 4 blocks"),
-    ({"layout": "step", "ranks": 4}, "steps=3 cannot be split over 4 step stages"),
+    ({"layout": "tp", "ranks": 3}, "num_heads=4 is not divisible by the TP degree tp=3"),
+    ({"layout": "layer", "ranks": 5}, "num_stages=5 is more stages than the 4 blocks"),
+    ({"layout": "step", "ranks": 4}, "num_steps=3 cannot be split over 4 stages"),
+    ({"layout": "sp", "ranks": 3}, "degree 3 must divide the 4 attention heads"),
+    ({"layout": "pp_tp", "ranks": 2}, "an even number >= 4"),
     ({"layout": "cfg", "ranks": 3}, "exactly 2 ranks"),
     ({"layout": "cfg", "ranks": 2, "guidance_scale": 1.0}, "needs guidance"),
     ({"layout": "single", "ranks": 2}, "runs on 1 rank"),
@@ -200,7 +203,7 @@ def test_generate_defaults_fit_the_toy_folder_and_its_trained_text_length():
                         guidance_scale=args.guidance)
     validate(spec)  # 13 frames of 32 x 32 are what the toy was trained on
     embeds = encode(spec)  # the folder's tokenizer says 16 tokens; Wan's would say 512
-    assert embeds.text.shape == embeds.negative.shape == (1, 16, 32)
+    assert embeds.text.shape == embeds.null_text.shape == (1, 16, 32)
     assert encode(replace(spec, max_sequence_length=24)).text.shape == (1, 24, 32)
 
 
@@ -227,10 +230,9 @@ def single_reference(folders):
 def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
     """Step split (UniPC state in the handoff), layer split and CFG-parallel run the single
     device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; SP: ``SP_TOL``."""
-    from ppdit.pipeline.ranks import run_layout
-
     spec, embeds, reference = single_reference
-    out = run_layout(replace(spec, layout=layout, ranks=ranks), embeds, pool=pools(ranks))
+    out = run_layout(replace(spec, layout=layout, ranks=ranks), embeds, reference.shape,
+                     pool=pools(ranks))
     if layout == "tp":
         torch.testing.assert_close(out.latent, reference, **TP_TOL)
     elif layout == "sp":
@@ -244,10 +246,9 @@ def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
 
 def test_pp_tp_equals_single_device(pools, single_reference):
     """Two step stages of two TP ranks each: TP's rounding, nothing more."""
-    from ppdit.pipeline.ranks import run_layout
-
     spec, embeds, reference = single_reference
-    out = run_layout(replace(spec, layout="pp_tp", ranks=4), embeds, pool=pools(4))
+    out = run_layout(replace(spec, layout="pp_tp", ranks=4), embeds, reference.shape,
+                     pool=pools(4))
     torch.testing.assert_close(out.latent, reference, **TP_TOL)
 
 
@@ -286,12 +287,11 @@ def test_bf16_single_device_equals_wan_pipeline_on_cuda(folders):
 @pytest.mark.parametrize("layout", ["step", "cfg"])
 def test_bf16_layouts_on_cuda(folders, layout):
     """Two CUDA ranks (a GPU each, or sharing one over gloo) at bf16 vs one GPU."""
-    from ppdit.pipeline.ranks import run_layout
-
     spec = spec_for(folders["unipc"], dtype="bf16", num_steps=4)
     embeds = encode(spec)
     reference = generate_latent(spec, embeds, device="cuda").cpu()
-    out = run_layout(replace(spec, layout=layout, ranks=2), embeds, device="cuda")
+    out = run_layout(replace(spec, layout=layout, ranks=2), embeds, reference.shape,
+                     device="cuda")
     torch.testing.assert_close(out.latent.float(), reference.float(), **BF16_TOL)
 
 

@@ -1,0 +1,101 @@
+"""``ModelSource``: where every rank's weights come from, as one small value.
+
+Two answers, and every layout, the serving system and the toy ask this one value::
+
+    ModelSource("tiny", seed=0)                  a preset, random weights drawn from the seed
+    ModelSource(folder="models/toy_shapes")      a diffusers Wan 2.1 pipeline folder on disk
+
+Every rank that holds an equal ``ModelSource`` builds identical weights without talking (the
+same seed, or the same files), so sources are compared, not models: two plans run side by
+side must have equal sources (``ppdit.runtime.rounds``). The value is frozen and tiny, so it
+travels with every plan to every rank; the weights never do.
+
+``spec`` describes the transformer's sizes (a ``ModelPreset``: layers, heads, text width, a
+default latent) without loading weights; for a folder it is read from its config.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from ppdit.model import ModelPreset, build_model, get_preset, torch_dtype
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A preset with seeded weights, or a pipeline folder (then ``preset`` is ignored)."""
+
+    preset: str = "tiny"  # ppdit.model.PRESETS
+    seed: int = 0  # the preset's weights (a folder's are its files)
+    dtype: str = "fp32"  # the DiT's weights and activations; latents stay fp32
+    folder: str | None = None  # a local WanPipeline folder (model_index.json, transformer/, ...)
+
+    def __post_init__(self) -> None:
+        torch_dtype(self.dtype)  # names the dtypes that exist
+        if self.folder is None:
+            get_preset(self.preset)  # names the presets that exist
+        else:
+            from ppdit.checkpoint.folder import check_folder
+
+            check_folder(self.folder)
+
+    @property
+    def name(self) -> str:
+        """How a lesson names it: the preset, or the folder's last part."""
+        return self.preset if self.folder is None else Path(self.folder).name
+
+    @cached_property
+    def spec(self) -> ModelPreset:
+        """The transformer's sizes (no weights loaded); a folder's from its config.json."""
+        if self.folder is None:
+            return get_preset(self.preset)
+        cfg = json.loads((Path(self.folder) / "transformer" / "config.json").read_text())
+        heads, head_dim = cfg["num_attention_heads"], cfg["attention_head_dim"]
+        base = ModelPreset(self.name, num_layers=cfg["num_layers"], num_heads=heads,
+                           head_dim=head_dim, ffn_dim=cfg["ffn_dim"], text_dim=cfg["text_dim"],
+                           text_len=self._text_len(), freq_dim=cfg["freq_dim"],
+                           in_channels=cfg["in_channels"],
+                           rope_max_seq_len=cfg.get("rope_max_seq_len", 1024),
+                           notes=f"the pipeline folder {self.folder}")
+        return replace(base, latent_shape=(1, base.in_channels, *base.latent_shape[2:]))
+
+    def _text_len(self) -> int:
+        """Tokens per prompt: the folder's tokenizer says (Wan: 512; the toy: 16)."""
+        cfg = Path(self.folder) / "tokenizer" / "tokenizer_config.json"
+        length = json.loads(cfg.read_text()).get("model_max_length", 512) if cfg.exists() else 512
+        return min(512, int(length))
+
+    def dit(self, device: str | torch.device = "cpu"):
+        """The transformer, in eval mode, identical on every rank (``device="meta"``: shapes
+        only)."""
+        if self.folder is None or str(device) == "meta":
+            if self.folder is not None:
+                return _meta_from_config(Path(self.folder) / "transformer")
+            return build_model(self.preset, seed=self.seed, dtype=self.dtype, device=device)
+        return build_model(checkpoint=Path(self.folder) / "transformer", dtype=self.dtype,
+                           device=device)
+
+    def scheduler(self):
+        """The folder's scheduler (None for a preset: ppdit's Euler)."""
+        if self.folder is None:
+            return None
+        from ppdit.checkpoint.folder import load_scheduler
+
+        return load_scheduler(self.folder)
+
+
+def _meta_from_config(path: Path):
+    """A transformer with the folder's shapes and no weights."""
+    from diffusers import WanTransformer3DModel
+
+    with torch.device("meta"):
+        return WanTransformer3DModel.from_config(
+            WanTransformer3DModel.load_config(path, local_files_only=True))
+
+
+__all__ = ["ModelSource"]
