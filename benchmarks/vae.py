@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
+from ppdit.analysis.vae_decode import format_table, measure_decode, ttff_target
 from ppdit.runtime.device import Placement
-from ppdit.vae.measure import format_table, measure_decode, ttff_target
 from ppdit.vae.presets import build_vae
 
 

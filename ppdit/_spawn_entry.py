@@ -26,7 +26,9 @@ def die_with_parent() -> None:
 
 
 def main(parent_pid: int, pdeathsig: bool, payload: bytes, *queues) -> None:
-    """Die with the parent, then become the rank: ``child_main(*payload, *queues)``."""
+    """Die with the parent, then become the rank: ``payload`` unpickles to the rank's entry
+    point and its arguments (``ppdit.runtime.rank.child_main``: unpickling it imports torch,
+    which is why that comes last, and why this module names no ppdit module itself)."""
     # An interrupt meant for the caller (Jupyter signals the kernel's whole process group) must
     # not raise inside a rank's imports: the caller stops the ranks. (A pool started from the
     # main thread starts its ranks with SIGINT ignored already: ppdit.runtime.pool.)
@@ -39,7 +41,5 @@ def main(parent_pid: int, pdeathsig: bool, payload: bytes, *queues) -> None:
         die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before the request above took effect
         os._exit(3)
-    from ppdit.runtime.rank import child_main
-
-    rank, spec, first, log_path = pickle.loads(payload)
+    child_main, rank, spec, first, log_path = pickle.loads(payload)
     child_main(rank, spec, first, *queues, log_path)

@@ -41,19 +41,14 @@ before returning — a ``with StepGraph(...)`` block does it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from ppdit.analysis.measure import best_time
-from ppdit.analysis.overhead import count_ops
-from ppdit.model import ModelPreset, build_model, get_preset
+from ppdit.model import ModelPreset, get_preset
 from ppdit.runtime.device import Placement
 from ppdit.sampler import (
     Conditioning,
-    Denoiser,
     Request,
     SamplingConfig,
     euler_update,
@@ -207,82 +202,4 @@ class StepGraph:
         self.close()
 
 
-# ----------------------------------------------------------------------------------------------
-# Measurements: what a step costs, and what replaying it saves
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StepCost:
-    """One denoising step of one model size and batch, measured on this machine."""
-
-    preset: str
-    batch: int
-    tokens: int  # tokens per sample
-    step_s: float  # best time of one step (model forward + Euler update)
-    ops: int  # top-level operators per step (profiler)
-    per_op_s: float  # measured cost of one trivial operator
-
-    @property
-    def overhead_s(self) -> float:
-        """The step's launch/dispatch share, estimated as ops x per-op cost."""
-        return self.ops * self.per_op_s
-
-    @property
-    def overhead_share(self) -> float:
-        """Estimated fraction of the step spent issuing operators rather than computing."""
-        return min(1.0, self.overhead_s / self.step_s)
-
-
-def step_costs(presets: tuple[str, ...] = ("tiny", "small"), batches: tuple[int, ...] = (1, 4),
-               *, per_op_s: float, num_steps: int = 4, min_time_s: float = 0.05
-               ) -> list[StepCost]:
-    """Time one step (the ``StepGraph`` body, eager here) for each preset and batch size."""
-    rows = []
-    sampling = SamplingConfig(num_steps=num_steps)
-    for name in presets:
-        preset = get_preset(name)
-        model = build_model(preset, seed=0)
-        for b in batches:
-            shape = (b, *preset.latent_shape[1:])
-            runner = StepGraph(model, latent_shape=shape, sampling=sampling, preset=preset)
-            latent = torch.randn(shape, generator=torch.Generator().manual_seed(b))
-            ops = count_ops(lambda r=runner, x=latent: r.step(x, 0)).top_level
-            t = best_time(lambda r=runner, x=latent: r.step(x, 0), min_time_s, repeats=3)
-            rows.append(StepCost(name, b, preset.num_tokens(shape), t, ops, per_op_s))
-    return rows
-
-
-def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tuple[int, ...],
-                      placement, steps: int = 20) -> dict[str, float]:
-    """GPU only: ms per step of the eager ``Denoiser.step`` vs a replayed ``StepGraph``."""
-    if not placement.is_cuda:
-        raise ValueError("eager_vs_graph_ms needs a CUDA placement: on CPU there is no graph "
-                         "to replay (StepGraph runs eagerly there)")
-    sampling = SamplingConfig(num_steps=steps)
-    request = Request(0, 0)
-    den = Denoiser(model, preset, sampling)
-    state0 = den.initial_state(request, latent_shape)
-
-    def eager():
-        state = state0
-        for _ in range(steps):
-            state = den.step(state, request)
-
-    with StepGraph(model, latent_shape=latent_shape, sampling=sampling, preset=preset,
-                   placement=placement) as graph:
-        graph.load_request(request)
-        out = {}
-        for name, fn in [("eager", eager), ("graph", lambda: graph.run(state0.latent,
-                                                                         range(steps)))]:
-            fn()  # warm-up
-            placement.synchronize()
-            start = time.perf_counter()
-            fn()
-            placement.synchronize()
-            out[f"{name}_ms"] = (time.perf_counter() - start) / steps * 1e3
-    out["speedup"] = out["eager_ms"] / out["graph_ms"]
-    return out
-
-
-__all__ = ["StepCost", "StepGraph", "eager_vs_graph_ms", "step_costs"]
+__all__ = ["StepGraph"]

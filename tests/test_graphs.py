@@ -186,7 +186,7 @@ def test_gpu_replay_equals_eager_and_follows_new_inputs():
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_eager_vs_graph_timing_runs():
-    from ppdit.cuda_graph import eager_vs_graph_ms
+    from ppdit.analysis.overhead import eager_vs_graph_ms
 
     placement = Placement(torch.device("cuda", 0), "nccl")
     model = build_model("tiny", seed=0, device=placement.device)

@@ -3,7 +3,7 @@ per denoising step.
 
 The ceilings are the roofline's two numbers as this card reaches them, next to the datasheet's:
 ``forwards`` uses them for a second lower bound (``ppdit.analysis.gpu_runs.ceiling_bound_ms``).
-The graph figures are ``ppdit.cuda_graph.eager_vs_graph_ms`` on the ``tiny`` and ``small``
+The graph figures are ``ppdit.analysis.overhead.eager_vs_graph_ms`` on the ``tiny`` and ``small``
 presets, where a step is short enough that issuing its kernels, not computing them, sets its
 time (notebook 05).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ppdit.analysis.measure import best_time
-from ppdit.cuda_graph import eager_vs_graph_ms
+from ppdit.analysis.overhead import eager_vs_graph_ms
 from ppdit.gpu_check.sections import sig
 from ppdit.model import build_model, get_preset
 from ppdit.runtime.device import Placement

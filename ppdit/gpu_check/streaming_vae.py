@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 
 from ppdit.analysis.roofline import latent_for
+from ppdit.analysis.vae_decode import peak_bytes, time_full, time_stream
 from ppdit.gpu_check.sections import free_gb, sig
 from ppdit.runtime.device import Placement
-from ppdit.vae.measure import peak_bytes, time_full, time_stream
 from ppdit.vae.presets import build_vae
 from ppdit.vae.streaming import decode_full, decode_streaming
 

@@ -48,7 +48,7 @@ import torch.multiprocessing as mp
 
 from ppdit._spawn_entry import main as spawn_entry
 from ppdit.runtime.device import decide_placement
-from ppdit.runtime.rank import DEFAULT_TIMEOUT_S, PoolSpec, RankJob, loads
+from ppdit.runtime.rank import DEFAULT_TIMEOUT_S, PoolSpec, RankJob, child_main, loads
 
 _POLL_S = 0.05
 _GRACE_S = 2.0  # how long a dead rank's last queue message may still be in flight
@@ -116,7 +116,7 @@ class RankPool:
         for rank in range(self.world_size):
             # Arguments go pickled through a light entry point, which ties the rank to this
             # process before importing torch (see ppdit._spawn_entry).
-            payload = pickle.dumps((rank, self._spec, first,
+            payload = pickle.dumps((child_main, rank, self._spec, first,
                                     str(self._logdir / f"rank{rank}.log")))
             p = ctx.Process(target=spawn_entry, name=f"ppdit-rank{rank}", daemon=True,
                             args=(self._spec.parent_pid, self._spec.pdeathsig, payload,

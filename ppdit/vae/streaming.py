@@ -25,7 +25,8 @@ once (fewer, larger kernels: faster, on GPUs especially); the math is the same b
 order inside the convolutions is not, so it agrees to rounding (``CHUNKED_TOL`` in the tests).
 
 The VAE presets (a tiny CPU one, the real Wan 2.1 config) live in ``ppdit.vae.presets`` and are
-re-exported here; measurements in ``ppdit.vae.measure``, pictures in ``ppdit.viz.vae``.
+re-exported here; measurements in ``ppdit.analysis.vae_decode``, pictures in
+``ppdit.viz.vae``.
 """
 
 from __future__ import annotations

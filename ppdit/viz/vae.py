@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from ppdit.vae.measure import DecodeMeasurement
+from ppdit.analysis.vae_decode import DecodeMeasurement
 from ppdit.vae.streaming import StreamingDecoder, output_frames
 
 _PUSH_COLORS = plt.cm.tab10.colors
