@@ -16,7 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-from ppdit.model import get_preset
 from ppdit.parallel.compare import LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 from ppdit.parallel.tensor.comms import tp_comm_per_block
@@ -29,13 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     spec = LayoutCompare(forwards=1 if a.quick else 2, rounds=3 if a.quick else 5)
     res = run_compare(spec, echo=False)
-    p = get_preset(spec.preset)
+    p = spec.source.spec
     tokens = p.num_tokens(spec.latent_shape)
     sp_bytes = a2a_bytes_per_layer(batch=1, tokens=tokens, dim=p.dim, degree=2,
                                    bytes_per_element=4)
     tp_bytes = tp_comm_per_block(batch=1, tokens=tokens, text_len=p.text_len, dim=p.dim, tp=2,
                                  bytes_per_element=4).wire_bytes_per_rank
-    print(f"{spec.preset} preset, latent {spec.latent_shape} ({tokens} tokens), 2 ranks")
+    print(f"{spec.source.name} preset, latent {spec.latent_shape} ({tokens} tokens), 2 ranks")
     print(f"{'variant':14s} {'s/forward':>10s} {'vs one device':>14s}")
     for name, sec in res.seconds.items():
         print(f"{name:14s} {sec:10.3f} {res.speedup(name):13.2f}x")

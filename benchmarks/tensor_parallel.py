@@ -22,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare, speedup
 
 V = TPVariant
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="small")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
-    spec = TPCompare(VARIANTS, preset=a.preset, rounds=3 if a.quick else 7,
+    spec = TPCompare(VARIANTS, source=ModelSource(a.preset), rounds=3 if a.quick else 7,
                      repeats=5 if a.quick else 10, warmup=2)
     res = run_tp_compare(spec, 2, echo=False)[0]  # rank 0's view; rank 1 runs in lockstep
     print(f"TP=2, preset {a.preset}, latent {spec.shape}, 2 ranks x 1 thread, "

@@ -30,6 +30,7 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
     shape moving; the cut switches to another prompt). ``"random"``: the random-weight tiny
     preset (coloured noise; the shapes and timings of the lessons). ``chunks`` and ``cut_at``
     default to the model's (``cut_at=None``: no cut)."""
+    from ppdit.checkpoint.source import ModelSource
     from ppdit.serve.config import BringupConfig
     from ppdit.serve.system import run_bringup
 
@@ -39,7 +40,7 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
     if cut_at == -1:
         cut_at = 4 if model == "toy" else 3
     cfg = BringupConfig(phase="pp1" if tp > 1 else "recompute", chunks=chunks, cut_at=cut_at,
-                        tp=tp, num_steps=num_steps or 4, dtype=dtype)
+                        tp=tp, num_steps=num_steps or 4, source=ModelSource(dtype=dtype))
     if model == "toy":
         from ppdit.toy.stream import stream_config
 

@@ -98,8 +98,9 @@ def test_sequence_parallel_on_cuda(pool2):
 
 
 def test_layouts_side_by_side_on_cuda(pool2):
-    res = run_compare(LayoutCompare(preset="tiny", latent_shape=(1, 16, 4, 16, 16), forwards=1,
-                                    rounds=1), pool=pool2)
+    spec = LayoutCompare(source=ModelSource("tiny"), latent_shape=(1, 16, 4, 16, 16),
+                         forwards=1, rounds=1)
+    res = run_compare(spec, pool=pool2)
     assert set(res.seconds) == {"one device", "SP, V-first", "SP, V last", "TP"}
 
 

@@ -200,14 +200,13 @@ def test_gpu_eager_vs_graph_timing_runs():
 def test_gpu_overlap_with_graph_runner_matches_reference():
     from ppdit.parallel.decode_overlap.plan import OverlapPlan
     from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
-    from ppdit.vae.presets import build_vae
 
     plan = OverlapPlan(num_chunks=3, sampling=SAMPLING, use_graph_runner=True)
     # One GPU is enough: the generator's graph holds no communication (P2P stays outside it),
     # so the ranks may share the GPU over gloo with staged messages.
     res = run_decode_overlap({"gpu": plan}, timeout_s=300, echo=False, device="cuda")["gpu"]
-    model = build_model(plan.preset, seed=plan.model_seed, device="cuda")
-    vae = build_vae(plan.vae_preset, seed=plan.vae_seed).cuda()
+    model = plan.source.dit("cuda")
+    vae = plan.source.vae("cuda")
     latents, video = overlap_reference(model, vae, plan)  # eager, on one GPU
     torch.testing.assert_close(res.latents.cpu(), latents.cpu(), **GRAPH_TOL)
     torch.testing.assert_close(res.video.cpu(), video.cpu(), **GRAPH_TOL)

@@ -58,7 +58,7 @@ def test_duplicate_envelope_yields_one_result(pools):
 
 def test_slow_consumer_backpressure_bounds_the_queue_and_loses_nothing(pools):
     cfg = BringupConfig(phase="overlap", chunks=6, d_out_capacity=2, consumer_delay_s=0.3,
-                        vae_preset=None, **QUICK)
+                        decode=False, **QUICK)
     res = run_bringup(cfg, echo=False, pool=pools(2))
     assert _delivered(res) == [(0, 0, i) for i in range(6)]
     assert res.controller.max_depth["D_OUT"] <= 2
@@ -85,20 +85,20 @@ def _fails(cfg, **kw):
 
 def test_wrong_envelope_version_is_named(no_orphans):
     err = _fails(BringupConfig(phase="pp0", chunks=3, faults=Faults(wrong_version_at=1),
-                               vae_preset=None, **QUICK))
+                               decode=False, **QUICK))
     assert err.rank == 1
     assert "version 2 but this reader speaks version 1" in str(err)
 
 
 def test_a_killed_mesh_rank_is_named(no_orphans):
     err = _fails(BringupConfig(phase="overlap", chunks=4, faults=Faults(kill_mesh_at=2),
-                               vae_preset=None, **QUICK))
+                               decode=False, **QUICK))
     assert err.rank == 1 and "SIGKILL" in str(err)
 
 
 def test_a_stopped_controller_ends_the_mesh(capsys, no_orphans):
     err = _fails(BringupConfig(phase="overlap", chunks=4,
-                               faults=Faults(controller_crash_at=1), vae_preset=None, **QUICK))
+                               faults=Faults(controller_crash_at=1), decode=False, **QUICK))
     assert err.rank == 0 and "controller crashed on purpose" in str(err)
 
 

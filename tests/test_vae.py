@@ -11,6 +11,7 @@ from diffusers import AutoencoderKLWan
 
 from ppdit.analysis.memory import track_peak_memory
 from ppdit.analysis.vae_decode import measure_decode
+from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.sampler import SamplingConfig
@@ -266,7 +267,7 @@ def test_overlap_plan_rules():
     with pytest.raises(ValueError, match="max_ahead=-1"):
         OverlapPlan(max_ahead=-1)
     with pytest.raises(ValueError, match="z_dim"):
-        OverlapPlan(preset="dummy")  # 8-channel latents cannot feed a 16-channel VAE
+        OverlapPlan(source=ModelSource("dummy"))  # 8-channel latents cannot feed a 16-channel VAE
     plan = OverlapPlan(num_chunks=5, max_ahead=1, chunk_frames=3, push_frames=2)
     assert plan.num_credits() == 3
     pieces = plan.pushes(torch.zeros(plan.chunk_shape), 0)

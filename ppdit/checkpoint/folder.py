@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ppdit.model import build_model, own_memory, torch_dtype
+from ppdit.vae.presets import build_vae
 
 COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 
@@ -105,7 +106,6 @@ def _no_progress_bars():
 
 
 def _load(path: Path, dtype: str, device, parts: tuple[str, ...]) -> WanFolder:
-    from diffusers import AutoencoderKLWan
     from transformers import AutoTokenizer, UMT5EncoderModel
 
     unknown = set(parts) - set(COMPONENTS)
@@ -116,9 +116,7 @@ def _load(path: Path, dtype: str, device, parts: tuple[str, ...]) -> WanFolder:
     if "transformer" in parts:
         out.transformer = build_model(checkpoint=path / "transformer", dtype=dt, device=device)
     if "vae" in parts:  # fp32 always, as Wan runs it
-        vae = AutoencoderKLWan.from_pretrained(path / "vae", torch_dtype=torch.float32,
-                                               local_files_only=True)
-        out.vae = own_memory(vae.to(device)).eval().requires_grad_(False)
+        out.vae = build_vae(checkpoint=path / "vae", device=device)
     if "text_encoder" in parts:
         enc = UMT5EncoderModel.from_pretrained(path / "text_encoder", dtype=dt,
                                                local_files_only=True)

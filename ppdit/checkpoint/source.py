@@ -3,6 +3,7 @@
 Two answers, and every layout, the serving system and the toy ask this one value::
 
     ModelSource("tiny", seed=0)                  a preset, random weights drawn from the seed
+                                                 (the DiT's, and the VAE preset's)
     ModelSource(folder="models/toy_shapes")      a diffusers Wan 2.1 pipeline folder on disk
 
 Every rank that holds an equal ``ModelSource`` builds identical weights without talking (the
@@ -11,12 +12,14 @@ side must have equal sources (``ppdit.runtime.rounds``). The value is frozen and
 travels with every plan to every rank; the weights never do.
 
 ``spec`` describes the transformer's sizes (a ``ModelPreset``: layers, heads, text width, a
-default latent) without loading weights; for a folder it is read from its config.
+default latent) without loading weights; for a folder it is read from its config. ``dit()``,
+``vae()`` and ``prompts()`` build what a rank needs; a folder also gives its ``scheduler()``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +27,8 @@ from pathlib import Path
 import torch
 
 from ppdit.model import ModelPreset, build_model, get_preset, torch_dtype
+from ppdit.sampler import Request, prompt_embeddings
+from ppdit.vae.presets import build_vae, get_vae_preset
 
 
 @dataclass(frozen=True)
@@ -34,11 +39,13 @@ class ModelSource:
     seed: int = 0  # the preset's weights (a folder's are its files)
     dtype: str = "fp32"  # the DiT's weights and activations; latents stay fp32
     folder: str | None = None  # a local WanPipeline folder (model_index.json, transformer/, ...)
+    vae_preset: str = "tiny"  # ppdit.vae.presets, seeded like the DiT (a folder has its own VAE)
 
     def __post_init__(self) -> None:
         torch_dtype(self.dtype)  # names the dtypes that exist
         if self.folder is None:
             get_preset(self.preset)  # names the presets that exist
+            get_vae_preset(self.vae_preset)
         else:
             from ppdit.checkpoint.folder import check_folder
 
@@ -79,6 +86,30 @@ class ModelSource:
             return build_model(self.preset, seed=self.seed, dtype=self.dtype, device=device)
         return build_model(checkpoint=Path(self.folder) / "transformer", dtype=self.dtype,
                            device=device)
+
+    def vae(self, device: str | torch.device = "cpu"):
+        """The VAE, in fp32 as Wan runs it: the folder's, or the seeded preset's."""
+        if self.folder is not None:
+            return build_vae(checkpoint=self.folder, device=device)
+        return build_vae(self.vae_preset, seed=self.seed, device=device)
+
+    @torch.no_grad()
+    def prompts(self, requests: Sequence[Request], texts: Sequence[str] | None = None
+                ) -> list[torch.Tensor]:
+        """Each request's prompt embedding (1, L, text_dim): a folder encodes ``texts`` with its
+        own tokenizer and umT5 (``WanPipeline``'s arithmetic, loaded once for all of them); a
+        preset draws the seeded stand-ins (``ppdit.sampler.prompt_embeddings``)."""
+        if self.folder is None:
+            return [prompt_embeddings(r, self.spec) for r in requests]
+        if texts is None or len(texts) != len(requests):
+            raise ValueError(f"a pipeline folder encodes text prompts: give one per request "
+                             f"({len(requests)}), got {texts!r}")
+        from ppdit.checkpoint.folder import load_folder
+        from ppdit.checkpoint.text import encode_text, text_length
+
+        parts = load_folder(self.folder, parts=("tokenizer", "text_encoder"))
+        length = text_length(parts.tokenizer)
+        return [encode_text(parts.tokenizer, parts.text_encoder, t, length) for t in texts]
 
     def scheduler(self):
         """The folder's scheduler (None for a preset: ppdit's Euler)."""

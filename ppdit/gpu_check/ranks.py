@@ -108,7 +108,7 @@ def _layer_split(pool) -> list[dict]:
 
 
 def _tp_sp(pool) -> list[dict]:
-    spec = LayoutCompare(preset=PRESET, rounds=ROUNDS)
+    spec = LayoutCompare(source=ModelSource(PRESET), rounds=ROUNDS)
     res = run_compare(spec, WORLD, pool=pool, echo=False, timeout_s=TIMEOUT_S)
     one = res.seconds["one device"] * 1e3
     names = {"TP": "TP=2", "SP, V-first": "SP (Ulysses, V-first)",

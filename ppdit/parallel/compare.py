@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 
-from ppdit.model import build_model, forward_by_stages, get_preset, torch_dtype
+from ppdit.checkpoint.source import ModelSource
+from ppdit.model import forward_by_stages, torch_dtype
 from ppdit.parallel.sequence.comms import even_split
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward, uninstall_ulysses
 from ppdit.parallel.tensor.parallelize import parallelize_wan
+from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Runner, run_side_by_side
 from ppdit.runtime.trace import RankTrace, Tracer
@@ -28,13 +29,12 @@ VARIANTS = ("one device", "SP, V-first", "SP, V last", "TP")
 
 @dataclass(frozen=True)
 class LayoutCompare:
-    """What to run: a preset, a latent shape, forwards per round, rounds."""
+    """What to run: a model, a latent shape, forwards per round, rounds."""
 
-    preset: str = "small"
+    source: ModelSource = field(default_factory=lambda: ModelSource("small"))
     latent_shape: tuple[int, ...] = (1, 16, 8, 32, 32)  # 2,048 tokens: attention matters
     forwards: int = 2
     rounds: int = 3
-    dtype: str = "fp32"
 
 
 class LayoutRunner(Runner):
@@ -44,19 +44,22 @@ class LayoutRunner(Runner):
     def prepare(rank: int, world_size: int, plans):
         """Two identical copies of the model: one for SP (and one device), one to shard for TP."""
         spec = plans[0][0]
-        return tuple(build_model(spec.preset, seed=0, dtype=spec.dtype) for _ in range(2))
+        return tuple(spec.source.dit() for _ in range(2))
 
     def __init__(self, ctx: RankContext, plans):
         super().__init__(ctx, plans)
         spec = self.spec = plans[0][0]
         full, tp_model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         self.full = full.to(ctx.device)
-        self.world, self.staged = dist.group.WORLD, ctx.placement.staged
+        world = ctx.world_size  # one group of every rank (runtime.mesh makes it)
+        self.world = build_groups(ParallelDims(pp=1, tp=world, world_size=world),
+                                  ctx.rank).tp_group
+        self.staged = ctx.placement.staged
         self.tp_model = parallelize_wan(tp_model.to(ctx.device), tp_group=self.world,
                                         staged=ctx.placement.staged)
         g = torch.Generator().manual_seed(0)
-        p = get_preset(spec.preset)
-        dtype = torch_dtype(spec.dtype)
+        p = spec.source.spec
+        dtype = torch_dtype(spec.source.dtype)
         self.x = torch.randn(spec.latent_shape, generator=g).to(ctx.device, dtype)
         self.t = torch.tensor([500.0], device=ctx.device)
         self.text = torch.randn(1, p.text_len, p.text_dim, generator=g).to(ctx.device, dtype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ppdit.checkpoint.source import ModelSource
 from ppdit.sampler import SamplingConfig
 from ppdit.serve.causal import StreamConfig
 
@@ -40,16 +41,13 @@ class BringupConfig:
     latent_hw: tuple[int, int] = (16, 16)
     num_steps: int = 4
     window: int | None = None  # causal context kept, in chunks (None: all)
-    preset: str = "tiny"
-    model_seed: int = 0
-    dtype: str = "fp32"  # the mesh's DiT (the controller's VAE decodes in fp32)
-    vae_preset: str | None = "tiny"  # None: no decode (the controller only collects latents)
+    # The weights: a seeded preset (random DiT and VAE, seeded stand-in prompts), or a trained
+    # pipeline folder (e.g. models/toy_shapes): the mesh loads its transformer, rank 0 its VAE,
+    # tokenizer and text encoder. The mesh's DiT runs in ``source.dtype``; the VAE in fp32.
+    source: ModelSource = field(default_factory=ModelSource)
+    decode: bool = True  # False: the controller only collects latents (no VAE)
     seeds: tuple[int, int] = (11, 22)  # video seeds before / after the cut
-    # A trained pipeline folder (``WanPipeline.save_pretrained``; e.g. models/toy_shapes): the
-    # mesh loads its transformer, rank 0 its VAE, tokenizer and text encoder. None: random
-    # ``preset`` / ``vae_preset`` weights and seeded stand-in prompts.
-    checkpoint: str | None = None
-    prompts: tuple[str, str] | None = None  # with a checkpoint: the prompts before / after the cut
+    prompts: tuple[str, str] | None = None  # a folder's text prompts before / after the cut
     channels: int = 16  # latent channels (the checkpoint's DiT in_channels)
     in_flight: int | None = None  # envelopes ahead; default 1 for pp0, 2 otherwise
     d_out_capacity: int = 4  # decoded chunks waiting for the output consumer
@@ -71,8 +69,8 @@ class BringupConfig:
                              "must be >= 2")
         if self.phase != "pp1" and self.tp != 1:
             raise ValueError(f"tp={self.tp}: only phase 'pp1' has a multi-rank mesh")
-        if (self.prompts is None) != (self.checkpoint is None):
-            raise ValueError(f"checkpoint={self.checkpoint!r} and prompts={self.prompts!r}: "
+        if (self.prompts is None) != (self.source.folder is None):
+            raise ValueError(f"folder={self.source.folder!r} and prompts={self.prompts!r}: "
                              "text prompts need a pipeline folder with a text encoder, and a "
                              "folder needs the prompts to encode (give both or neither)")
         if self.window is not None and self.window < 1:

@@ -62,7 +62,7 @@ class Controller:
         self.ctx, self.cfg, self.tracer = ctx, cfg, tracer
         # A trained folder's DiT works on normalised latents (its VAE config holds the stats).
         self.decoder = (None if vae is None else
-                        StreamingDecoder(vae, denormalize_latents=cfg.checkpoint is not None))
+                        StreamingDecoder(vae, denormalize_latents=cfg.source.folder is not None))
         self.d_in = BoundedQueue("D_IN", cfg.ahead, tracer)
         self.d_out = BoundedQueue("D_OUT", cfg.d_out_capacity, tracer)
         self.report = ControllerReport()

@@ -37,20 +37,18 @@ class BringupRunner(Runner):
         """Before the process group exists: the VAE on rank 0, the DiT on every mesh rank."""
         if rank > 0:
             return load_dit(cfgs[0])
-        return load_vae(next((c for c in cfgs if c.vae_preset or c.checkpoint), cfgs[0]))
+        return load_vae(next((c for c in cfgs if c.decode), cfgs[0]))
 
     def __init__(self, ctx: RankContext, cfgs: Sequence[BringupConfig]):
         super().__init__(ctx, cfgs)
-        worlds = {c.world_size for c in cfgs}
-        models = {(c.preset, c.model_seed, c.dtype, c.checkpoint) for c in cfgs}
-        if worlds != {ctx.world_size} or len(models) != 1:
+        worlds = {c.world_size for c in cfgs}  # one model: checked by run_side_by_side
+        if worlds != {ctx.world_size}:
             raise ValueError(f"configs run together need one world size (launched with "
-                             f"{ctx.world_size}, configs need {sorted(worlds)}) and one model")
+                             f"{ctx.world_size}, configs need {sorted(worlds)})")
         groups = build_groups(mesh_dims(ctx.world_size), ctx.rank)  # every rank takes part
         self.mesh_group = None if groups is None else groups.tp_group
         prepared = ctx.prepared
-        if prepared is None and (ctx.rank > 0 or any(c.vae_preset or c.checkpoint
-                                                      for c in cfgs)):
+        if prepared is None and (ctx.rank > 0 or any(c.decode for c in cfgs)):
             prepared = self.prepare(ctx.rank, ctx.world_size, cfgs)
         self.module = None if prepared is None else prepared.to(ctx.device)
         if ctx.rank > 0 and self.mesh_group is not None:
@@ -61,8 +59,7 @@ class BringupRunner(Runner):
         """One stream: the controller's report on rank 0, a mesh rank's report elsewhere."""
         cfg = self.plans[i]
         if self.ctx.rank == 0:
-            decode = cfg.vae_preset or cfg.checkpoint
-            return Controller(self.ctx, cfg, self.module if decode else None,
+            return Controller(self.ctx, cfg, self.module if cfg.decode else None,
                               tracer).run()
         channel = None if self.mesh_group is None else MeshChannel(self.ctx, self.mesh_group)
         return GeneratorRank(self.ctx, cfg, self.module, tracer, self.mesh_group,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ppdit.checkpoint.source import ModelSource
 from ppdit.serve.config import BringupConfig
 from ppdit.toy import FOLDER, evaluate, models
 from ppdit.toy.data import SIZE
@@ -19,7 +20,8 @@ def stream_config(cfg: BringupConfig, prompts: tuple[str, str], num_steps: int |
                                 "(or rebuild it: scripts/train_toy.py); --model random runs "
                                 "the random-weight preset instead")
     side = SIZE // models.VAE.spatial_factor
-    return replace(cfg, checkpoint=str(FOLDER), prompts=tuple(prompts), latent_hw=(side, side),
+    source = ModelSource(folder=str(FOLDER), dtype=cfg.source.dtype)
+    return replace(cfg, source=source, prompts=tuple(prompts), latent_hw=(side, side),
                    channels=models.Z_DIM, chunk_frames=models.CHUNK_FRAMES,
                    num_steps=num_steps or evaluate.CAUSAL_STEPS)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLWan
 
-from ppdit.model import build_seeded, lookup
+from ppdit.model import build_seeded, lookup, own_memory
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,8 @@ def build_vae(
             raise ValueError(f"checkpoint={str(checkpoint)!r} is neither a diffusers VAE folder "
                              "nor a pipeline folder with vae/config.json; no weights are "
                              "downloaded at run time")
-        vae = AutoencoderKLWan.from_pretrained(path, torch_dtype=dtype)
-        return vae.to(device).eval().requires_grad_(False)
+        vae = AutoencoderKLWan.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
+        return own_memory(vae.to(device)).eval().requires_grad_(False)  # as build_model does
     vae = build_seeded(AutoencoderKLWan, get_vae_preset(preset).diffusers_config(), seed, device)
     if dtype != torch.float32:  # (a .to(dtype=float32) would only print diffusers' cast warning)
         vae = vae.to(dtype)

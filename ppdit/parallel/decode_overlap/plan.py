@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppdit.model import get_preset
+from ppdit.checkpoint.source import ModelSource
+from ppdit.model import ModelPreset
 from ppdit.runtime.p2p import FrameSpec
 from ppdit.sampler import Request, SamplingConfig
 from ppdit.vae.presets import get_vae_preset
@@ -46,11 +47,8 @@ class OverlapPlan:
     chunk_frames: int = 2  # latent frames per generated chunk
     latent_hw: tuple[int, int] = (8, 8)  # latent H, W (tiny VAE: x4 in pixels)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(num_steps=4))
-    preset: str = "tiny"
-    vae_preset: str = "tiny"
-    model_seed: int = 0
-    dtype: str = "fp32"  # the DiT's (the VAE decodes in fp32, as diffusers runs it)
-    vae_seed: int = 0
+    # the generator's DiT (in source.dtype) and the decoder's VAE (fp32, as diffusers runs it)
+    source: ModelSource = field(default_factory=ModelSource)
     first_seed: int = 0  # chunk k is Request(k, first_seed + k)
     push_frames: int | None = None  # latent frames per decoder push; None: the whole chunk
     max_ahead: int = 2  # chunks the generator may run ahead of the decoder; 0 = serial
@@ -59,12 +57,11 @@ class OverlapPlan:
     timeout_s: float = 120.0  # bound on every P2P wait
 
     def __post_init__(self) -> None:
-        get_preset(self.preset)
-        if get_preset(self.preset).in_channels != get_vae_preset(self.vae_preset).z_dim:
-            raise ValueError(f"the DiT preset {self.preset!r} makes "
-                             f"{get_preset(self.preset).in_channels}-channel latents but VAE "
-                             f"preset {self.vae_preset!r} decodes z_dim="
-                             f"{get_vae_preset(self.vae_preset).z_dim}")
+        vae = get_vae_preset(self.source.vae_preset)
+        if self.source.folder is None and self.preset.in_channels != vae.z_dim:
+            raise ValueError(f"the DiT preset {self.preset.name!r} makes "
+                             f"{self.preset.in_channels}-channel latents but VAE preset "
+                             f"{vae.name!r} decodes z_dim={vae.z_dim}")
         if self.num_chunks < 1 or self.chunk_frames < 1:
             raise ValueError(f"num_chunks={self.num_chunks} and chunk_frames="
                              f"{self.chunk_frames} must both be >= 1")
@@ -74,9 +71,14 @@ class OverlapPlan:
             raise ValueError(f"push_frames={self.push_frames} must be >= 1 (or None)")
 
     @property
+    def preset(self) -> ModelPreset:
+        """The DiT's sizes (``source.spec``)."""
+        return self.source.spec
+
+    @property
     def chunk_shape(self) -> tuple[int, ...]:
         """(1, C, chunk_frames, H, W) of every generated chunk."""
-        return (1, get_preset(self.preset).in_channels, self.chunk_frames, *self.latent_hw)
+        return (1, self.preset.in_channels, self.chunk_frames, *self.latent_hw)
 
     @property
     def latent_frames(self) -> int:

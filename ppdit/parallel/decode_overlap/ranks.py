@@ -15,14 +15,12 @@ from collections.abc import Sequence
 import torch
 
 from ppdit.cuda_graph import StepGraph
-from ppdit.model import build_model
 from ppdit.parallel.decode_overlap.plan import DECODER_RANK, GENERATOR_RANK, OverlapPlan
 from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Runner
 from ppdit.runtime.trace import Tracer
 from ppdit.sampler import Denoiser, Request, initial_noise
-from ppdit.vae.presets import build_vae
 from ppdit.vae.streaming import StreamingDecoder
 
 CREDIT = FrameSpec((1,), torch.int64, meta_slots=1)  # payload unused; meta = decoded chunk
@@ -38,9 +36,7 @@ class OverlapRunner(Runner):
             raise ValueError(f"decode overlap runs on exactly 2 ranks, got world_size="
                              f"{world_size}")
         p = plans[0]
-        if rank == GENERATOR_RANK:
-            return build_model(p.preset, seed=p.model_seed, dtype=p.dtype)
-        return build_vae(p.vae_preset, seed=p.vae_seed)
+        return p.source.dit() if rank == GENERATOR_RANK else p.source.vae()
 
     def __init__(self, ctx: RankContext, plans: Sequence[OverlapPlan]):
         super().__init__(ctx, plans)

@@ -18,12 +18,14 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from ppdit.model import build_model, forward_by_stages, get_preset, prologue, torch_dtype
+from ppdit.checkpoint.source import ModelSource
+from ppdit.model import ModelPreset, forward_by_stages, prologue, torch_dtype
 from ppdit.parallel.tensor.comms import CollectiveCounter, TraceReport, trace_report
 from ppdit.parallel.tensor.dtensor import parallelize_wan_dtensor
 from ppdit.parallel.tensor.parallelize import compile_blocks, local_param_count, parallelize_wan
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.device import Placement
+from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Job, Runner, rounds_worker, run_side_by_side
 from ppdit.sampler import Request, initial_noise, prompt_embeddings
@@ -56,9 +58,8 @@ class TPCompare:
     """What to run: variants, model, input, and how much to measure."""
 
     variants: tuple[TPVariant, ...]
-    preset: str = "tiny"
-    model_seed: int = 0
-    dtype: str = "fp32"  # weights and activations (bf16: compare with TP_TOL_BY_DTYPE["bf16"])
+    # weights and activations in source.dtype (bf16: compare with TP_TOL_BY_DTYPE["bf16"])
+    source: ModelSource = field(default_factory=ModelSource)
     latent_shape: tuple[int, ...] | None = None  # None: the preset's default (1 sample)
     rounds: int = 3  # interleaved timing rounds (0: no timing)
     repeats: int = 3  # timed forwards per variant and round; the round keeps the median
@@ -70,14 +71,23 @@ class TPCompare:
     trace_broken_collectives: bool = True
 
     def __post_init__(self) -> None:
-        get_preset(self.preset)
         if len({v.name for v in self.variants}) != len(self.variants):
             raise ValueError("variants must be distinct")
 
     @property
+    def preset(self) -> ModelPreset:
+        """The model's sizes (``source.spec``)."""
+        return self.source.spec
+
+    @property
+    def dtype(self) -> str:
+        """The model's dtype."""
+        return self.source.dtype
+
+    @property
     def shape(self) -> tuple[int, ...]:
         """The latent shape the forwards use."""
-        return tuple(self.latent_shape or get_preset(self.preset).latent_shape)
+        return tuple(self.latent_shape or self.preset.latent_shape)
 
 
 @dataclass
@@ -113,8 +123,7 @@ def example_inputs(preset: str, shape: tuple[int, ...]) -> tuple[torch.Tensor, .
 def build_variant(variant: TPVariant, spec: TPCompare, group: dist.ProcessGroup,
                   placement: Placement):
     """The model for ``variant`` on this rank, not yet compiled."""
-    model = build_model(spec.preset, seed=spec.model_seed, dtype=spec.dtype,
-                        device=placement.device)
+    model = spec.source.dit(placement.device)
     if variant.style == "single":
         return model
     if variant.style == "dtensor":
@@ -143,11 +152,12 @@ class TPCompareRunner(Runner):
         self.inputs = (latent.to(dev, dtype), t.to(dev), text.to(dev, dtype))
         self.models, self.results = [], []
         with torch.no_grad():
-            self.reference = forward_by_stages(build_model(spec.preset, seed=spec.model_seed,
-                                                           dtype=spec.dtype, device=dev),
-                                               *self.inputs)
+            self.reference = forward_by_stages(spec.source.dit(dev), *self.inputs)
+            world = ctx.world_size  # every rank one TP group (runtime.mesh makes it)
+            self.group = build_groups(ParallelDims(pp=1, tp=world, world_size=world),
+                                      ctx.rank).tp_group
             for _, v in plans:
-                model = build_variant(v, spec, dist.group.WORLD, ctx.placement)
+                model = build_variant(v, spec, self.group, ctx.placement)
                 with CollectiveCounter() as counter:
                     out = forward_by_stages(model, *self.inputs)
                 self.models.append(model)
