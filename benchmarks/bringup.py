@@ -18,6 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from ppdit.runtime.rounds import median_ratio
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.system import run_bringups
 
@@ -30,7 +31,7 @@ def run(chunks: int, rounds: int, num_steps: int) -> dict:
     gen = statistics.median(s.duration_s for r in res["pp0"] for s in r.trace.select("compute"))
     dec = statistics.median(s.duration_s for r in res["pp0"] for s in r.trace.select("decode"))
     fps = {k: [r.fps for r in v] for k, v in res.items()}
-    ratio = statistics.median(o / p for o, p in zip(fps["overlap"], fps["pp0"], strict=True))
+    ratio = median_ratio(fps["overlap"], fps["pp0"])
     return {"generate_ms": gen * 1e3, "decode_ms": dec * 1e3,
             "fps": {k: statistics.median(v) for k, v in fps.items()},
             "ttff_s": {k: statistics.median(r.time_to_first_frame_s for r in v)

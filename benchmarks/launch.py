@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from ppdit.runtime import launch, probes, ranks
+from ppdit.runtime.rounds import median_ratio
 
 
 def measure(world_size: int, rounds: int) -> dict:
@@ -39,7 +40,7 @@ def measure(world_size: int, rounds: int) -> dict:
                 else:
                     pool.run(probes.hello)
                     pooled.append(time.perf_counter() - start)
-    ratio = statistics.median(p / f for p, f in zip(pooled, fresh, strict=True))
+    ratio = median_ratio(pooled, fresh)
     return {"world_size": world_size, "fresh_s": fresh, "pool_s": pooled,
             "pool_over_fresh": ratio, "target": "pooled job < 0.10 x fresh launch",
             "ok": ratio < 0.10}

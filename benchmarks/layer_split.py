@@ -25,6 +25,7 @@ from pathlib import Path
 from ppdit.analysis.bubbles import layer_split_bubble, measured_bubble
 from ppdit.parallel.layer_split.run import run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.runtime.rounds import median_ratio
 from ppdit.sampler import Request, SamplingConfig
 
 
@@ -43,7 +44,7 @@ def run(num_requests: int, steps: int, micro: int, rounds: int) -> dict:
     t = {k: v.makespans_s for k, v in res.items()}
 
     def ratio(a: str, b: str) -> float:  # throughput of b over a
-        return statistics.median(x / y for x, y in zip(t[a], t[b], strict=True))
+        return median_ratio(t[a], t[b])
 
     rows = {}
     for name, r in res.items():

@@ -27,16 +27,12 @@ from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_splits
 from ppdit.runtime import launch
 from ppdit.runtime.probes import handoff_pingpong, summarize_pingpong
+from ppdit.runtime.rounds import median_ratio
 from ppdit.sampler import SamplingConfig
 
 REPORT_LATENT = (1, 8, 8, 32, 32)
 REPORT_HANDOFF_MS = {"NCCL, per handoff (report's estimate)": 500.0,
                      "gloo, 28 steps 1->2 ranks (report's table)": (4.22 - 3.99) * 1e3}
-
-
-def _ratios(a: list[float], b: list[float]) -> float:
-    """Median over rounds of a_k / b_k: runs of one round share the machine's mood."""
-    return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 
 def one_request(rounds: int) -> dict:
@@ -47,7 +43,7 @@ def one_request(rounds: int) -> dict:
     one, p2 = res["one"].makespans_s, res["p2"].makespans_s
     hand = [statistics.median(handoff_latencies(t)) for t in res["p2"].traces]
     bound = [1.03 * (o + h) for o, h in zip(one, hand, strict=True)]
-    ratio = _ratios(p2, bound)
+    ratio = median_ratio(p2, bound)
     return {"one_device_s": statistics.median(one), "p2_s": statistics.median(p2),
             "handoff_s": statistics.median(hand), "p2_over_bound": ratio,
             "target": "P=2 <= 1.03 x (one device + handoff)", "ok": ratio <= 1.0}
@@ -66,15 +62,15 @@ def filled(num_requests: int, rounds: int) -> dict:
     }, rounds, echo=False)
     t = {k: v.makespans_s for k, v in res.items()}
     ideal = r * 2 / (r + 1)
-    fill_x = _ratios(t["seq"], t["filled"])
-    dp_x = _ratios(t["seq"], t["dp"])
+    fill_x = median_ratio(t["seq"], t["filled"])
+    dp_x = median_ratio(t["seq"], t["dp"])
     row = {
         "R": r, **{f"{k}_s": statistics.median(v) for k, v in t.items()},
-        "batching_alone_x": _ratios(t["seq"], t["batched"]), "two_independent_x": dp_x,
+        "batching_alone_x": median_ratio(t["seq"], t["batched"]), "two_independent_x": dp_x,
         "filled_vs_one_at_a_time_x": fill_x, "ideal_x": ideal, "filled_share_of_ideal":
         fill_x / ideal, "filled_share_of_machine_ideal": fill_x / (dp_x * r / (r + 1)),
-        "filled_vs_batched_x": _ratios(t["batched"], t["filled"]),
-        "stream_batch_vs_batched_x": _ratios(t["batched"], t["stream"]),
+        "filled_vs_batched_x": median_ratio(t["batched"], t["filled"]),
+        "stream_batch_vs_batched_x": median_ratio(t["batched"], t["stream"]),
     }
     row["ok"] = row["filled_share_of_ideal"] >= 0.95 and row["stream_batch_vs_batched_x"] > 1.0
     return row

@@ -332,17 +332,6 @@ def epilogue(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageConte
     return unpatchify(model, project_out(model, hidden, ctx), ctx.grid)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Wan's rotary embedding on (B, S, heads, hd), the arithmetic of diffusers' processor (for
-    attention processors ppdit writes itself: causal, sequence parallel)."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    cos, sin = cos[..., 0::2], sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(x)
-
-
 def forward_by_stages(
     model: WanTransformer3DModel,
     latent: torch.Tensor,
@@ -366,7 +355,7 @@ def describe(preset: str | ModelPreset) -> str:
 
 
 __all__ = [
-    "PRESETS", "DummyDiT", "ModelPreset", "StageContext", "apply_rope", "build_model",
+    "PRESETS", "DummyDiT", "ModelPreset", "StageContext", "build_model",
     "condition", "describe",
     "embed_patches", "epilogue", "forward_by_stages", "get_preset", "num_params", "project_out",
     "prologue", "run_blocks", "unpatchify",

@@ -8,7 +8,8 @@ order happens to tolerate it today.
 
 The layers (``../shared/DESIGN.md``; a module imports its own layer or lower ones)::
 
-    L0  model, sampler, vae/, checkpoint/     the model, the one loop, where weights come from
+    L0  model, attention, sampler, vae/,      the model, its attention pieces, the one loop,
+        checkpoint/                           where weights come from
     L1  runtime/, cuda_graph, _spawn_entry    ranks, groups, messages, traces
     L2  parallel/                             one folder per layout
     L3  serve/, t2v/                          systems built from layouts
@@ -33,7 +34,7 @@ def module_name(path: Path) -> str:
 
 
 LAYERS = {
-    0: ("model", "sampler", "vae", "checkpoint"),
+    0: ("model", "attention", "sampler", "vae", "checkpoint"),
     1: ("runtime", "cuda_graph", "_spawn_entry"),
     2: ("parallel",),
     3: ("serve", "t2v"),

@@ -14,14 +14,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppdit.attention import use_diffusers_attention
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import forward_by_stages, torch_dtype
 from ppdit.parallel.sequence.comms import even_split
-from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward, uninstall_ulysses
+from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
-from ppdit.runtime.rounds import Runner, run_side_by_side
+from ppdit.runtime.rounds import Runner, median_ratio, run_side_by_side
 from ppdit.runtime.trace import RankTrace, Tracer
 
 VARIANTS = ("one device", "SP, V-first", "SP, V last", "TP")
@@ -67,7 +68,7 @@ class LayoutRunner(Runner):
 
     def _forward(self, name: str) -> None:
         if name == "one device":
-            uninstall_ulysses(self.full)
+            use_diffusers_attention(self.full)
             if self.ctx.rank == 0:
                 forward_by_stages(self.full, self.x, self.t, self.text)
         elif name == "TP":
@@ -110,8 +111,7 @@ class CompareResult:
 
     def speedup(self, name: str, base: str = "one device") -> float:
         """Median over rounds of base time / variant time."""
-        return statistics.median(b / v for b, v in zip(self.rounds[base], self.rounds[name],
-                                                       strict=True))
+        return median_ratio(self.rounds[base], self.rounds[name])
 
 
 def run_compare(spec: LayoutCompare, world_size: int = 2, **launch_kwargs) -> CompareResult:

@@ -25,14 +25,30 @@ on the other ranks (see ``ppdit.runtime.launch.launch``).
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ppdit.runtime.launch import launch
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.trace import RankTrace, Rounds, Trace, Tracer, merge
+
+
+def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
+    """Per-round ratios num_k / den_k: rounds share the machine's mood, so ratios of the same
+    round are what an interleaved measurement compares."""
+    if len(num) != len(den) or not num:
+        raise ValueError(f"ratios need rounds of equal count, got {len(num)} and {len(den)}")
+    return [a / b for a, b in zip(num, den, strict=True)]
+
+
+def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
+    """The median of per-round ratios ``num_k / den_k``: how every comparison of interleaved
+    rounds is quoted (a ratio of medians would pair a fast round of one plan with a slow round
+    of the other)."""
+    return statistics.median(ratios(num, den))
 
 
 def interleaved(rounds: int, num_plans: int) -> list[tuple[int, int]]:
@@ -183,4 +199,5 @@ def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[s
 
 
 __all__ = ["Job", "PlanRuns", "RankRounds", "Runner", "check_one_model", "collect",
-           "interleaved", "prepare_job", "rounds_worker", "run_side_by_side"]
+           "interleaved", "median_ratio", "prepare_job", "ratios", "rounds_worker",
+           "run_side_by_side"]

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import torch
-import torch.nn.functional as F
 
-from ppdit.model import apply_rope, epilogue, prologue, run_blocks
+from ppdit.attention import attend, attention_out, install, project_qk, project_v
+from ppdit.model import epilogue, prologue, run_blocks
 from ppdit.sampler import Denoiser, Request, SamplingConfig, StepState
 
 # The cached path attends over [cached keys | chunk keys]; the full-sequence reference over the
@@ -91,10 +91,8 @@ class CausalAttnProcessor:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None):
-        q = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
-        k = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
-        v = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))  # (B, S, heads, hd)
-        q, k = apply_rope(q, *rotary_emb), apply_rope(k, *rotary_emb)
+        q, k = project_qk(attn, hidden_states, rotary_emb)
+        v = project_v(attn, hidden_states)  # (B, S, heads, hd)
         mask = None
         if self.cache.mode == "mask":
             mask = self.cache.mask
@@ -104,16 +102,12 @@ class CausalAttnProcessor:
             ctx = self.cache.context(self.layer)
             if ctx is not None:
                 k, v = torch.cat([ctx[0], k], dim=1), torch.cat([ctx[1], v], dim=1)
-        q, k, v = (x.permute(0, 2, 1, 3) for x in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).permute(0, 2, 1, 3)
-        out = out.flatten(2, 3).type_as(q)
-        return attn.to_out[1](attn.to_out[0](out))
+        return attention_out(attn, attend(q, k, v, mask), q)
 
 
-def install(model, cache: KVCache) -> None:
+def install_causal(model, cache: KVCache) -> None:
     """Route every block's self-attention through ``CausalAttnProcessor``."""
-    for i, block in enumerate(model.blocks):
-        block.attn1.set_processor(CausalAttnProcessor(i, cache))
+    install(model, lambda i: CausalAttnProcessor(i, cache))
 
 
 def offset_rope(model, chunk_shape: tuple[int, ...], frame_offset: int):
@@ -168,7 +162,7 @@ class ChunkGenerator:
         self.device = next(model.parameters()).device
         self.cache = KVCache(len(model.blocks), cfg.window)
         if cfg.causal:
-            install(model, self.cache)
+            install_causal(model, self.cache)
         self.next_chunk = 0
 
     def reset(self) -> None:

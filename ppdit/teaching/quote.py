@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ppdit.runtime.rounds import median_ratio, ratios
+
 UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
 
 
@@ -28,18 +30,10 @@ def spread(values_s: Sequence[float], unit: str = "ms", digits: int = 1) -> str:
     return f"{med:.{digits}f} {unit} ({lo:.{digits}f}-{hi:.{digits}f}, {len(values_s)} rounds)"
 
 
-def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
-    """Per-round ratios num_k / den_k: rounds share the machine's mood, so ratios of the same
-    round are what an interleaved measurement compares."""
-    if len(num) != len(den) or not num:
-        raise ValueError(f"ratios need rounds of equal count, got {len(num)} and {len(den)}")
-    return [a / b for a, b in zip(num, den, strict=True)]
-
-
 def ratio_spread(num: Sequence[float], den: Sequence[float], digits: int = 2) -> str:
     """"1.66x (1.58-1.71, 3 rounds)": the median of per-round ratios, with their range."""
     r = ratios(num, den)
-    med = statistics.median(r)
+    med = median_ratio(num, den)
     if len(r) == 1:
         return f"{med:.{digits}f}x (1 round)"
     return f"{med:.{digits}f}x ({min(r):.{digits}f}-{max(r):.{digits}f}, {len(r)} rounds)"

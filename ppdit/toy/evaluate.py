@@ -74,6 +74,7 @@ def decode(vae, latents: torch.Tensor) -> torch.Tensor:
 def generate_causal(toy: Toy, prompt: str, seed: int, steps: int = CAUSAL_STEPS,
                     chunks: int = CHUNKS) -> torch.Tensor:
     """The demo's path: causal chunks with the KV cache; pixels (3, T, H, W)."""
+    from ppdit.attention import use_diffusers_attention
     from ppdit.sampler import SamplingConfig
     from ppdit.serve.causal import ChunkGenerator, StreamConfig
 
@@ -82,16 +83,8 @@ def generate_causal(toy: Toy, prompt: str, seed: int, steps: int = CAUSAL_STEPS,
     gen = ChunkGenerator(toy.transformer, cfg)
     text = embed(toy, prompt)
     latents = torch.cat([gen.generate(k, seed, text) for k in range(chunks)], dim=2)
-    _restore_attention(toy.transformer)
+    use_diffusers_attention(toy.transformer)
     return decode(toy.vae, latents)
-
-
-def _restore_attention(model) -> None:
-    """Put diffusers' own attention processor back (the ChunkGenerator installed its own)."""
-    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
-
-    for block in model.blocks:
-        block.attn1.set_processor(WanAttnProcessor())
 
 
 @torch.no_grad()

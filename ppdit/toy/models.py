@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from ppdit.model import ModelPreset, apply_rope, build_seeded
+from ppdit.attention import attend, attention_out, install, project_qk, project_v
+from ppdit.model import ModelPreset, build_seeded
 from ppdit.vae.presets import VAEPreset
 
 Z_DIM = 8  # latent channels (Wan 2.1 has 16; 8 is plenty for four colours and two shapes)
@@ -96,22 +96,16 @@ class TrainAttnProcessor:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None):
-        q = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (attn.heads, -1))
-        k = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (attn.heads, -1))
-        v = attn.to_v(hidden_states).unflatten(2, (attn.heads, -1))
-        rope = self.state.rope or rotary_emb
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        q, k, v = (x.permute(0, 2, 1, 3) for x in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=self.state.mask)
-        out = out.permute(0, 2, 1, 3).flatten(2, 3).type_as(q)
-        return attn.to_out[1](attn.to_out[0](out))
+        q, k = project_qk(attn, hidden_states, self.state.rope or rotary_emb)
+        v = project_v(attn, hidden_states)
+        return attention_out(attn, attend(q, k, v, self.state.mask), q)
 
 
 def install_train_attention(model) -> AttnState:
     """Route every block's self-attention through one shared ``TrainAttnProcessor``."""
     state = AttnState()
-    for block in model.blocks:
-        block.attn1.set_processor(TrainAttnProcessor(state))
+    processor = TrainAttnProcessor(state)
+    install(model, lambda i: processor)
     return state
 
 

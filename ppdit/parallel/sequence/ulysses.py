@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
-from diffusers.models.transformers.transformer_wan import WanAttnProcessor
 
-from ppdit.model import apply_rope, project_out, prologue, run_blocks, unpatchify
+from ppdit.attention import attend, attention_out, install, project_qk, project_v
+from ppdit.model import project_out, prologue, run_blocks, unpatchify
 from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
 from ppdit.runtime.trace import Tracer
 
@@ -54,32 +54,28 @@ class UlyssesAttnProcessor:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None):
-        h = attn.heads
         a2a = dict(split=self.split, group=self.group, rank=self.rank, counter=self.counter,
                    staged=self.staged)
         in_flight = ExitStack()  # V's all-to-all, from issue to arrival: drawn beside the compute
         if self.v_first:  # issue V's all-to-all before any Q/K work
             with self._span("compute", "v"):
-                v = attn.to_v(hidden_states).unflatten(2, (h, -1))
+                v = project_v(attn, hidden_states)
             in_flight.enter_context(self._span("send", "all-to-all v, in flight"))
             v_far = seq_to_heads(v, **a2a)
         with self._span("compute", "q, k: project, norm, rope"):
-            q = attn.norm_q(attn.to_q(hidden_states)).unflatten(2, (h, -1))
-            k = attn.norm_k(attn.to_k(hidden_states)).unflatten(2, (h, -1))
-            q, k = apply_rope(q, *rotary_emb), apply_rope(k, *rotary_emb)
+            q, k = project_qk(attn, hidden_states, rotary_emb)
             if not self.v_first:
-                v = attn.to_v(hidden_states).unflatten(2, (h, -1))
+                v = project_v(attn, hidden_states)
         with self._span("wait", "all-to-all q, k, v"):
             q_far = seq_to_heads(q, **a2a).wait()
             k_far = seq_to_heads(k, **a2a).wait()
             v_far_t = (v_far if self.v_first else seq_to_heads(v, **a2a)).wait()
             in_flight.close()
         with self._span("compute", "attention"):
-            q_far, k_far, v_far_t = (x.permute(0, 2, 1, 3) for x in (q_far, k_far, v_far_t))
-            out = F.scaled_dot_product_attention(q_far, k_far, v_far_t).permute(0, 2, 1, 3)
+            out = attend(q_far, k_far, v_far_t)
         with self._span("wait", "all-to-all out"):
             out = heads_to_seq(out.contiguous(), **a2a)
-        return attn.to_out[1](attn.to_out[0](out.flatten(2, 3).type_as(q)))
+        return attention_out(attn, out, q)
 
 
 def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
@@ -88,16 +84,9 @@ def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
     check_sp_degree(model.config.num_attention_heads, len(split))
     counter = A2ACounter()
     rank = dist.get_rank(group)
-    for block in model.blocks:
-        block.attn1.set_processor(UlyssesAttnProcessor(group, split, rank, v_first, counter,
-                                                       tracer, staged))
+    processor = UlyssesAttnProcessor(group, split, rank, v_first, counter, tracer, staged)
+    install(model, lambda i: processor)
     return counter
-
-
-def uninstall_ulysses(model) -> None:
-    """Back to diffusers' own self-attention (the model runs on one device again)."""
-    for block in model.blocks:
-        block.attn1.set_processor(WanAttnProcessor())
 
 
 def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor,
@@ -135,4 +124,4 @@ def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
 
 
 __all__ = ["SP_TOL", "UlyssesAttnProcessor", "check_sp_degree", "gather_tokens",
-           "install_ulysses", "sp_forward", "uninstall_ulysses"]
+           "install_ulysses", "sp_forward"]

@@ -27,7 +27,7 @@ from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.device import Placement
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
-from ppdit.runtime.rounds import Job, Runner, rounds_worker, run_side_by_side
+from ppdit.runtime.rounds import Job, Runner, median_ratio, rounds_worker, run_side_by_side
 from ppdit.sampler import Request, initial_noise, prompt_embeddings
 
 STYLES = ("single", "funcol", "c10d", "c10d_async", "dtensor")
@@ -232,8 +232,7 @@ def _trace(result: VariantResult, model, inputs, spec: TPCompare) -> None:
 def speedup(results: dict[str, VariantResult], fast: str, base: str) -> float:
     """Median over timing rounds of time(base) / time(fast): > 1 means ``fast`` is faster.
     Per-round ratios first, so a round slowed by a neighbour's load slows both sides."""
-    pairs = zip(results[fast].forward_s, results[base].forward_s, strict=True)
-    return statistics.median(b / f for f, b in pairs)
+    return median_ratio(results[base].forward_s, results[fast].forward_s)
 
 
 def run_tp_compare(spec: TPCompare, tp: int, **launch_kwargs) -> list[dict[str, VariantResult]]:
