@@ -1,23 +1,26 @@
 """ppdit: pipeline and tensor parallel inference of a video DiT (Wan 2.1), taught by running it.
 
-The folders are the map (each module's docstring says why it is built the way it is):
+The folders are the map, in layers: a module imports its own layer or lower ones, never higher,
+and no cycle (``tests/test_layout.py`` checks every import). Each module's docstring says why it
+is built the way it is.
 
-* ``model.py``, ``sampler.py``  Wan 2.1 through diffusers (presets, the stage view); the one
-                                sampling loop every layout drives (``Denoiser``)
-* ``cuda_graph.py``             one denoising step as a CUDA graph (eager on CPU, same buffers)
-* ``vae/``                      Wan's VAE: presets, streaming causal decode, its measurements
-* ``runtime/``                  launching ranks, device/backend, rank arrangement and groups
-                                (``mesh``), P2P, tracing, plans side by side (``rounds``)
-* ``parallel/``                 one folder per layout: ``step_split/``, ``layer_split/``,
-                                ``tensor/``, ``sequence/``, ``decode_overlap/``; ``pp_tp``
-                                composes, ``compare`` runs layouts side by side
-* ``serve/``                    the bring-up system: controller + generator mesh, PP0 -> PP1
-* ``analysis/``                 numbers only: traces, bubbles, rooflines, hardware, memory
-* ``viz/``                      every picture and explorer, and the files a job writes
-* ``teaching/``                 the claims ledger, lab helpers
-* ``cli.py``, ``jobs.py``       the command line: argument parsing; the jobs it runs
-* ``gpu_check/``                ``make gpu-check``: the GPU tests and measurements, written to
-                                ``gpu_runs/`` with their provenance
+* L0 ``model.py``, ``attention.py``  Wan 2.1 through diffusers (presets, the stage view, the
+     ``sampler.py``, ``vae/``       self-attention in pieces); the one sampling loop every layout
+     ``checkpoint/``                drives (``Denoiser``); Wan's VAE (presets, streaming
+                                    decode); where weights come from (``ModelSource``: a preset
+                                    or a pipeline folder, its text encoder and scheduler)
+* L1 ``runtime/``, ``cuda_graph``   launching ranks, device/backend, rank arrangement and groups
+                                    (``mesh``), P2P, tracing, plans side by side (``rounds``);
+                                    one denoising step as a CUDA graph
+* L2 ``parallel/``                  one folder per layout: ``step_split/`` (PP x TP and TP too),
+                                    ``layer_split/``, ``tensor/``, ``sequence/``, ``cfg/``,
+                                    ``decode_overlap/``; ``compare`` runs layouts side by side
+* L3 ``serve/``, ``t2v/``           the bring-up system (controller + generator mesh, PP0 ->
+                                    PP1); one prompt -> one video on any layout
+* L4 ``analysis/``, ``viz/``,       formulas, simulations and the measurements that run them;
+     ``teaching/``                  every picture and explorer; the claims ledger, lab helpers
+* L5 ``toy/``, ``gpu_check/``,      the trained toy world; ``make gpu-check``; the command line
+     ``jobs.py``, ``cli.py``        (argument parsing; the jobs it runs)
 """
 
 __version__ = "0.1.0"

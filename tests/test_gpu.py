@@ -20,10 +20,9 @@ from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.parallel.pp_tp import make_pp_tp_plan, run_pp_tp
 from ppdit.parallel.sequence.run import SPPlan, run_sps
 from ppdit.parallel.step_split.plan import make_plan
-from ppdit.parallel.step_split.run import run_step_splits
+from ppdit.parallel.step_split.run import run_step_split, run_step_splits
 from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
 from ppdit.parallel.tensor.parallelize import TP_TOL_BY_DTYPE
 from ppdit.runtime import RankError, RankPool
@@ -130,8 +129,8 @@ def test_bringup_pp1_on_cuda():
 
 
 def test_pp_x_tp_on_cuda():
-    plan = make_pp_tp_plan(2, 2, 2, sampling=FOUR)
-    res = run_pp_tp(plan, device="cuda", echo=False)
+    plan = make_plan(2, 2, tp=2, sampling=FOUR)
+    res = run_step_split(plan, device="cuda", echo=False, timeout_s=300)
     model = build_model("tiny", seed=0, device="cuda")
     for r in plan.requests:
         _close(res.latents[r.request_id], generate(model, r, sampling=FOUR),

@@ -143,7 +143,7 @@ def test_each_layout_is_a_folder():
     for layout in ("step_split", "layer_split", "tensor", "sequence", "cfg", "decode_overlap"):
         assert (ROOT / "parallel" / layout / "__init__.py").exists(), layout
     flat = sorted(p.name for p in (ROOT / "parallel").glob("*.py"))
-    assert flat == ["__init__.py", "compare.py", "partition.py", "pp_tp.py"]
+    assert flat == ["__init__.py", "compare.py", "partition.py"]  # PP x TP is step split
     assert not (ROOT / "pipeline").exists()  # a folder is checkpoint/ or t2v/, never both
 
 

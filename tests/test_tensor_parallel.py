@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ppdit.model import build_model, forward_by_stages, get_preset, num_params
-from ppdit.parallel.pp_tp import make_pp_tp_plan
+from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import StepSplitResult
 from ppdit.parallel.tensor.comms import tp_comm_per_block
 from ppdit.parallel.tensor.compare import (
@@ -59,7 +59,7 @@ def test_pp_times_tp_must_equal_world_size():
     with pytest.raises(ValueError, match=r"0 \+ 1 x 2 x 3 = 6, but world_size = 4"):
         ParallelDims(2, 3, 4)
     with pytest.raises(ValueError, match="num_heads=4"):
-        make_pp_tp_plan(1, 3)
+        make_plan(1, 2, tp=3, sampling=SamplingConfig(num_steps=4))
 
 
 def test_comm_formula():
@@ -206,7 +206,7 @@ PP_TP_SAMPLING = SamplingConfig(num_steps=4)
 def four_ranks(pools):
     use_project_compile_cache()
     spec = TPCompare((V("funcol"),), rounds=0)  # compiled TP is checked at tp=2 above
-    plan = make_pp_tp_plan(2, 2, 2, sampling=PP_TP_SAMPLING)
+    plan = make_plan(2, 2, tp=2, sampling=PP_TP_SAMPLING)
     per_rank = launch(tp_workers.tp4_errors_then_pp_tp, 4, args=(spec, plan),
                       threads_per_rank=1, timeout_s=600, pool=pools(4))
     runs = collect(["plan"], [r["pp_tp"] for r in per_rank], 1)

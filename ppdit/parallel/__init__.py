@@ -4,13 +4,14 @@ Inside a layout's folder: ``plan.py`` (what every rank agrees on), ``ranks.py`` 
 does), ``run.py`` (launch it, merge results, the single-device reference), ``comms.py`` (what
 travels between ranks) where the layout has messages of its own.
 
-* ``step_split/``      stages own contiguous slices of the denoising steps; pipeline filling
+* ``step_split/``      stages own contiguous slices of the denoising steps; pipeline filling;
+                       stages of ``tp`` ranks are PP x TP, one such stage plain TP
 * ``layer_split/``     stages own contiguous blocks; micro-batches, GPipe, wrap, interleaving,
                        and ``torch.distributed.pipelining`` as a baseline
 * ``tensor/``          Megatron TP with functional collectives; DTensor for comparison
 * ``sequence/``        Ulysses sequence parallelism, V-first
+* ``cfg/``             CFG-parallel: the two halves of a guided step on two ranks
 * ``decode_overlap/``  decode chunk k while chunk k + 1 is generated
-* ``pp_tp.py``         step split whose stages are TP groups
 * ``compare.py``       one forward, several layouts, side by side
 * ``partition.py``     contiguous balanced splits shared by the layouts
 """

@@ -18,6 +18,7 @@ from ppdit.sampler import SamplingConfig
 from ppdit.serve.causal import StreamConfig
 
 PHASES = ("pp0", "overlap", "recompute", "pp1")
+CONTROLLER, LEADER = 0, 1  # global ranks: rank 0 controls, rank 1 leads the generator mesh
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,11 @@ import torch
 
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.trace import Tracer
-from ppdit.serve.config import BringupConfig
+from ppdit.serve.config import LEADER, BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator
 from ppdit.serve.weights import stream_prompts
 from ppdit.vae.streaming import StreamingDecoder
-
-LEADER = 1  # the mesh leader's global rank
 
 
 @dataclass

@@ -26,7 +26,7 @@ import torch
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.trace import Tracer
 from ppdit.serve.causal import ChunkGenerator
-from ppdit.serve.config import BringupConfig
+from ppdit.serve.config import CONTROLLER, BringupConfig
 from ppdit.serve.protocol import (
     PPEnvelopeV1,
     PPResultV1,
@@ -35,8 +35,6 @@ from ppdit.serve.protocol import (
     recv_message,
 )
 from ppdit.serve.queues import Deduplicator
-
-CONTROLLER = 0
 
 
 @dataclass

@@ -10,18 +10,17 @@ envelope's framing) and then each payload, shape first.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from ppdit.model import build_model, condition, embed_patches
 from ppdit.parallel.tensor.comms import trace_report
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.launch import RankContext
+from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.p2p import broadcast_tensor
 from ppdit.sampler import Request, SamplingConfig, prompt_embeddings
 from ppdit.serve.causal import ChunkGenerator, StreamConfig, offset_rope
+from ppdit.serve.config import LEADER
 from ppdit.serve.protocol import PPEnvelopeV1, decode, encode
-
-LEADER = 1
 
 
 class MeshChannel:
@@ -54,8 +53,10 @@ def explain_mesh_block(ctx: RankContext, context_chunks: int = 2) -> dict:
     """On every rank of a TP group: Dynamo's view of one mesh block as PP1 runs it — TP layers
     with functional collectives, the causal processor attending to a KV cache. Returns graph
     and graph-break counts (no Inductor compile: seconds)."""
-    model = parallelize_mesh_model(build_model("tiny", seed=0, device=ctx.device),
-                                   dist.group.WORLD, ctx.placement.staged)
+    world = ctx.world_size  # the mesh alone: every rank one TP group (runtime.mesh makes it)
+    group = build_groups(ParallelDims(pp=1, tp=world, world_size=world), ctx.rank).tp_group
+    model = parallelize_mesh_model(build_model("tiny", seed=0, device=ctx.device), group,
+                                   ctx.placement.staged)
     gen = ChunkGenerator(model, StreamConfig(chunk_frames=2,
                                              sampling=SamplingConfig(num_steps=2)))
     text = prompt_embeddings(Request(0, 1), "tiny").to(ctx.device)

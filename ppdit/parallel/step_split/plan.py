@@ -23,6 +23,21 @@ throughput approaches P times one device, ``R P / (R + P - 1)`` of it for R requ
 Splits are contiguous and balanced by step count (``split_steps``) or by per-step cost
 (``weights``: e.g. ``SamplingConfig.step_costs()`` when only early steps use guidance).
 
+PP x TP: with ``tp > 1`` each stage is a tensor-parallel group of ``tp`` ranks
+(``ppdit.runtime.mesh``: rank r is stage r // tp, TP rank r % tp). For pp = 2, tp = 2::
+
+                 TP group (all-reduces every block)
+    stage 0:   rank 0  ==  rank 1        steps [0, n/2)
+                 |           |           each TP rank sends the latent to its counterpart:
+                 v           v           PP group {0, 2} and PP group {1, 3}
+    stage 1:   rank 2  ==  rank 3        steps [n/2, n)
+
+Every TP rank ends a step with the same latent (the all-reduces hand every rank the same sum),
+so each sends it to its counterpart; no broadcast inside the group is needed (a leader that
+sends and broadcasts moves the latent once instead of ``tp`` times, but adds a collective to
+every handoff). The ranks of a stage issue the same collectives in the same order because they
+run the same steps of the same requests, and never touch another stage's group.
+
 The same plan runs a pipeline folder (``source`` a folder, ``solver="folder"``, ``cfg="split"``,
 ``prompts`` its embeddings: what ``ppdit generate --layout step`` runs): the folder's scheduler
 is a multistep solver, and its memory travels in the frame beside the latent. One stage of
@@ -96,7 +111,7 @@ class StepSplitPlan:
     replicas: int = 1
     warmup: int = 1  # untimed forwards per rank before the timed run (0 shows the cold start)
     timeout_s: float = 120.0  # bound on every P2P wait inside the ranks
-    # PP x TP: each stage a tensor-parallel group of ``tp`` ranks (ppdit.parallel.pp_tp).
+    # PP x TP: each stage a tensor-parallel group of ``tp`` ranks (see the module docstring).
     tp: int = 1
     collectives: str = "funcol"  # how TP all-reduces are issued (parallel.tensor.layers)
     compiled: bool = False  # torch.compile(fullgraph=True) every block (TP stages)
