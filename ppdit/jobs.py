@@ -59,7 +59,7 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
 
 
 def _write_demo(result, out: Path) -> None:
-    from ppdit.viz.artifacts import enlarge, save_gif, save_strip, save_timeline
+    from ppdit.viz.artifacts import enlarge, save_gif, save_strip
 
     out.mkdir(parents=True, exist_ok=True)
     video = result.controller.video
@@ -71,21 +71,18 @@ def _write_demo(result, out: Path) -> None:
         video = {v: [enlarge(c) for c in chunks] for v, chunks in video.items()}
         names.append("video_strip.png")
     frames = save_gif(video, out / "video.gif")
-    save_timeline(result.trace, out / "timeline.png", f"bring-up phase {result.cfg.phase}: "
-                  "rank 0 controller + decode, ranks 1.. the mesh")
-    result.trace.save_chrome(out / "trace.json")
     summary = {**result.summary(), "frames_written": frames}
     if result.cfg.prompts is not None:
         summary["videos"] = _frame_verdicts(result.controller.video, result.cfg.prompts)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"{summary['fps']:.1f} frames/s, first frame after "
-          f"{summary['time_to_first_frame_s'] * 1e3:.0f} ms, {summary['chunks_delivered']} "
-          f"chunks delivered, {summary['dropped_stale_results']} stale results dropped, "
-          f"max queue depth {summary['max_queue_depth']}")
-    for v in summary.get("videos", []):
-        print(f"{v['prompt']!r}: the toy detector's colour per frame {v['frame_colours']}; "
-              f"every frame the prompt's colour: {v['every_frame_is_the_prompts_colour']}")
-    _wrote(out, *names, "timeline.png", "trace.json", "summary.json")
+    lines = [f"{summary['fps']:.1f} frames/s, first frame after "
+             f"{summary['time_to_first_frame_s'] * 1e3:.0f} ms, {summary['chunks_delivered']} "
+             f"chunks delivered, {summary['dropped_stale_results']} stale results dropped, "
+             f"max queue depth {summary['max_queue_depth']}"]
+    lines += [f"{v['prompt']!r}: the toy detector's colour per frame {v['frame_colours']}; "
+              f"every frame the prompt's colour: {v['every_frame_is_the_prompts_colour']}"
+              for v in summary.get("videos", [])]
+    _write_run(out, result.trace, f"bring-up phase {result.cfg.phase}: rank 0 controller + "
+               "decode, ranks 1.. the mesh", summary, lines, names)
 
 
 def _frame_verdicts(video: dict, prompts) -> list[dict]:
@@ -140,20 +137,15 @@ def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int 
 
 def _write_step_split(result, out: Path) -> None:
     from ppdit.analysis.trace_stats import summary
-    from ppdit.viz.artifacts import save_timeline
 
-    out.mkdir(parents=True, exist_ok=True)
     plan, trace = result.plan, result.trace
-    save_timeline(trace, out / "timeline.png", f"step-split PP, {plan.num_stages} stages, "
-                  f"{len(plan.requests)} requests ({plan.mode})", busy=True)
-    trace.save_chrome(out / "trace.json")
     info = summary(trace, len(plan.requests))
     info["config"] = jsonable({**asdict(plan), "requests": len(plan.requests)})
-    (out / "summary.json").write_text(json.dumps(info, indent=2))
     busy = ", ".join(f"rank {r}: {v:.0%}" for r, v in info["busy_fraction"].items())
-    print(f"\n{info['requests_per_s']:.2f} requests/s over {info['makespan_s']:.2f} s; "
-          f"busy {busy}; median handoff {info['handoff_ms_median'] or 0:.2f} ms")
-    _wrote(out, "timeline.png", "trace.json", "summary.json")
+    line = (f"\n{info['requests_per_s']:.2f} requests/s over {info['makespan_s']:.2f} s; "
+            f"busy {busy}; median handoff {info['handoff_ms_median'] or 0:.2f} ms")
+    _write_run(out, trace, f"step-split PP, {plan.num_stages} stages, {len(plan.requests)} "
+               f"requests ({plan.mode})", info, [line], busy=True)
 
 
 def generate(spec, out: Path, device: str | None = None) -> int:
@@ -182,30 +174,21 @@ def generate(spec, out: Path, device: str | None = None) -> int:
 
 
 def _write_generate(result, out: Path, seconds: float) -> None:
-    from ppdit.viz.artifacts import (
-        pipeline_clip,
-        save_strip,
-        save_timeline,
-        to_uint8_frames,
-        write_video,
-    )
+    from ppdit.viz.artifacts import pipeline_clip, save_strip, to_uint8_frames, write_video
 
     out.mkdir(parents=True, exist_ok=True)
     clip = pipeline_clip(result.video)
     video = write_video(to_uint8_frames(clip), out / "video.mp4", fps=16)  # Wan 2.1's 16 fps
     save_strip([clip], [f"{result.spec.layout}: {result.spec.prompt!r}"], out / "frames.png",
                every=max(1, clip.shape[1] // 8))
-    trace = result.trace
-    save_timeline(trace, out / "timeline.png",
-                  f"ppdit generate: layout {result.spec.layout}, {result.spec.ranks} rank(s)")
-    trace.save_chrome(out / "trace.json")
     summary = {"config": jsonable(asdict(result.spec)), "seconds": seconds,
                "video": video.name, "frames": int(result.video.shape[1]),
                "latent_shape": list(result.latent.shape),
                "handoff_bytes": result.handoff_bytes}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"generated {summary['frames']} frames in {seconds:.1f} s")
-    _wrote(out, video.name, "frames.png", "timeline.png", "trace.json", "summary.json")
+    _write_run(out, result.trace, f"ppdit generate: layout {result.spec.layout}, "
+               f"{result.spec.ranks} rank(s)", summary,
+               [f"generated {summary['frames']} frames in {seconds:.1f} s"],
+               [video.name, "frames.png"])
 
 
 def info() -> int:
@@ -229,8 +212,20 @@ def gpu_check(out: Path, *, tests: bool = True, tests_timeout_s: float = 300,
     return run_check(out, tests=tests, tests_timeout_s=tests_timeout_s, skip=skip)
 
 
-def _wrote(out: Path, *names: str) -> None:
-    paths = ", ".join(str(out / n) for n in names)
+def _write_run(out: Path, trace, title: str, summary: dict, lines: list[str],
+               written: list[str] | tuple[str, ...] = (), busy: bool = False) -> None:
+    """What every job writes besides its own files (``written``, already in ``out``): the
+    timeline, the Perfetto trace and the summary; then ``lines`` and where everything went."""
+    from ppdit.viz.artifacts import save_timeline
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_timeline(trace, out / "timeline.png", title, busy=busy)
+    trace.save_chrome(out / "trace.json")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    for line in lines:
+        print(line)
+    paths = ", ".join(str(out / n) for n in (*written, "timeline.png", "trace.json",
+                                               "summary.json"))
     print(f"wrote {paths} (open trace.json in https://ui.perfetto.dev)")
 
 

@@ -89,7 +89,8 @@ def run_layout(spec: GenerateSpec, prompts: Conditioning, shape: tuple[int, ...]
     torchrun ranks other than 0. ``on_step(i)`` hears of every finished step."""
     plan = plan_for(spec, shape, prompts)
     launch_kwargs.setdefault("timeout_s", spec.timeout_s)
-    events = None if on_step is None else (lambda rank, e: on_step(e[1]))
+    events = None if on_step is None else (
+        lambda rank, e: on_step(e[1]) if e[0] == "step" else None)  # not ("done", request)
     out = RUNS[spec.layout](plan, on_event=events, pool=pool, **launch_kwargs)
     if out is None:
         return None
