@@ -120,6 +120,36 @@ class ModelSource:
         return load_scheduler(self.folder)
 
 
+class ModelPlan:
+    """What every layout's plan says about its model, written once: a mixin for the frozen
+    dataclass plans that hold a ``source`` and a ``latent_shape`` (and, for generation,
+    ``requests``, ``solver`` and ``prompts``: ``check_workload``)."""
+
+    @property
+    def preset(self) -> ModelPreset:
+        """The model's sizes (``source.spec``)."""
+        return self.source.spec
+
+    @property
+    def dtype(self) -> str:
+        """The model's dtype (weights and activations; latents stay fp32)."""
+        return self.source.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The latent shape of every request (the source's default unless given)."""
+        return tuple(self.latent_shape or self.preset.latent_shape)
+
+    def check_workload(self) -> None:
+        """The solver fits the source, and given prompts are one per request."""
+        from ppdit.checkpoint.solver import check_solver
+
+        check_solver(self.solver, self.source)
+        if self.prompts is not None and len(self.prompts) != len(self.requests):
+            raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
+                             "give one per request (or None for seeded stand-ins)")
+
+
 def _meta_from_config(path: Path):
     """A transformer with the folder's shapes and no weights."""
     from diffusers import WanTransformer3DModel
@@ -129,4 +159,4 @@ def _meta_from_config(path: Path):
             WanTransformer3DModel.load_config(path, local_files_only=True))
 
 
-__all__ = ["ModelSource"]
+__all__ = ["ModelPlan", "ModelSource"]

@@ -89,6 +89,21 @@ class Runner:
         """Release what must go before the process group does (CUDA graphs, groups)."""
 
 
+class ReplicatedRunner(Runner):
+    """A layout whose every rank holds the whole model: built from the plans' one ``source``
+    before the process group exists, then moved to the rank's device (``self.model``)."""
+
+    @staticmethod
+    def prepare(rank: int, world_size: int, plans: tuple) -> Any:
+        """The whole model (every plan shares one source: ``check_one_model``)."""
+        return _source(plans[0]).dit()
+
+    def __init__(self, ctx: RankContext, plans: tuple):
+        super().__init__(ctx, plans)
+        model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
+        self.model = model.to(ctx.device)
+
+
 @dataclass(frozen=True)
 class Job:
     """What every rank runs: a ``Runner`` class, its plans, and how many rounds (picklable)."""
@@ -198,6 +213,6 @@ def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[s
     return out
 
 
-__all__ = ["Job", "PlanRuns", "RankRounds", "Runner", "check_one_model", "collect",
-           "interleaved", "median_ratio", "prepare_job", "ratios", "rounds_worker",
+__all__ = ["Job", "PlanRuns", "RankRounds", "ReplicatedRunner", "Runner", "check_one_model",
+           "collect", "interleaved", "median_ratio", "prepare_job", "ratios", "rounds_worker",
            "run_side_by_side"]

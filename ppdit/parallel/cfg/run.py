@@ -13,19 +13,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppdit.checkpoint.solver import check_solver, plan_denoiser
-from ppdit.checkpoint.source import ModelSource
-from ppdit.model import ModelPreset
+from ppdit.checkpoint.solver import plan_denoiser
+from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.cfg.halves import cfg_parallel_velocity
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
-from ppdit.runtime.rounds import Runner, run_side_by_side
+from ppdit.runtime.rounds import ReplicatedRunner, run_side_by_side
 from ppdit.runtime.trace import Trace, Tracer
 from ppdit.sampler import Conditioning, Request, SamplingConfig, StepState
 
 
 @dataclass(frozen=True)
-class CFGPlan:
+class CFGPlan(ModelPlan):
     """Guided requests with the two halves of every step on two ranks."""
 
     requests: tuple[Request, ...] = (Request(0, 0),)
@@ -38,23 +37,12 @@ class CFGPlan:
     report_steps: bool = False  # rank 0 emits ("step", i) events (a progress bar)
 
     def __post_init__(self) -> None:
-        check_solver(self.solver, self.source)
+        self.check_workload()
         if not self.sampling.uses_cfg or self.sampling.guidance_steps is not None:
             raise ValueError(f"CFG-parallel needs guidance on every step (guidance_scale != 1, "
                              f"guidance_steps None), got {self.sampling}: without it there is "
                              "no second half")
-        if self.prompts is not None and len(self.prompts) != len(self.requests):
-            raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests")
 
-    @property
-    def preset(self) -> ModelPreset:
-        """The model's sizes (``source.spec``)."""
-        return self.source.spec
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The latent shape of every request."""
-        return tuple(self.latent_shape or self.preset.latent_shape)
 
     @property
     def cfg(self) -> str:
@@ -64,18 +52,12 @@ class CFGPlan:
     world_size = 2  # one rank per half
 
 
-class CFGRunner(Runner):
-    """Every CFG-parallel plan of a side-by-side job on one of the two ranks."""
-
-    @staticmethod
-    def prepare(rank: int, world_size: int, plans: Sequence[CFGPlan]):
-        """Before the process group exists: the whole model on both ranks."""
-        return plans[0].source.dit()
+class CFGRunner(ReplicatedRunner):
+    """Every CFG-parallel plan of a side-by-side job on one of the two ranks (each holds the
+    whole model)."""
 
     def __init__(self, ctx: RankContext, plans: Sequence[CFGPlan]):
         super().__init__(ctx, plans)
-        model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
-        self.model = model.to(ctx.device)
         self.group = build_groups(ParallelDims(pp=1, tp=2, world_size=2), ctx.rank).tp_group
 
     @torch.no_grad()

@@ -30,9 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ppdit.checkpoint.solver import check_solver
-from ppdit.checkpoint.source import ModelSource
-from ppdit.model import ModelPreset
+from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.sampler import Conditioning, Request, SamplingConfig
 
@@ -55,7 +53,7 @@ class Sample:
 
 
 @dataclass(frozen=True)
-class LayerSplitPlan:
+class LayerSplitPlan(ModelPlan):
     """Everything every rank must agree on (picklable)."""
 
     requests: tuple[Request, ...]
@@ -79,10 +77,7 @@ class LayerSplitPlan:
     def __post_init__(self) -> None:
         p, v, m = self.num_stages, self.virtual, self.micro_batches
         n = self.preset.num_layers
-        check_solver(self.solver, self.source)
-        if self.prompts is not None and len(self.prompts) != len(self.requests):
-            raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
-                             "give one per request (or None for seeded stand-ins)")
+        self.check_workload()
         if p < 1 or v < 1:
             raise ValueError(f"num_stages={p} and virtual={v} must be >= 1")
         if p > n:
@@ -105,15 +100,6 @@ class LayerSplitPlan:
 
     # -- shapes -----------------------------------------------------------------------------
 
-    @property
-    def preset(self) -> ModelPreset:
-        """The model's sizes (``source.spec``)."""
-        return self.source.spec
-
-    @property
-    def dtype(self) -> str:
-        """The model's dtype (and the hidden states')."""
-        return self.source.dtype
 
     @property
     def cfg(self) -> str:
@@ -121,10 +107,6 @@ class LayerSplitPlan:
         one sample per micro-batch computes ``WanPipeline``'s two forwards."""
         return "split"
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Latent shape of one request."""
-        return tuple(self.latent_shape or self.preset.latent_shape)
 
     @property
     def world_size(self) -> int:

@@ -15,20 +15,19 @@ from functools import partial
 
 import torch
 
-from ppdit.checkpoint.solver import check_solver, plan_denoiser
-from ppdit.checkpoint.source import ModelSource
-from ppdit.model import ModelPreset
+from ppdit.checkpoint.solver import plan_denoiser
+from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.sequence.comms import even_split
 from ppdit.parallel.sequence.ulysses import check_sp_degree, install_ulysses, sp_forward
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
-from ppdit.runtime.rounds import PlanRuns, Runner, run_side_by_side
+from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
 from ppdit.runtime.trace import Trace, Tracer
 from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig
 
 
 @dataclass(frozen=True)
-class SPPlan:
+class SPPlan(ModelPlan):
     """Requests generated with the blocks sequence-parallel over ``degree`` ranks."""
 
     degree: int = 2
@@ -44,25 +43,14 @@ class SPPlan:
 
     def __post_init__(self) -> None:
         check_sp_degree(self.preset.num_heads, self.degree)
-        check_solver(self.solver, self.source)
+        self.check_workload()
         if self.cfg not in CFG_MODES:
             raise ValueError(f"cfg={self.cfg!r} is not one of {CFG_MODES}")
         tokens = self.preset.num_tokens(self.shape)
         if self.degree > tokens:
             raise ValueError(f"degree={self.degree} exceeds the {tokens} tokens: sequence "
                              "parallelism needs at least one token per rank")
-        if self.prompts is not None and len(self.prompts) != len(self.requests):
-            raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests")
 
-    @property
-    def preset(self) -> ModelPreset:
-        """The model's sizes (``source.spec``)."""
-        return self.source.spec
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The latent shape of every request."""
-        return tuple(self.latent_shape or self.preset.latent_shape)
 
     @property
     def world_size(self) -> int:
@@ -70,18 +58,11 @@ class SPPlan:
         return self.degree
 
 
-class SPRunner(Runner):
-    """Every SP plan of a side-by-side job on one rank."""
-
-    @staticmethod
-    def prepare(rank: int, world_size: int, plans: Sequence[SPPlan]):
-        """Before the process group exists: the whole model on every rank."""
-        return plans[0].source.dit()
+class SPRunner(ReplicatedRunner):
+    """Every SP plan of a side-by-side job on one rank (each rank holds the whole model)."""
 
     def __init__(self, ctx: RankContext, plans: Sequence[SPPlan]):
         super().__init__(ctx, plans)
-        model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
-        self.model = model.to(ctx.device)
         # one group per plan, every rank creating every group in order (runtime.mesh)
         self.groups = [build_groups(ParallelDims(pp=1, tp=p.degree, world_size=p.degree),
                                     ctx.rank) for p in plans]

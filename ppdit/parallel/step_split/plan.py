@@ -54,9 +54,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppdit.checkpoint.solver import SchedulerSolver, check_solver
-from ppdit.checkpoint.source import ModelSource
-from ppdit.model import ModelPreset
+from ppdit.checkpoint.solver import SchedulerSolver
+from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.parallel.tensor.layers import COLLECTIVES
 from ppdit.parallel.tensor.parallelize import check_tp_degree
@@ -90,7 +89,7 @@ def split_steps(num_steps: int, num_stages: int,
 
 
 @dataclass(frozen=True)
-class StepSplitPlan:
+class StepSplitPlan(ModelPlan):
     """Everything every stage must agree on; picklable, sent to each spawned rank."""
 
     requests: tuple[Request, ...]
@@ -118,12 +117,9 @@ class StepSplitPlan:
     report_steps: bool = False  # "filled": each stage emits ("step", i) events (a progress bar)
 
     def __post_init__(self) -> None:
-        check_solver(self.solver, self.source)
+        self.check_workload()
         if self.cfg not in CFG_MODES:
             raise ValueError(f"cfg={self.cfg!r} is not one of {CFG_MODES}")
-        if self.prompts is not None and len(self.prompts) != len(self.requests):
-            raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
-                             "give one per request (or None for seeded stand-ins)")
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is not one of {MODES}")
         if not self.requests:
@@ -151,15 +147,6 @@ class StepSplitPlan:
             raise ValueError(f"{len(self.requests)} requests cannot be dealt to replicas="
                              f"{self.replicas} in groups of micro_batch={self.micro_batch}")
 
-    @property
-    def preset(self) -> ModelPreset:
-        """The model's sizes (``source.spec``)."""
-        return self.source.spec
-
-    @property
-    def dtype(self) -> str:
-        """The model's dtype."""
-        return self.source.dtype
 
     @property
     def num_stages(self) -> int:
@@ -177,10 +164,6 @@ class StepSplitPlan:
         return ParallelDims(pp=self.num_stages, tp=self.tp, world_size=self.world_size,
                             dp=self.replicas)
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The latent shape of every request."""
-        return tuple(self.latent_shape or self.preset.latent_shape)
 
     def groups(self, replica: int = 0) -> list[tuple[Request, ...]]:
         """A replica's requests (every ``replicas``-th) in the order they enter its pipeline,

@@ -29,7 +29,7 @@ from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.mesh import RankGroups, build_groups
 from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
 from ppdit.runtime.rank import RankContext
-from ppdit.runtime.rounds import Runner
+from ppdit.runtime.rounds import ReplicatedRunner
 from ppdit.runtime.trace import Tracer
 from ppdit.sampler import Denoiser, Request, StepState
 
@@ -46,20 +46,15 @@ class StageInfo:
     warmup_s: float  # the untimed warm-up, torch.compile included when the plan compiles
 
 
-class StepStageRunner(Runner):
-    """Every plan of a side-by-side job on one rank (see ``ppdit.runtime.rounds``)."""
-
-    @staticmethod
-    def prepare(rank: int, world_size: int, plans: Sequence[StepSplitPlan]):
-        """Before the process group exists: build the (full) model every stage holds."""
-        return plans[0].source.dit()
+class StepStageRunner(ReplicatedRunner):
+    """Every plan of a side-by-side job on one rank (see ``ppdit.runtime.rounds``); every stage
+    holds the whole model (a TP stage then shards a fresh copy of it)."""
 
     def __init__(self, ctx: RankContext, plans: Sequence[StepSplitPlan]):
         super().__init__(ctx, plans)
         if any(p.compiled for p in plans):
             use_project_compile_cache()
-        base = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
-        base = base.to(ctx.device)
+        base = self.model
         # Every rank creates every plan's groups, in plan order (group creation is collective).
         self.groups = [build_groups(p.dims, ctx.rank) for p in plans]
         self.dens: list[Denoiser | None] = []

@@ -18,8 +18,8 @@ from functools import partial
 import torch
 import torch.distributed as dist
 
-from ppdit.checkpoint.source import ModelSource
-from ppdit.model import ModelPreset, forward_by_stages, prologue, torch_dtype
+from ppdit.checkpoint.source import ModelPlan, ModelSource
+from ppdit.model import forward_by_stages, prologue, torch_dtype
 from ppdit.parallel.tensor.comms import CollectiveCounter, TraceReport, trace_report
 from ppdit.parallel.tensor.dtensor import parallelize_wan_dtensor
 from ppdit.parallel.tensor.parallelize import compile_blocks, local_param_count, parallelize_wan
@@ -54,7 +54,7 @@ class TPVariant:
 
 
 @dataclass(frozen=True)
-class TPCompare:
+class TPCompare(ModelPlan):
     """What to run: variants, model, input, and how much to measure."""
 
     variants: tuple[TPVariant, ...]
@@ -73,21 +73,6 @@ class TPCompare:
     def __post_init__(self) -> None:
         if len({v.name for v in self.variants}) != len(self.variants):
             raise ValueError("variants must be distinct")
-
-    @property
-    def preset(self) -> ModelPreset:
-        """The model's sizes (``source.spec``)."""
-        return self.source.spec
-
-    @property
-    def dtype(self) -> str:
-        """The model's dtype."""
-        return self.source.dtype
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The latent shape the forwards use."""
-        return tuple(self.latent_shape or self.preset.latent_shape)
 
 
 @dataclass
