@@ -22,6 +22,11 @@ BATCHED_TOL = {"rtol": 1e-4, "atol": 1e-4}
 # on a machine with GPUs (nbval's kernels inherit this too); the GPU tests (marked ``gpu``) ask
 # for CUDA explicitly and run there instead of skipping.
 os.environ.setdefault("PPDIT_DEVICE", "cpu")
+# Gloo forgives orderings NCCL does not (ppdit.runtime.nccl_rules): every rank the suite starts
+# keeps NCCL's point-to-point rules, so an order that would hang on GPUs fails here, named. The
+# eager limit is 16 KiB, not NCCL's 4 MiB: the tiny models' frames (tens of KB) then rendezvous as
+# real frames (MBs) do, while headers and credits stay eager as they are at any size.
+os.environ.setdefault("PPDIT_NCCL_RULES", str(16 << 10))
 
 # Tests that start real ranks (seconds each) or build the book: ``pytest -m "not slow"`` leaves
 # them out for a quick iteration (about half a minute on 2 cores).

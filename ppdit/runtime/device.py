@@ -15,6 +15,11 @@ The rule, decided once per launch by ``decide_placement``:
 Staging can be switched on for CPU ranks too (``stage=True``): the copies are then CPU to CPU,
 which is how the tests check the staged transport on a machine without a GPU.
 
+NCCL's point-to-point rules can be kept by gloo ranks (``nccl_rules=True``, or
+``$PPDIT_NCCL_RULES``: 1, or the eager limit in bytes): one ordered queue per peer, rendezvous
+above the buffer, timeouts from posting (``ppdit.runtime.nccl_rules``). The test suite turns it
+on, so an ordering that would hang on GPUs hangs, and is named, on the CPU.
+
 Everything else in ppdit asks a ``Placement`` instead of calling ``torch.cuda`` itself, so the
 CPU path used by the tests and the notebooks is the same code a GPU user runs.
 """
@@ -22,13 +27,14 @@ CPU path used by the tests and the notebooks is the same code a GPU user runs.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_ENV = "PPDIT_DEVICE"  # "cpu" keeps every rank on the CPU even when GPUs are visible
+RULES_ENV = "PPDIT_NCCL_RULES"  # "1" (or an eager limit in bytes): gloo keeps NCCL's P2P rules
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class Placement:
     device: torch.device
     backend: str  # "nccl" or "gloo"
     staged: bool = False  # messages go through host buffers (gloo with CUDA tensors)
+    nccl_rules: int | None = None  # gloo keeps NCCL's P2P rules, this eager limit (bytes)
 
     @property
     def is_cuda(self) -> bool:
@@ -63,26 +70,58 @@ class PlacementDecision:
     gpus: int  # GPUs the ranks use (0 on CPU)
     staged: bool
     reason: str
+    nccl_rules: int | None = None  # see Placement
 
     def for_rank(self, local_rank: int) -> Placement:
         """This rank's device (and, on CUDA, make it the current device)."""
         if self.kind == "cpu":
-            return Placement(torch.device("cpu"), self.backend, self.staged)
+            return Placement(torch.device("cpu"), self.backend, self.staged, self.nccl_rules)
         device = torch.device("cuda", local_rank % self.gpus)
         torch.cuda.set_device(device)
-        return Placement(device, self.backend, self.staged)
+        return Placement(device, self.backend, self.staged, self.nccl_rules)
 
 
 def decide_placement(local_world_size: int, *, backend: str = "auto", device: str | None = None,
-                     stage: bool | None = None) -> PlacementDecision:
+                     stage: bool | None = None, nccl_rules: bool | int | None = None
+                     ) -> PlacementDecision:
     """Apply the module's rule for ``local_world_size`` ranks on this host.
 
     ``device`` ("auto", "cpu", "cuda"; default: ``$PPDIT_DEVICE``, else "auto") and ``backend``
     ("auto", "gloo", "nccl") override the rule where they can; a request that cannot work
     (NCCL with two ranks on one GPU, CUDA without a GPU) is a ``ValueError`` saying why.
     ``stage`` forces host staging on (CPU ranks too) or off (only where messages stay on the
-    host anyway); ``None`` stages exactly when gloo carries CUDA tensors.
+    host anyway); ``None`` stages exactly when gloo carries CUDA tensors. ``nccl_rules`` (True,
+    an eager limit in bytes, or False; default ``$PPDIT_NCCL_RULES``) makes gloo ranks keep
+    NCCL's point-to-point rules (NCCL ranks keep them anyway).
     """
+    decision = _decide(local_world_size, backend, device, stage)
+    limit = _rules_limit(nccl_rules)
+    if limit is None or decision.backend != "gloo":
+        return decision
+    return replace(decision, nccl_rules=limit,
+                   reason=decision.reason + f"; NCCL's P2P rules kept (eager up to {limit:,} B)")
+
+
+def _rules_limit(nccl_rules: bool | int | None) -> int | None:
+    """The eager limit asked for (None: the rules are off)."""
+    from ppdit.runtime.nccl_rules import EAGER_BYTES
+
+    if nccl_rules is None:
+        text = os.environ.get(RULES_ENV, "0").strip()
+        if not text.isdigit():
+            raise ValueError(f"${RULES_ENV}={text!r} must be 0, 1 or an eager limit in bytes")
+        nccl_rules = {0: False, 1: True}.get(int(text), int(text))
+    if nccl_rules is True:
+        return EAGER_BYTES
+    if nccl_rules is False:
+        return None
+    if nccl_rules < 1:
+        raise ValueError(f"nccl_rules={nccl_rules} must be True, False or an eager limit >= 1")
+    return int(nccl_rules)
+
+
+def _decide(local_world_size: int, backend: str, device: str | None, stage: bool | None
+            ) -> PlacementDecision:
     device = device or os.environ.get(DEVICE_ENV) or "auto"
     if device not in DEVICES:
         raise ValueError(f"device={device!r} is not one of {DEVICES} (from the argument or "

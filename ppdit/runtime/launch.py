@@ -35,6 +35,7 @@ def launch(
     backend: str = "auto",
     device: str | None = None,
     stage: bool | None = None,
+    nccl_rules: bool | int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     threads_per_rank: int | None = None,
     on_event: Callable[[int, Any], None] | None = None,
@@ -47,7 +48,8 @@ def launch(
     ``setup(rank, world_size, *args)`` runs in each rank first (build the model there; on
     fresh ranks it runs before ``init_process_group``); its result is ``ctx.prepared``.
     ``threads_per_rank`` defaults to the cores divided by the ranks, at least 1. ``device``,
-    ``backend`` and ``stage`` refine the placement rule (``ppdit.runtime.device``).
+    ``backend``, ``stage`` and ``nccl_rules`` refine the placement rule
+    (``ppdit.runtime.device``).
     ``pg_timeout_s`` bounds each collective / P2P wait inside fresh ranks (default:
     ``timeout_s``; a pool's ranks keep the bound they started with). ``pool`` runs the job on
     a live pool of exactly ``world_size`` ranks instead of fresh ones.
@@ -66,7 +68,7 @@ def launch(
             raise ValueError(f"this job needs world_size={world_size} ranks but the pool has "
                              f"{pool.world_size}: a pool runs jobs on all of its ranks")
         return pool.run(worker, **job)
-    with RankPool(world_size, backend=backend, device=device, stage=stage,
+    with RankPool(world_size, backend=backend, device=device, stage=stage, nccl_rules=nccl_rules,
                   threads_per_rank=threads_per_rank, timeout_s=pg_timeout_s or timeout_s,
                   echo=echo) as fresh:
         return fresh.run(worker, **job)

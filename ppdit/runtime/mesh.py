@@ -78,6 +78,10 @@ class RankGroups:
     tp_rank: int  # index inside the stage's TP group
     tp_group: dist.ProcessGroup | None  # this stage's ranks (None when tp == 1)
     pp_group: dist.ProcessGroup | None  # this rank's pipeline (None: use the default group)
+    # The last stage and the first, for what travels backwards (credits): a communicator of its
+    # own, so under NCCL (one ordered stream per communicator and peer) a credit never queues
+    # behind a frame the other way, or a frame behind a credit. None when pp == 1.
+    back_group: dist.ProcessGroup | None
     prev_rank: int | None  # global rank of the counterpart in the previous stage
     next_rank: int | None  # ... in the next stage
     first_stage_rank: int  # the counterpart in stage 0 (credits go back to it)
@@ -110,15 +114,46 @@ def build_groups(dims: ParallelDims, rank: int) -> RankGroups | None:
     one_pipeline = dims.first_rank == 0 and dims.dp == 1 and dims.tp == 1
     pp_groups = ({} if one_pipeline or dims.pp == 1 else
                  {dj: dist.new_group(dims.pp_ranks(*dj)) for dj in pipes})
+    back_groups = ({} if dims.pp == 1 else  # first and last stage: ranks in increasing order
+                   {dj: dist.new_group(dims.pp_ranks(*dj)[::dims.pp - 1]) for dj in pipes})
     coords = dims.coords(rank)
     if coords is None:
         return None
     d, s, j = coords
     return RankGroups(
-        rank, d, s, j, tp_groups.get((d, s)), pp_groups.get((d, j)),
+        rank, d, s, j, tp_groups.get((d, s)), pp_groups.get((d, j)), back_groups.get((d, j)),
         dims.rank_of(d, s - 1, j) if s > 0 else None,
         dims.rank_of(d, s + 1, j) if s < dims.pp - 1 else None,
         dims.rank_of(d, 0, j), dims.rank_of(d, dims.pp - 1, j))
 
 
-__all__ = ["ParallelDims", "RankGroups", "build_groups"]
+@dataclass(frozen=True)
+class Lanes:
+    """Two communicators over the same ranks, one per direction: messages to a higher rank go
+    on ``up``, to a lower one on ``down``.
+
+    NCCL runs the un-batched sends and receives between two ranks on one ordered stream per
+    communicator. Traffic both ways on one communicator then deadlocks as soon as a rank posts
+    a receive ahead of a send its peer is waiting for (``ppdit.runtime.nccl_rules``). On a lane
+    each pair carries one direction only, sender and receiver post in the same order, and a
+    queued receive can never stand in front of a send.
+    """
+
+    up: dist.ProcessGroup
+    down: dist.ProcessGroup
+
+    def between(self, src: int, dst: int) -> dist.ProcessGroup:
+        """The group a message from ``src`` to ``dst`` travels on (both ends ask this)."""
+        if src == dst:
+            raise ValueError(f"rank {src} has no lane to itself")
+        return self.up if dst > src else self.down
+
+
+def build_lanes(ranks: list[int] | None = None) -> Lanes:
+    """Create the two lanes over ``ranks`` (default: the world). Collective: every rank of
+    the world calls it, in the same order as every other group."""
+    ranks = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
+    return Lanes(dist.new_group(ranks), dist.new_group(ranks))
+
+
+__all__ = ["Lanes", "ParallelDims", "RankGroups", "build_groups", "build_lanes"]

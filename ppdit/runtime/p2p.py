@@ -14,6 +14,10 @@ each handoff as **one** message, the payload with a few int64 metadata slots app
 step index, ...). With ``FrameSender.claim`` the producing step writes straight into the outgoing
 frame, so a handoff costs what a bare ``dist.send`` of the latent costs.
 
+Every operation is posted through ``post_send`` / ``post_recv``: plain gloo / NCCL, or, with
+``rules`` (a gloo rank keeping NCCL's point-to-point rules: ``ppdit.runtime.nccl_rules``),
+queued per peer as NCCL would run it.
+
 Staging (``staged=True``, from the rank's ``Placement``: ranks sharing a GPU over gloo, which
 moves only host memory): what goes on the wire lives in a (pinned) host buffer. A sender copies
 the device tensor into it before sending; a receiver copies the arrived bytes back to its device
@@ -32,6 +36,8 @@ from functools import cached_property
 import torch
 import torch.distributed as dist
 
+from ppdit.runtime.nccl_rules import NcclRules, P2PDeadlock
+
 MAGIC = 0x50504454  # "PPDT": catches a receiver that is reading someone else's message
 MAX_NDIM = 8
 HEADER_LEN = 4 + MAX_NDIM  # magic, dtype code, ndim, meta slots, shape
@@ -40,10 +46,26 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int
 DEFAULT_TIMEOUT_S = 60.0
 
 
+def post_send(tensor: torch.Tensor, dst: int, group=None, rules: NcclRules | None = None):
+    """``dist.isend``, or the same under NCCL's rules."""
+    if rules is not None:
+        return rules.isend(tensor, dst, group)
+    return dist.isend(tensor, dst, group=group)
+
+
+def post_recv(tensor: torch.Tensor, src: int, group=None, rules: NcclRules | None = None):
+    """``dist.irecv``, or the same under NCCL's rules."""
+    if rules is not None:
+        return rules.irecv(tensor, src, group)
+    return dist.irecv(tensor, src, group=group)
+
+
 def wait_for(work, timeout_s: float, what: str) -> None:
     """Wait for a P2P op; turn the backend's timeout into a ``TimeoutError`` that says what."""
     try:
         work.wait(timeout=timedelta(seconds=timeout_s))
+    except P2PDeadlock:
+        raise
     except RuntimeError as e:
         if "imed out" in str(e) or "timeout" in str(e).lower():
             raise TimeoutError(f"{what}: nothing completed within {timeout_s:g} s "
@@ -89,24 +111,25 @@ def _parse_header(h: torch.Tensor, src: int) -> tuple[tuple[int, ...], torch.dty
 
 
 def send_tensor(tensor: torch.Tensor, dst: int, *, group=None, staged: bool = False,
-                device: torch.device | str | None = None,
+                device: torch.device | str | None = None, rules: NcclRules | None = None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Send any tensor (header, then contiguous payload) to global rank ``dst``; blocks."""
-    isend_tensor(tensor, dst, group=group, staged=staged, device=device).wait(timeout_s)
+    isend_tensor(tensor, dst, group=group, staged=staged, device=device,
+                 rules=rules).wait(timeout_s)
 
 
 class PendingSend:
     """Sends in flight and the tensors they read (kept alive until ``wait``)."""
 
-    def __init__(self, dst: int):
-        self.dst = dst
+    def __init__(self, dst: int, rules: NcclRules | None = None):
+        self.dst, self.rules = dst, rules
         self.works: list = []
         self.tensors: list[torch.Tensor] = []
 
     def add(self, tensor: torch.Tensor, group=None) -> PendingSend:
         """Post one more isend of ``tensor`` to ``dst``."""
         self.tensors.append(tensor)
-        self.works.append(dist.isend(tensor, self.dst, group=group))
+        self.works.append(post_send(tensor, self.dst, group, self.rules))
         return self
 
     def done(self) -> bool:
@@ -120,7 +143,7 @@ class PendingSend:
 
 
 def isend_tensor(tensor: torch.Tensor, dst: int, *, group=None, staged: bool = False,
-                 device: torch.device | str | None = None,
+                 device: torch.device | str | None = None, rules: NcclRules | None = None,
                  pending: PendingSend | None = None) -> PendingSend:
     """Post the header and the contiguous payload without waiting; ``wait()`` on the result.
     ``device`` (optional) is checked against the tensor's; ``staged`` sends a host copy."""
@@ -128,27 +151,31 @@ def isend_tensor(tensor: torch.Tensor, dst: int, *, group=None, staged: bool = F
         check_on(f"sending a tensor to rank {dst}", tensor, device)
     payload = tensor.detach().to("cpu") if staged else tensor
     payload = payload.contiguous()
-    pending = pending or PendingSend(dst)
+    pending = pending or PendingSend(dst, rules)
     pending.add(_header(payload.shape, payload.dtype, 0, payload.device), group)
     return pending.add(payload, group)
 
 
 def recv_tensor(src: int, *, device: torch.device | str = "cpu", group=None,
-                staged: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
+                staged: bool = False, rules: NcclRules | None = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
     """Receive a tensor sent with ``send_tensor`` from global rank ``src``, on ``device``."""
     wire = wire_device(device, staged)
     h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire)
-    wait_for(dist.irecv(h, src, group=group), timeout_s, f"receiving a header from rank {src}")
+    wait_for(post_recv(h, src, group, rules), timeout_s, f"receiving a header from rank {src}")
     shape, dtype, _ = _parse_header(h, src)
     out = torch.empty(shape, dtype=dtype, device=wire)
-    wait_for(dist.irecv(out, src, group=group), timeout_s, f"receiving a tensor from rank {src}")
+    wait_for(post_recv(out, src, group, rules), timeout_s,
+             f"receiving a tensor from rank {src}")
     return out.to(device)
 
 
 def broadcast_tensor(tensor: torch.Tensor | None, src: int, *, group=None,
-                     device: torch.device | str = "cpu", staged: bool = False) -> torch.Tensor:
+                     device: torch.device | str = "cpu", staged: bool = False,
+                     rules: NcclRules | None = None) -> torch.Tensor:
     """Collective over ``group``: every rank returns global rank ``src``'s tensor on ``device``
-    (header, then contiguous payload, as ``send_tensor``); the other ranks pass ``None``."""
+    (header, then contiguous payload, as ``send_tensor``); the other ranks pass ``None``.
+    (A collective: NCCL's point-to-point ``rules`` do not apply to it.)"""
     wire = wire_device(device, staged)
     if dist.get_rank() == src:
         payload = tensor.to(wire).contiguous()
@@ -256,11 +283,12 @@ class FrameSender:
 
     def __init__(self, spec: FrameSpec, dst: int, *, device: torch.device | str = "cpu",
                  group=None, max_in_flight: int = 2, announce: bool = True,
-                 staged: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S):
+                 staged: bool = False, rules: NcclRules | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight={max_in_flight} must be >= 1")
         self.spec, self.dst, self.device, self.group = spec, dst, torch.device(device), group
-        self.staged = staged
+        self.staged, self.rules = staged, rules
         self.max_in_flight, self.timeout_s = max_in_flight, timeout_s
         # (work, Frame to recycle or None, tensor the transport is still reading)
         self._pending: deque = deque()
@@ -285,12 +313,12 @@ class FrameSender:
         if not self._announced:
             wire = wire_device(self.device, self.staged)
             h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots, wire)
-            self._pending.append((dist.isend(h, self.dst, group=self.group), None, h))
+            self._pending.append((post_send(h, self.dst, self.group, self.rules), None, h))
             self._announced = True
         self.claim()
         frame, self._claimed = self._claimed, None
         frame.fill(self.spec, tensor, meta)
-        self._pending.append((dist.isend(frame.buf, self.dst, group=self.group), frame,
+        self._pending.append((post_send(frame.buf, self.dst, self.group, self.rules), frame,
                               frame.buf))
 
     def _reap(self) -> None:
@@ -325,9 +353,9 @@ class FrameReceiver:
 
     def __init__(self, spec: FrameSpec, src: int, *, device: torch.device | str = "cpu",
                  group=None, depth: int = 2, count: int | None = None, staged: bool = False,
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+                 rules: NcclRules | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
         self.spec, self.src, self.device, self.group = spec, src, torch.device(device), group
-        self.timeout_s, self.count, self.staged = timeout_s, count, staged
+        self.timeout_s, self.count, self.staged, self.rules = timeout_s, count, staged, rules
         self.ahead = 1 if count is not None else 0  # never post a receive that may not come
         self._ring = [spec.new_frame(self.device, staged) for _ in range(depth + self.ahead)]
         self._posted: deque = deque()  # (frame, work) in arrival order
@@ -356,13 +384,13 @@ class FrameReceiver:
             upto = min(upto, self.count)
         while self._next_post < upto:
             frame = self._ring[self._next_post % len(self._ring)]
-            self._posted.append((frame, dist.irecv(frame.buf, self.src, group=self.group)))
+            self._posted.append((frame, post_recv(frame.buf, self.src, self.group, self.rules)))
             self._next_post += 1
 
     def _check_header(self, timeout_s: float) -> None:
         h = torch.empty(HEADER_LEN, dtype=torch.int64,
                         device=wire_device(self.device, self.staged))
-        wait_for(dist.irecv(h, self.src, group=self.group), timeout_s,
+        wait_for(post_recv(h, self.src, self.group, self.rules), timeout_s,
               f"receiving the frame header from rank {self.src}")
         shape, dtype, slots = _parse_header(h, self.src)
         theirs = FrameSpec(shape, dtype, slots)

@@ -72,8 +72,9 @@ class RankPool:
     """``world_size`` ranks that start on the first ``run`` and serve jobs until ``close``."""
 
     def __init__(self, world_size: int, *, backend: str = "auto", device: str | None = None,
-                 stage: bool | None = None, threads_per_rank: int | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, echo: bool = True):
+                 stage: bool | None = None, nccl_rules: bool | int | None = None,
+                 threads_per_rank: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 echo: bool = True):
         if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
             raise ValueError(f"world_size={world_size!r} must be an integer >= 1")
         if timeout_s <= 0:
@@ -82,7 +83,7 @@ class RankPool:
         # One decision for every rank (see ppdit.runtime.device): made here, in the caller, so
         # a request that cannot work fails before any process starts.
         self.placement = decide_placement(world_size, backend=backend, device=device,
-                                          stage=stage)
+                                          stage=stage, nccl_rules=nccl_rules)
         self.threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
         self.timeout_s, self.echo = timeout_s, echo
         self._procs: list = []

@@ -43,6 +43,7 @@ from ppdit.runtime.device import (
     decide_placement,
     local_world_size,
 )
+from ppdit.runtime.nccl_rules import NcclRules
 from ppdit.runtime.trace import Tracer
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -66,6 +67,8 @@ class RankContext:
     # it) instead of the first three. Workers add their own ("warm-up"); see
     # ppdit.runtime.trace.boot_trace.
     boot_ns: dict[str, int] = field(default_factory=dict)
+    # NCCL's P2P rules kept by this gloo rank (ppdit.runtime.nccl_rules), or None
+    rules: NcclRules | None = None
 
     @property
     def device(self) -> torch.device:
@@ -74,8 +77,10 @@ class RankContext:
 
     @property
     def wire(self) -> dict:
-        """``device=`` and ``staged=`` for the P2P helpers: ``FrameSender(..., **ctx.wire)``."""
-        return {"device": self.placement.device, "staged": self.placement.staged}
+        """``device=``, ``staged=`` and ``rules=`` for the P2P helpers:
+        ``FrameSender(..., **ctx.wire)``."""
+        return {"device": self.placement.device, "staged": self.placement.staged,
+                "rules": self.rules}
 
     def emit(self, event: Any) -> None:
         """Send a small progress event to the caller's ``on_event`` (dropped under torchrun)."""
@@ -127,6 +132,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
         dist.init_process_group(placement.backend, init_method=f"tcp://127.0.0.1:{spec.port}",
                                 rank=rank, world_size=spec.world_size,
                                 timeout=timedelta(seconds=spec.pg_timeout_s))
+        rules = _rules(placement, rank)
         boot = {"spawn": spec.spawn_ns, "entry": entry_ns, "setup": setup_ns,
                 "group": time.perf_counter_ns()}
         while True:
@@ -139,7 +145,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
                 boot["setup"] = time.perf_counter_ns()
             torch.set_num_threads(job.threads or spec.threads)
             ctx = RankContext(rank, spec.world_size, rank, placement,
-                              Tracer(rank, placement), prepared, events_q, boot)
+                              Tracer(rank, placement), prepared, events_q, boot, rules)
             result = job.worker(ctx, *job.args)
             dist.barrier()  # nobody moves on while a peer still receives from it
             results_q.put(("ok", rank, job.job_id, dumps(result)))
@@ -156,6 +162,13 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
         os._exit(1)
     results_q.close()
     results_q.join_thread()
+
+
+def _rules(placement: Placement, rank: int) -> NcclRules | None:
+    """NCCL's P2P rules for a gloo rank that asked for them (made on every rank: collective)."""
+    if placement.nccl_rules is None:
+        return None
+    return NcclRules(rank, eager_bytes=placement.nccl_rules)
 
 
 def _setup(job: RankJob | None, rank: int, world_size: int) -> Any:
@@ -216,7 +229,8 @@ def run_under_torchrun(
         dist.init_process_group(placement.backend, init_method="env://", rank=rank,
                                 world_size=world,
                                 timeout=timedelta(seconds=timeout_s))
-    ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared)
+    ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared,
+                      rules=_rules(placement, rank))
     result = _to_cpu(worker(ctx, *args))
     out = [None] * world if rank == 0 else None
     dist.gather_object(result, out, dst=0)

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ppdit.runtime.launch import RankContext
+from ppdit.runtime.mesh import Lanes
 from ppdit.runtime.trace import Tracer
-from ppdit.serve.config import LEADER, BringupConfig
+from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator
 from ppdit.serve.weights import stream_prompts
@@ -56,8 +57,15 @@ class ControllerReport:
 class Controller:
     """The rank-0 loop of one bring-up run."""
 
-    def __init__(self, ctx: RankContext, cfg: BringupConfig, vae, tracer: Tracer):
+    def __init__(self, ctx: RankContext, cfg: BringupConfig, vae, tracer: Tracer,
+                 lanes: Lanes | None = None):
         self.ctx, self.cfg, self.tracer = ctx, cfg, tracer
+        # Why the overlap phase's order is safe under NCCL: envelopes (posted ahead, not waited
+        # for) and results travel on two communicators (``lanes``). On one, a large envelope
+        # send queued ahead of the receive of a result blocks both ranks: the leader's result
+        # send waits for that receive, the envelope for the leader's next receive.
+        self.to_mesh = lanes.between(CONTROLLER, LEADER) if lanes is not None else None
+        self.from_mesh = lanes.between(LEADER, CONTROLLER) if lanes is not None else None
         # A trained folder's DiT works on normalised latents (its VAE config holds the stats).
         self.decoder = (None if vae is None else
                         StreamingDecoder(vae, denormalize_latents=cfg.source.folder is not None))
@@ -126,7 +134,8 @@ class Controller:
     def receive(self) -> None:
         """One result from the leader: drop it if stale or repeated, else decode and deliver."""
         with self.tracer.span("recv", "result"):
-            res = recv_message(LEADER, **self.ctx.wire, timeout_s=self.cfg.timeout_s)
+            res = recv_message(LEADER, **self.ctx.wire, group=self.from_mesh,
+                               timeout_s=self.cfg.timeout_s)
         if not isinstance(res, PPResultV1):
             raise RuntimeError(f"expected a PPResultV1 from the mesh, got {type(res).__name__}")
         self.d_in.remove(lambda key: key == res.key)
@@ -157,7 +166,8 @@ class Controller:
             return torch.cat(pieces, dim=2)
 
     def _send(self, env: PPEnvelopeV1, version: int = 1) -> None:
-        self.sends.append(isend_message(env, LEADER, **self.ctx.wire, version=version))
+        self.sends.append(isend_message(env, LEADER, **self.ctx.wire, group=self.to_mesh,
+                                        version=version))
         self.sends = [s for s in self.sends if not s.done()]
 
     def _consume(self) -> None:

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from ppdit.runtime.launch import RankContext
+from ppdit.runtime.mesh import Lanes
 from ppdit.runtime.trace import Tracer
 from ppdit.serve.causal import ChunkGenerator
-from ppdit.serve.config import CONTROLLER, BringupConfig
+from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import (
     PPEnvelopeV1,
     PPResultV1,
@@ -52,8 +53,11 @@ class GeneratorRank:
     """One mesh rank's loop (the leader talks to rank 0; followers get envelopes broadcast)."""
 
     def __init__(self, ctx: RankContext, cfg: BringupConfig, model, tracer: Tracer,
-                 mesh_group=None, channel=None):
+                 mesh_group=None, channel=None, lanes: Lanes | None = None):
         self.ctx, self.cfg, self.tracer = ctx, cfg, tracer
+        # envelopes in and results out on a communicator each (see serve.controller)
+        self.from_controller = lanes.between(CONTROLLER, LEADER) if lanes is not None else None
+        self.to_controller = lanes.between(LEADER, CONTROLLER) if lanes is not None else None
         self.gen = ChunkGenerator(model, cfg.stream())
         self.mesh_group, self.channel = mesh_group, channel
         self.is_leader = ctx.rank == 1
@@ -86,7 +90,7 @@ class GeneratorRank:
             return self.channel.receive()
         try:
             with self.tracer.span("wait", "envelope"):
-                env = recv_message(CONTROLLER, **self.ctx.wire,
+                env = recv_message(CONTROLLER, **self.ctx.wire, group=self.from_controller,
                                    timeout_s=self.cfg.timeout_s)
         except ProtocolError:
             raise
@@ -124,5 +128,6 @@ class GeneratorRank:
             took = torch.tensor([0.0, time.perf_counter() - start], dtype=torch.float64)
             res = PPResultV1(env.request_id, env.epoch, env.seq, env.chunk_index, latent=latent,
                              timings=took)
-            self.sends.append(isend_message(res, CONTROLLER, **self.ctx.wire))
+            self.sends.append(isend_message(res, CONTROLLER, **self.ctx.wire,
+                                            group=self.to_controller))
             self.sends = [s for s in self.sends if not s.done()]

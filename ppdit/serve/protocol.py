@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ppdit.runtime.nccl_rules import NcclRules
 from ppdit.runtime.p2p import PendingSend, isend_tensor, recv_tensor
 
 MAGIC = 0x50504556  # "PPEV"
@@ -131,27 +132,31 @@ def decode(header: torch.Tensor, payloads: list[torch.Tensor]) -> Message:
 
 
 def send_message(msg: Message, dst: int, *, device: torch.device | str = "cpu", group=None,
-                 staged: bool = False, timeout_s: float = 60.0, version: int = VERSION) -> None:
+                 staged: bool = False, rules: NcclRules | None = None, timeout_s: float = 60.0,
+                 version: int = VERSION) -> None:
     """Header, then each payload, to global rank ``dst``; blocks until all were taken."""
-    isend_message(msg, dst, device=device, group=group, staged=staged,
+    isend_message(msg, dst, device=device, group=group, staged=staged, rules=rules,
                   version=version).wait(timeout_s)
 
 
 def isend_message(msg: Message, dst: int, *, device: torch.device | str = "cpu", group=None,
-                  staged: bool = False, version: int = VERSION) -> PendingSend:
+                  staged: bool = False, rules: NcclRules | None = None,
+                  version: int = VERSION) -> PendingSend:
     """Post a message without waiting (the overlap phase). Tensors go on ``device`` first:
     NCCL only moves GPU tensors (and ``staged`` then copies them to the host for gloo)."""
     header, payloads = encode(msg, version)
-    pending = isend_tensor(header.to(device), dst, group=group, staged=staged)
+    wire = dict(group=group, staged=staged, rules=rules)
+    pending = isend_tensor(header.to(device), dst, **wire)
     for t in payloads:
-        isend_tensor(t.to(device), dst, group=group, staged=staged, pending=pending)
+        isend_tensor(t.to(device), dst, **wire, pending=pending)
     return pending
 
 
 def recv_message(src: int, *, device: torch.device | str = "cpu", group=None,
-                 staged: bool = False, timeout_s: float = 60.0) -> Message:
+                 staged: bool = False, rules: NcclRules | None = None,
+                 timeout_s: float = 60.0) -> Message:
     """Receive one message from global rank ``src``: the header says how many payloads."""
-    wire = dict(device=device, group=group, staged=staged, timeout_s=timeout_s)
+    wire = dict(device=device, group=group, staged=staged, rules=rules, timeout_s=timeout_s)
     header = recv_tensor(src, **wire).cpu()
     if header.shape != (HEADER_LEN,):
         raise ProtocolError(f"expected a {HEADER_LEN}-int header from rank {src}, got shape "

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.runtime.mesh import ParallelDims, build_groups
+from ppdit.runtime.mesh import ParallelDims, build_groups, build_lanes
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Runner, run_side_by_side
 from ppdit.runtime.trace import Trace
 from ppdit.serve.causal import ChunkGenerator
-from ppdit.serve.config import BringupConfig
+from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.controller import Controller, ControllerReport
 from ppdit.serve.generator import GeneratorRank, GeneratorReport
 from ppdit.serve.pp1 import MeshChannel, parallelize_mesh_model
@@ -47,6 +47,8 @@ class BringupRunner(Runner):
                              f"{ctx.world_size}, configs need {sorted(worlds)})")
         groups = build_groups(mesh_dims(ctx.world_size), ctx.rank)  # every rank takes part
         self.mesh_group = None if groups is None else groups.tp_group
+        # Envelopes go down one communicator, results come back on another: see Controller.
+        self.lanes = build_lanes([CONTROLLER, LEADER])
         prepared = ctx.prepared
         if prepared is None and (ctx.rank > 0 or any(c.decode for c in cfgs)):
             prepared = self.prepare(ctx.rank, ctx.world_size, cfgs)
@@ -60,10 +62,10 @@ class BringupRunner(Runner):
         cfg = self.plans[i]
         if self.ctx.rank == 0:
             return Controller(self.ctx, cfg, self.module if cfg.decode else None,
-                              tracer).run()
+                              tracer, self.lanes).run()
         channel = None if self.mesh_group is None else MeshChannel(self.ctx, self.mesh_group)
         return GeneratorRank(self.ctx, cfg, self.module, tracer, self.mesh_group,
-                             channel).run()
+                             channel, self.lanes).run()
 
 
 @dataclass

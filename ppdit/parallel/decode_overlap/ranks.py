@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 
 from ppdit.cuda_graph import StepGraph
 from ppdit.parallel.decode_overlap.plan import DECODER_RANK, GENERATOR_RANK, OverlapPlan
@@ -42,8 +43,11 @@ class OverlapRunner(Runner):
         super().__init__(ctx, plans)
         module = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         module = module.to(ctx.device)
-        self.side = (_Generator(ctx, module) if ctx.rank == GENERATOR_RANK
-                     else _Decoder(ctx, module))
+        # Credits travel back on a communicator of their own: under NCCL a credit send queued
+        # behind a posted chunk receive (or the reverse) on one communicator would deadlock.
+        back = dist.new_group([DECODER_RANK, GENERATOR_RANK])
+        self.side = (_Generator(ctx, module, back) if ctx.rank == GENERATOR_RANK
+                     else _Decoder(ctx, module, back))
 
     def warm_up(self, i: int) -> None:
         """One untimed chunk stream through both sides (a graph, if used, is captured here)."""
@@ -61,8 +65,8 @@ class OverlapRunner(Runner):
 
 
 class _Generator:
-    def __init__(self, ctx: RankContext, model: torch.nn.Module):
-        self.ctx, self.model = ctx, model
+    def __init__(self, ctx: RankContext, model: torch.nn.Module, back):
+        self.ctx, self.model, self.back = ctx, model, back
         self._graphs: dict[tuple, object] = {}  # one StepGraph per (shape, sampling, preset)
 
     def close(self) -> None:
@@ -74,7 +78,7 @@ class _Generator:
     def run(self, plan: OverlapPlan, tracer: Tracer) -> None:
         outbox = FrameSender(plan.frame_spec(), DECODER_RANK, **self.ctx.wire,
                              max_in_flight=2, timeout_s=plan.timeout_s)
-        credits = (FrameReceiver(CREDIT, DECODER_RANK, **self.ctx.wire,
+        credits = (FrameReceiver(CREDIT, DECODER_RANK, **self.ctx.wire, group=self.back,
                                  count=plan.num_credits(), timeout_s=plan.timeout_s)
                    if plan.num_credits() else None)
         den = Denoiser(self.model, plan.preset, plan.sampling)
@@ -125,8 +129,8 @@ class _Generator:
 
 
 class _Decoder:
-    def __init__(self, ctx: RankContext, vae):
-        self.ctx, self.vae = ctx, vae
+    def __init__(self, ctx: RankContext, vae, back):
+        self.ctx, self.vae, self.back = ctx, vae, back
 
     def close(self) -> None:
         """Nothing outlives a run: each run's StreamingDecoder is closed when it ends."""
@@ -134,7 +138,7 @@ class _Decoder:
     def run(self, plan: OverlapPlan, tracer: Tracer) -> tuple[torch.Tensor, torch.Tensor]:
         inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, **self.ctx.wire,
                               count=plan.num_chunks, timeout_s=plan.timeout_s)
-        credits = (FrameSender(CREDIT, GENERATOR_RANK, **self.ctx.wire,
+        credits = (FrameSender(CREDIT, GENERATOR_RANK, **self.ctx.wire, group=self.back,
                                timeout_s=plan.timeout_s) if plan.num_credits() else None)
         frames, chunks = [], []
         with StreamingDecoder(self.vae) as decoder:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections import deque
 
 import torch
-import torch.distributed as dist
 
 from ppdit.model import torch_dtype
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan, Message, messages_sent, sender_of
-from ppdit.runtime.p2p import Frame, FrameSpec, wait_for
+from ppdit.runtime.mesh import Lanes
+from ppdit.runtime.nccl_rules import NcclRules
+from ppdit.runtime.p2p import Frame, FrameSpec, post_recv, wait_for
 
 KINDS = ("hidden", "latent")
 
@@ -40,12 +41,21 @@ class Mailbox:
     receives in exactly that order — ``ahead`` of need, so transfers overlap compute — and
     stashing what is not needed yet means one pair of ranks can carry several kinds of message
     without tags, on gloo and NCCL alike.
+
+    Why posting ahead is safe under NCCL: each direction between two ranks has a communicator
+    of its own (``lanes``, ``ppdit.runtime.mesh.Lanes``), so a receive posted ahead queues only
+    behind receives from the same sender, never in front of a send this rank still has to
+    make. On one communicator, P = 2 deadlocks: rank 1's receive of the next hidden state,
+    posted ahead, holds the queue its wrapped latent needs, and rank 0 needs that latent to
+    produce the hidden state (``tests/test_nccl_rules.py`` keeps that order as a fixture).
     """
 
     def __init__(self, plan: LayerSplitPlan, rank: int, dim: int, device, timeout_s: float,
-                 ahead: int = 2, staged: bool = False):
+                 ahead: int = 2, staged: bool = False, rules: NcclRules | None = None,
+                 lanes: Lanes | None = None):
         self.plan, self.rank, self.dim, self.device = plan, rank, dim, torch.device(device)
-        self.timeout_s, self.ahead, self.staged = timeout_s, ahead, staged
+        self.timeout_s, self.ahead, self.staged, self.rules = timeout_s, ahead, staged, rules
+        self.lanes = lanes
         self.expected = {src: deque(m for dst, m in messages_sent(plan, src) if dst == rank)
                          for src in range(plan.num_stages) if src != rank}
         self.posted: dict[int, deque] = {src: deque() for src in self.expected}
@@ -76,4 +86,9 @@ class Mailbox:
             spec = message_spec(self.plan, nxt, self.dim)
             free = self.pool.get(spec)
             frame = free.pop() if free else spec.new_frame(self.device, self.staged)
-            self.posted[src].append((nxt, spec, frame, dist.irecv(frame.buf, src)))
+            self.posted[src].append((nxt, spec, frame,
+                                     post_recv(frame.buf, src, self.group(src), self.rules)))
+
+    def group(self, src: int):
+        """The communicator messages from ``src`` arrive on (None: the default group)."""
+        return self.lanes.between(src, self.rank) if self.lanes is not None else None

@@ -37,6 +37,7 @@ from ppdit.parallel.layer_split.schedule import (
     input_message,
 )
 from ppdit.parallel.layer_split.torch_baseline import run_torch_gpipe
+from ppdit.runtime.mesh import Lanes, build_lanes
 from ppdit.runtime.p2p import FrameSender, FrameSpec
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Runner
@@ -94,13 +95,15 @@ def expected_param_count(plan: LayerSplitPlan, rank: int) -> int:
 class _Rank:
     """Executes ``plan.tasks(rank)`` with real compute and real messages."""
 
-    def __init__(self, ctx: RankContext, plan: LayerSplitPlan, model, tracer: Tracer):
+    def __init__(self, ctx: RankContext, plan: LayerSplitPlan, model, tracer: Tracer,
+                 lanes: Lanes | None = None):
         self.ctx, self.plan, self.model, self.tracer = ctx, plan, model, tracer
+        self.lanes = lanes  # one communicator per direction: see comms.Mailbox
         self.rank = ctx.rank
         self.dim = model.config.num_attention_heads * model.config.attention_head_dim
         self.dtype = model.dtype  # activations; latents and the update stay fp32
         self.mailbox = Mailbox(plan, self.rank, self.dim, ctx.device, plan.timeout_s,
-                               staged=ctx.placement.staged)
+                               staged=ctx.placement.staged, rules=ctx.rules, lanes=lanes)
         self.senders: dict[tuple[int, FrameSpec], FrameSender] = {}
         # The shared sampling loop's pieces: conditioning, guidance and the solver update.
         self.den = plan_denoiser(model, plan)
@@ -162,6 +165,7 @@ class _Rank:
         spec = message_spec(self.plan, msg, self.dim)
         tx = self.senders.setdefault((dst, spec), FrameSender(
             spec, dst, **self.ctx.wire, max_in_flight=1 << 30, announce=False,
+            group=self.lanes.between(self.rank, dst) if self.lanes is not None else None,
             timeout_s=self.plan.timeout_s))
         with self.tracer.span("send", f"m{msg.micro}", step=msg.step, micro=msg.micro,
                               message=msg.kind):
@@ -228,6 +232,7 @@ class LayerStageRunner(Runner):
         super().__init__(ctx, plans)
         models = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         self.models = [None if m is None else m.to(ctx.device) for m in models]
+        self.lanes = build_lanes()  # every rank, every plan: group creation is collective
 
     def takes_part(self, i: int) -> bool:
         return self.models[i] is not None
@@ -240,7 +245,7 @@ class LayerStageRunner(Runner):
         plan, engine = self.plans[i]
         if engine == "torch":
             return run_torch_gpipe(self.ctx, plan, self.models[i], tracer)
-        return _Rank(self.ctx, plan, self.models[i], tracer).run()
+        return _Rank(self.ctx, plan, self.models[i], tracer, self.lanes).run()
 
     def result(self, i: int) -> int:
         """Parameters this rank holds for plan ``i``."""

@@ -118,10 +118,12 @@ class _Stage:
         limited = (plan.mode == "filled" and plan.max_in_flight is not None
                    and plan.num_stages > 1)
         n_credits = max(0, len(self.groups) - (plan.max_in_flight or 0))
-        self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, **ctx.wire, group=pg,
+        # Credits go back on a group of their own: see RankGroups.back_group.
+        back = groups.back_group
+        self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, **ctx.wire, group=back,
                                          count=n_credits, timeout_s=t)
                            if limited and self.is_first else None)
-        self.credits_out = (FrameSender(credit, groups.first_stage_rank, **ctx.wire, group=pg,
+        self.credits_out = (FrameSender(credit, groups.first_stage_rank, **ctx.wire, group=back,
                                         timeout_s=t)
                             if limited and self.is_last else None)
         self.finished_groups = 0

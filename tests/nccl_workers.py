@@ -1,0 +1,135 @@
+"""Rank workers for ``test_nccl_rules.py``: the orders that hang under NCCL, kept as fixtures.
+
+Each ``*_fixture`` worker replays, with ppdit's own P2P helpers, the message order a layout used
+before it was fixed (the ``fixed`` flag switches to the order the layout uses now), so a test
+can show the hang under NCCL's rules and its absence after the fix.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ppdit.runtime.launch import RankContext
+from ppdit.runtime.mesh import build_lanes
+from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, post_recv, post_send, wait_for
+
+FRAME = FrameSpec((64, 64), torch.float32, meta_slots=1)  # 16 KiB + meta: above a 16 KiB limit
+CREDIT = FrameSpec((1,), torch.int64, meta_slots=0)
+
+
+def crossed(ctx: RankContext, fused: bool) -> list[float]:
+    """Each of two ranks posts a receive from the other, then a send to it (or both fused)."""
+    peer = 1 - ctx.rank
+    x, y = torch.full((4,), float(ctx.rank)), torch.empty(4)
+    if fused:
+        rx, tx = ctx.rules.batch([("recv", y, peer, None), ("send", x, peer, None)])
+    else:
+        rx = post_recv(y, peer, rules=ctx.rules)
+        tx = post_send(x, peer, rules=ctx.rules)
+    wait_for(tx, 20, "send")
+    wait_for(rx, 20, "recv")
+    return y.tolist()
+
+
+def both_send_first(ctx: RankContext, numel: int) -> float:
+    """Each rank sends to the other, then receives: fine while sends are eager (small), a
+    rendezvous deadlock once both are above the limit."""
+    peer = 1 - ctx.rank
+    x, y = torch.full((numel,), float(ctx.rank)), torch.empty(numel)
+    tx = post_send(x, peer, rules=ctx.rules)
+    wait_for(tx, 20, "send")
+    wait_for(post_recv(y, peer, rules=ctx.rules), 20, "recv")
+    return float(y[0])
+
+
+def late_wait(ctx: RankContext, sleep_s: float, timeout_s: float) -> str:
+    """Rank 1 posts a receive, works ``sleep_s``, then waits with ``timeout_s``: under NCCL the
+    clock started at the posting. Rank 0 sends only after that."""
+    import time
+
+    x = torch.zeros(4)
+    if ctx.rank == 1:
+        work = post_recv(x, 0, rules=ctx.rules)
+        time.sleep(sleep_s)
+        try:
+            wait_for(work, timeout_s, "late receive")
+        except TimeoutError as err:
+            dist.barrier()
+            return f"TimeoutError: {str(err).splitlines()[0]}"
+        dist.barrier()
+        return "ok"
+    dist.barrier()  # send after rank 1 gave up: its receive stays unmatched and harmless
+    return "sender"
+
+
+def credits_fixture(ctx: RankContext, groups: int, max_in_flight: int, fixed: bool) -> int:
+    """Step split's credit loop on 2 stages (also decode overlap's): rank 0 sends a frame per
+    group and, ``max_in_flight`` ahead, waits for a credit that rank 1 returns per finished
+    group. Pre-fix, credits came back on the frames' communicator."""
+    back = dist.new_group([0, 1]) if fixed else None
+    n_credits = max(0, groups - max_in_flight)
+    if ctx.rank == 0:
+        out = FrameSender(FRAME, 1, **ctx.wire, timeout_s=30)
+        credits = FrameReceiver(CREDIT, 1, **ctx.wire, group=back, count=n_credits,
+                                timeout_s=30)
+        for k in range(groups):
+            if k >= max_in_flight:
+                credits.recv()
+            out.send(torch.full(FRAME.shape, float(k)), [k])
+        out.flush()
+        return groups
+    inbox = FrameReceiver(FRAME, 0, **ctx.wire, count=groups, timeout_s=30)
+    credits = FrameSender(CREDIT, 0, **ctx.wire, group=back, timeout_s=30)
+    got = 0
+    for k in range(groups):
+        _, (index,) = inbox.recv()
+        got += int(index == k)
+        if k + max_in_flight < groups:
+            credits.send(torch.ones(1, dtype=torch.int64), [])
+    credits.flush()
+    return got
+
+
+def layer_split_fixture(ctx: RankContext, micro: int, fixed: bool) -> dict:
+    """Layer split on 2 ranks through its own executor; pre-fix, every message went on the
+    default communicator (``lanes=None``)."""
+    from ppdit.parallel.layer_split.ranks import _Rank, build_stage_model
+    from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+    from ppdit.runtime.trace import Tracer
+    from ppdit.sampler import Request, SamplingConfig
+
+    plan = LayerSplitPlan(tuple(Request(i, 10 + i) for i in range(micro)), 2, micro,
+                          sampling=SamplingConfig(num_steps=2), timeout_s=30)
+    lanes = build_lanes() if fixed else None
+    model = build_stage_model(plan, ctx.rank)
+    tracer = Tracer(ctx.rank, ctx.placement, enabled=False)
+    out = _Rank(ctx, plan, model, tracer, lanes).run()
+    return {k: v.sum().item() for k, v in out.items()}
+
+
+def serve_fixture(ctx: RankContext, fixed: bool) -> str:
+    """The controller's overlap order: envelopes posted ahead, results received, on one
+    communicator (pre-fix) or one per direction. Envelopes are above the eager limit."""
+    lanes = build_lanes() if fixed else None
+    down = lanes.between(0, 1) if lanes else None
+    up = lanes.between(1, 0) if lanes else None
+    n, size = 4, 8192
+    if ctx.rank == 0:
+        sends = [post_send(torch.full((size,), float(i)), 1, down, ctx.rules) for i in range(2)]
+        for i in range(n):
+            res = torch.empty(size)
+            wait_for(post_recv(res, 1, up, ctx.rules), 30, f"result {i}")
+            if i + 2 < n:
+                sends.append(post_send(torch.full((size,), float(i + 2)), 1, down, ctx.rules))
+        for s in sends:
+            wait_for(s, 30, "envelope")
+        return "controller"
+    pending = []
+    for i in range(n):
+        env = torch.empty(size)
+        wait_for(post_recv(env, 0, down, ctx.rules), 30, f"envelope {i}")
+        pending.append(post_send(env * 2, 0, up, ctx.rules))
+    for s in pending:
+        wait_for(s, 30, "result")
+    return "mesh"
