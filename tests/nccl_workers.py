@@ -45,22 +45,24 @@ def both_send_first(ctx: RankContext, numel: int) -> float:
 
 def late_wait(ctx: RankContext, sleep_s: float, timeout_s: float) -> str:
     """Rank 1 posts a receive, works ``sleep_s``, then waits with ``timeout_s``: under NCCL the
-    clock started at the posting. Rank 0 sends only after that."""
+    clock started at the posting, so the wait fails at once. Rank 0 never sends."""
     import time
 
-    x = torch.zeros(4)
     if ctx.rank == 1:
-        work = post_recv(x, 0, rules=ctx.rules)
+        work = post_recv(torch.zeros(4), 0, rules=ctx.rules)
         time.sleep(sleep_s)
-        try:
-            wait_for(work, timeout_s, "late receive")
-        except TimeoutError as err:
-            dist.barrier()
-            return f"TimeoutError: {str(err).splitlines()[0]}"
-        dist.barrier()
-        return "ok"
-    dist.barrier()  # send after rank 1 gave up: its receive stays unmatched and harmless
-    return "sender"
+        wait_for(work, timeout_s, "late receive")
+    return "done"
+
+
+def both_give_up(ctx: RankContext) -> str:
+    """Both ranks wait for a message nobody sends, and catch the timeout: their communicators
+    count as aborted, so each skips the closing barrier and still reports."""
+    try:
+        wait_for(post_recv(torch.zeros(4), 1 - ctx.rank, rules=ctx.rules), 0.5, "nothing")
+    except TimeoutError:
+        return "gave up"
+    return "received?"
 
 
 def credits_fixture(ctx: RankContext, groups: int, max_in_flight: int, fixed: bool) -> int:

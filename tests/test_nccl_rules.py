@@ -48,9 +48,15 @@ def test_large_sends_both_first_deadlock_small_ones_pass(pools, no_orphans):
 
 
 def test_a_receive_times_out_from_its_posting(no_orphans):
-    # a fresh launch: as on NCCL, a timed-out receive leaves its communicator unusable
-    out = launch(w.late_wait, 2, args=(2.0, 1.0), nccl_rules=LIMIT, echo=False, timeout_s=60)
-    assert out[1].startswith("TimeoutError") and "posting" in out[1]
+    text = _fails(w.late_wait, (2.0, 1.0))
+    assert "TimeoutError" in text and "within 1 s of its posting" in text
+
+
+def test_after_a_timeout_ranks_skip_the_closing_barrier_and_the_pool_restarts(pools):
+    pool = pools(2)
+    assert launch(w.both_give_up, 2, pool=pool) == ["gave up", "gave up"]
+    assert not pool.started  # its ranks' communicators were aborted: the next job restarts
+    assert launch(w.crossed, 2, args=(True,), pool=pool) == [[1.0] * 4, [0.0] * 4]
 
 
 @pytest.mark.parametrize("max_in_flight", [1, 2])

@@ -153,3 +153,20 @@ def test_bf16_step_split_equals_one_device_bf16(pools, tiny):
         fp32 = generate(tiny, r, sampling=sampling)
         assert not torch.equal(out, fp32)
         torch.testing.assert_close(out, fp32, **BF16_VS_FP32)
+
+
+def test_a_stage_slower_than_the_floor_completes(tiny):
+    """The first handoff comes after 4 slow steps (> 3 s), past the 2 s floor of every wait:
+    the receive's bound comes from the work upstream (p2p.work_bound), as 14B at 480p needs
+    (minutes before its first handoff against the old fixed 60 s)."""
+    from ppdit.parallel.step_split.run import StepSplitResult
+    from ppdit.runtime.rounds import run_side_by_side
+    from tests.workers import SlowStepRunner
+
+    plan = make_plan(2, 1, sampling=SamplingConfig(num_steps=8), timeout_s=2.0)
+    runs = run_side_by_side({"slow": plan}, runner=SlowStepRunner, world_size=2,
+                            timeout_s=120, echo=False)
+    res = StepSplitResult.from_runs(plan, runs["slow"])
+    waited = [s.duration_s for s in res.traces[0].spans if s.kind == "recv" and s.rank == 1]
+    assert waited and waited[0] > plan.timeout_s  # the old fixed bound would have fired
+    assert torch.equal(res.latents[0], generate(tiny, Request(0, 0), sampling=plan.sampling))

@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
 
@@ -78,3 +79,23 @@ def mismatched_frames(ctx: RankContext) -> None:
         time.sleep(5)  # keep the sender alive while the receiver reads the header
     else:
         FrameReceiver(FrameSpec((5,), torch.float32, 1), 0, timeout_s=20, **ctx.wire).recv()
+
+
+class SlowStepRunner(StepStageRunner):
+    """Step split whose every step also sleeps ``SLOW_STEP_S``: a model far slower than the
+    tiny one (14B at 480p spends minutes upstream before a first handoff), in seconds."""
+
+    SLOW_STEP_S = 0.8
+
+    def __init__(self, ctx, plans):
+        super().__init__(ctx, plans)
+        for den in self.dens:
+            if den is not None:
+                den.step_batch = _slowed(den.step_batch, self.SLOW_STEP_S)
+
+
+def _slowed(step_batch, seconds: float):
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return step_batch(*args, **kwargs)
+    return slow

@@ -44,6 +44,30 @@ HEADER_LEN = 4 + MAX_NDIM  # magic, dtype code, ndim, meta slots, shape
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
           torch.int16, torch.int8, torch.uint8, torch.bool)
 DEFAULT_TIMEOUT_S = 60.0
+WORK_SLACK = 3.0  # a bound from the work allows 3x the predicted time (noise, contention)
+_ABORTED: list[str] = []  # why this process's communicators are unusable (see wait_for)
+
+
+def work_bound(floor_s: float, steps: int, step_s: float) -> float:
+    """A receive's bound from the work that must happen before its data exists.
+
+    A fixed timeout is wrong at both ends: long enough for 14B at 480p (a stage's share of
+    steps takes minutes before its first handoff) it hides a hang for minutes on a tiny
+    model. The bound is ``floor_s`` plus ``WORK_SLACK`` times ``steps`` upstream steps of
+    ``step_s`` each (measured in warm-up, or predicted); it counts from the receive's posting,
+    as NCCL's timeout does, so the whole upstream share must fit.
+    """
+    if steps < 0 or step_s < 0:
+        raise ValueError(f"work_bound needs steps >= 0 and step_s >= 0, got steps={steps}, "
+                         f"step_s={step_s}")
+    return floor_s + WORK_SLACK * steps * step_s
+
+
+def communicator_aborted() -> str | None:
+    """Why this rank's communicators are unusable, or None. NCCL aborts the whole process
+    group when a P2P operation times out; a closing barrier would then fail (or hang on
+    gloo), so the rank skips it and reports instead."""
+    return _ABORTED[0] if _ABORTED else None
 
 
 def post_send(tensor: torch.Tensor, dst: int, group=None, rules: NcclRules | None = None):
@@ -65,9 +89,14 @@ def wait_for(work, timeout_s: float, what: str) -> None:
     try:
         work.wait(timeout=timedelta(seconds=timeout_s))
     except P2PDeadlock:
+        _ABORTED.append(f"{what}: deadlock")
+        raise
+    except TimeoutError:
+        _ABORTED.append(f"{what}: timed out")
         raise
     except RuntimeError as e:
         if "imed out" in str(e) or "timeout" in str(e).lower():
+            _ABORTED.append(f"{what}: timed out")
             raise TimeoutError(f"{what}: nothing completed within {timeout_s:g} s "
                                "(is the peer alive, and did it post the matching call?)") from e
         raise

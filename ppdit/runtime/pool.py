@@ -88,6 +88,7 @@ class RankPool:
         self.timeout_s, self.echo = timeout_s, echo
         self._procs: list = []
         self._jobs = 0
+        self._spent = False  # a rank reported its communicators aborted: restart first
         self._on_event: Callable[[int, Any], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -104,6 +105,7 @@ class RankPool:
 
     def _start(self, first: RankJob) -> None:
         """Spawn the ranks; ``first`` is their first job (its setup runs before the group)."""
+        self._spent = False
         ctx = mp.get_context("spawn")
         main_thread = threading.current_thread() is threading.main_thread()
         self._spec = PoolSpec(self.world_size, _free_port(), self.placement, self.threads,
@@ -186,7 +188,10 @@ class RankPool:
             else:
                 for q in self._job_qs:
                     q.put(job)
-            return self._wait(job.job_id, timeout_s)
+            out = self._wait(job.job_id, timeout_s)
+            if self._spent:  # a rank lost its communicators (a P2P timeout): start afresh
+                self._abort()
+            return out
         except KeyboardInterrupt:
             self._abort()  # every rank ends before the caller hears of it
             raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped, "
@@ -233,6 +238,7 @@ class RankPool:
                 errors.append((payload[0], rank, payload[1]))
             elif got_id == job_id:
                 results[rank] = loads(payload)
+                self._spent |= kind == "ok-last"  # that rank's communicators were aborted
         return errors
 
     def _root_cause(self, job_id: int, found: list[tuple[float, int, str]],

@@ -44,6 +44,7 @@ from ppdit.runtime.device import (
     local_world_size,
 )
 from ppdit.runtime.nccl_rules import NcclRules
+from ppdit.runtime.p2p import communicator_aborted
 from ppdit.runtime.trace import Tracer
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -147,10 +148,18 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
             ctx = RankContext(rank, spec.world_size, rank, placement,
                               Tracer(rank, placement), prepared, events_q, boot, rules)
             result = job.worker(ctx, *job.args)
-            dist.barrier()  # nobody moves on while a peer still receives from it
-            results_q.put(("ok", rank, job.job_id, dumps(result)))
+            aborted = communicator_aborted()
+            if aborted is None:
+                dist.barrier()  # nobody moves on while a peer still receives from it
+            # After a P2P timeout NCCL has aborted the group: no closing barrier (it would
+            # fail), and this rank serves no further job ("ok-last" stops the pool).
+            results_q.put(("ok" if aborted is None else "ok-last", rank, job.job_id,
+                           dumps(result)))
+            if aborted is not None:
+                break
             job = prepared = None
-        dist.destroy_process_group()
+        if communicator_aborted() is None:
+            dist.destroy_process_group()
     except BaseException:
         # The time lets the caller tell the first failure from the peers it dragged down.
         results_q.put(("error", rank, getattr(job, "job_id", -1),
@@ -162,6 +171,8 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
         os._exit(1)
     results_q.close()
     results_q.join_thread()
+    if communicator_aborted() is not None:
+        os._exit(0)  # a P2P thread may still sit in the aborted group: no teardown to wait on
 
 
 def _rules(placement: Placement, rank: int) -> NcclRules | None:

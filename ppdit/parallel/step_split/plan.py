@@ -109,7 +109,9 @@ class StepSplitPlan(ModelPlan):
     # One stage and two replicas is plain data parallelism, the baseline step split must beat.
     replicas: int = 1
     warmup: int = 1  # untimed forwards per rank before the timed run (0 shows the cold start)
-    timeout_s: float = 120.0  # bound on every P2P wait inside the ranks
+    # floor of every P2P wait inside the ranks; a receive adds 3x the work that must happen
+    # before its data exists (steps upstream x the step time measured in warm-up: p2p.work_bound)
+    timeout_s: float = 120.0
     # PP x TP: each stage a tensor-parallel group of ``tp`` ranks (see the module docstring).
     tp: int = 1
     collectives: str = "funcol"  # how TP all-reduces are issued (parallel.tensor.layers)

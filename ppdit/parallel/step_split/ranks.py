@@ -10,7 +10,6 @@ outgoing frame -> give (send on, or keep the result on the last stage and return
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -27,9 +26,10 @@ from ppdit.parallel.tensor.parallelize import (
 )
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.mesh import RankGroups, build_groups
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
+from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, work_bound
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import ReplicatedRunner
+from ppdit.runtime.timing import timed
 from ppdit.runtime.trace import Tracer
 from ppdit.sampler import Denoiser, Request, StepState
 
@@ -62,6 +62,7 @@ class StepStageRunner(ReplicatedRunner):
             model = None if groups is None else self._model(base, plan, groups)
             self.dens.append(None if model is None else plan_denoiser(model, plan))
         self.warmup_s = [0.0] * len(plans)
+        self.step_s = [0.0] * len(plans)  # one step's time, measured in warm-up (0: none)
 
     def _model(self, base, plan: StepSplitPlan, groups: RankGroups):
         """The plain model, or a fresh copy sharded over the stage's TP group (and compiled)."""
@@ -79,17 +80,21 @@ class StepStageRunner(ReplicatedRunner):
         """Pay first-call costs (allocator, kernel choice, compiles) before the clock starts.
         The ranks of a TP group warm up together: they issue the same collectives."""
         plan, den = self.plans[i], self.dens[i]
-        start = time.perf_counter()
         probe = Request(-1, 0)
         batch = plan.micro_batch if plan.mode == "filled" else 1
-        for _ in range(plan.warmup):
-            den.step_batch([den.initial_state(probe, plan.shape)] * batch, [probe] * batch)
+        with timed(self.ctx.placement) as whole:
+            for _ in range(plan.warmup):
+                with timed(self.ctx.placement) as one:
+                    den.step_batch([den.initial_state(probe, plan.shape)] * batch,
+                                   [probe] * batch)
+                self.step_s[i] = one.seconds  # the last, warmest step: bounds the waits
         den.release(probe)
-        self.warmup_s[i] = time.perf_counter() - start
+        self.warmup_s[i] = whole.seconds
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round: this stage's share of plan ``i``; the last stage returns final latents."""
-        return _Stage(self.ctx, self.plans[i], self.dens[i], self.groups[i], tracer).run()
+        return _Stage(self.ctx, self.plans[i], self.dens[i], self.groups[i], tracer,
+                      self.step_s[i]).run()
 
     def result(self, i: int) -> StageInfo:
         g = self.groups[i]
@@ -101,19 +106,26 @@ class _Stage:
     """One rank's view of its pipeline: its steps, its requests, its neighbours, its channels."""
 
     def __init__(self, ctx: RankContext, plan: StepSplitPlan, den: Denoiser, groups: RankGroups,
-                 tracer: Tracer):
+                 tracer: Tracer, step_s: float = 0.0):
         self.ctx, self.plan, self.den, self.tracer = ctx, plan, den, tracer
         self.steps = plan.stages[groups.pp_rank]
         self.groups = plan.groups(groups.dp_rank)
         self.is_first, self.is_last = groups.is_first_stage, groups.is_last_stage
         self.solver = plan.handoff_solver()  # whose memory travels with the latent
-        spec, t, pg = plan.frame_spec(), plan.timeout_s, groups.pp_group
+        spec, pg = plan.frame_spec(), groups.pp_group
         n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
+        # Waits are bounded by the work that must happen first (p2p.work_bound): every group
+        # through the stages upstream for a frame, through the whole pipeline for a credit.
+        # Every stage runs the same model on the same shape, so this rank's step time stands
+        # for theirs. (14B at 480p spends minutes upstream before a first handoff.)
+        upstream = sum(len(plan.stages[s]) for s in range(groups.pp_rank)) * n_in
+        t_in = work_bound(plan.timeout_s, upstream, step_s)
+        t_credit = work_bound(plan.timeout_s, plan.stages[-1].stop * len(self.groups), step_s)
         # Each TP rank of a stage holds the same latent and hands it to its counterpart.
         self.inbox = None if self.is_first else FrameReceiver(
-            spec, groups.prev_rank, **ctx.wire, group=pg, count=n_in, timeout_s=t)
+            spec, groups.prev_rank, **ctx.wire, group=pg, count=n_in, timeout_s=t_in)
         self.outbox = None if self.is_last else FrameSender(
-            spec, groups.next_rank, **ctx.wire, group=pg, timeout_s=t)
+            spec, groups.next_rank, **ctx.wire, group=pg, timeout_s=t_credit)
         credit = FrameSpec((1,), torch.int64, meta_slots=0)
         limited = (plan.mode == "filled" and plan.max_in_flight is not None
                    and plan.num_stages > 1)
@@ -121,10 +133,10 @@ class _Stage:
         # Credits go back on a group of their own: see RankGroups.back_group.
         back = groups.back_group
         self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, **ctx.wire, group=back,
-                                         count=n_credits, timeout_s=t)
+                                         count=n_credits, timeout_s=t_credit)
                            if limited and self.is_first else None)
         self.credits_out = (FrameSender(credit, groups.first_stage_rank, **ctx.wire, group=back,
-                                        timeout_s=t)
+                                        timeout_s=t_credit)
                             if limited and self.is_last else None)
         self.finished_groups = 0
         self.reports_progress = groups.tp_rank == 0  # one progress event per request
