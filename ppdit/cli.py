@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -110,6 +111,9 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--solver", default="folder", choices=["folder", "euler"],
                    help="the folder's scheduler, or ppdit's Euler (the teaching baseline)")
     g.add_argument("--out", type=Path, default=Path("out/generate"), help="artifact folder")
+    g.add_argument("--streaming-decode", action="store_true",
+                   help="decode one latent frame at a time (same pixels, a fraction of the "
+                        "memory: for long videos on a small GPU)")
     _placement_args(g)
 
 
@@ -118,6 +122,10 @@ def _placement_args(p: argparse.ArgumentParser) -> None:
                    help="the DiT's weights and activations (latents stay fp32)")
     p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"],
                    help="where ranks compute (default: $PPDIT_DEVICE, else a GPU if present)")
+    p.add_argument("--nccl-rules", action="store_true",
+                   help="CPU ranks keep NCCL's point-to-point rules (one ordered queue per "
+                        "peer, rendezvous above 4 MiB): an order that would hang on GPUs "
+                        "fails here, naming both queues (same as $PPDIT_NCCL_RULES=1)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     from ppdit import jobs  # here, so that `ppdit --help` answers without importing torch
 
     args = parser().parse_args(argv)
+    if getattr(args, "nccl_rules", False):
+        os.environ["PPDIT_NCCL_RULES"] = "1"  # read by every launch's placement decision
     try:
         return _run(jobs, args)
     except KeyboardInterrupt:
@@ -171,7 +181,8 @@ def _generate(jobs, args: argparse.Namespace) -> int:
     except ValueError as e:  # bad input: the rule it breaks, not a traceback
         print(f"ppdit generate: {e}", file=sys.stderr)
         return 2
-    return jobs.generate(spec, args.out, device=args.device)
+    return jobs.generate(spec, args.out, device=args.device,
+                         streaming_decode=args.streaming_decode)
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def _write_step_split(result, out: Path) -> None:
                f"requests ({plan.mode})", info, [line], busy=True)
 
 
-def generate(spec, out: Path, device: str | None = None) -> int:
+def generate(spec, out: Path, device: str | None = None, streaming_decode: bool = False) -> int:
     """Prompt -> video from a local Wan pipeline folder with any layout, with a progress bar;
     writes video.mp4 (or .gif), frames.png, timeline.png, trace.json, summary.json."""
     import time
@@ -166,7 +166,8 @@ def generate(spec, out: Path, device: str | None = None) -> int:
     start = time.perf_counter()
     with tqdm(total=spec.num_steps, unit="step", desc="denoising",
               disable=in_torchrun()) as bar:
-        result = run_generate(spec, on_step=lambda i: bar.update(1), device=device)
+        result = run_generate(spec, on_step=lambda i: bar.update(1), device=device,
+                              streaming_decode=streaming_decode)
     if result is None:
         return 0
     _write_generate(result, out, time.perf_counter() - start)

@@ -295,6 +295,37 @@ def test_bf16_layouts_on_cuda(folders, layout):
     torch.testing.assert_close(out.latent.float(), reference.float(), **BF16_TOL)
 
 
+def test_streaming_decode_equals_the_full_decode(folders):
+    """One latent frame at a time through Wan's causal cache: the same pixels, bit for bit."""
+    from ppdit.checkpoint.folder import load_folder
+    from ppdit.t2v.generate import decode
+
+    spec = spec_for(folders["unipc"], num_frames=9)
+    latent = generate_latent(spec, encode(spec))
+    vae = load_folder(spec.checkpoint, parts=("vae",)).vae
+    assert torch.equal(decode(vae, latent, streaming=True), decode(vae, latent))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_generate_on_cuda_encodes_and_decodes_on_the_gpu(folders, monkeypatch):
+    """--device cuda: umT5, the DiT and the VAE all load on the GPU (not the CPU)."""
+    import ppdit.t2v.generate as t2v
+
+    loaded = []
+
+    def spy(path, **kw):
+        loaded.append((kw.get("parts"), torch.device(kw.get("device", "cpu")).type))
+        return real(path, **kw)
+
+    real = t2v.load_folder
+    monkeypatch.setattr(t2v, "load_folder", spy)
+    out = generate(spec_for(folders["unipc"]), device="cuda")
+    assert out.video is not None and {dev for _, dev in loaded} == {"cuda"}, loaded
+    assert any("text_encoder" in parts for parts, _ in loaded)
+    assert any("vae" in parts for parts, _ in loaded)
+
+
 def test_cli_help_shows_every_default(capsys):
     for command, shown in (("generate", ("(default: 12)", "(default: 13)", "(default: 32)",
                                          "(default: 5.0)", "(default: 0)", "(default: none)")),

@@ -23,6 +23,7 @@ from ppdit.runtime.trace import Trace, Tracer, merge
 from ppdit.sampler import Conditioning, Request
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
+from ppdit.vae.streaming import StreamingDecoder
 
 
 @dataclass
@@ -51,14 +52,25 @@ def shape_of(spec: GenerateSpec, folder: WanFolder) -> tuple[int, ...]:
     return latent_shape(spec, folder.vae_factors, folder.transformer_config()["in_channels"])
 
 
-def encode(spec: GenerateSpec) -> Conditioning:
-    """Load the tokenizer and text encoder, encode, and let the encoder go (see ``encode.py``
-    for why this runs once, here, rather than on every rank)."""
-    parts = load_folder(spec.checkpoint, dtype=spec.dtype, parts=("tokenizer", "text_encoder"))
+def encode(spec: GenerateSpec, device: str | torch.device = "cpu") -> Conditioning:
+    """Load the tokenizer and text encoder on ``device``, encode, and let the encoder go
+    before the DiT loads (umT5-XXL is 11 GB in bf16: it must not sit beside a 14B DiT). The
+    embeddings come back on the CPU, from where every rank takes them."""
+    parts = load_folder(spec.checkpoint, dtype=spec.dtype, device=device,
+                        parts=("tokenizer", "text_encoder"))
     length = text_length(parts.tokenizer, spec.max_sequence_length)
-    return encode_prompts(parts.tokenizer, parts.text_encoder, spec.prompt,
-                          spec.negative_prompt, spec.guidance_scale, torch_dtype(spec.dtype),
-                          length)
+    out = encode_prompts(parts.tokenizer, parts.text_encoder, spec.prompt,
+                         spec.negative_prompt, spec.guidance_scale, torch_dtype(spec.dtype),
+                         length)
+    del parts
+    _free(device)
+    return out.to("cpu")
+
+
+def _free(device: str | torch.device) -> None:
+    """Return a freed model's GPU memory to the device (the caching allocator keeps it)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def generate_latent(spec: GenerateSpec, prompts: Conditioning, *,
@@ -81,9 +93,13 @@ def generate_latent(spec: GenerateSpec, prompts: Conditioning, *,
 
 
 @torch.no_grad()
-def decode(vae, latent: torch.Tensor) -> torch.Tensor:
-    """Latent -> video (1, F, 3, H, W) in [0, 1]: un-normalise with the VAE's latents_mean /
-    latents_std, decode in fp32, post-process as ``WanPipeline(output_type="pt")``."""
+def decode(vae, latent: torch.Tensor, *, streaming: bool = False) -> torch.Tensor:
+    """Latent -> video (1, F, 3, H, W) in [0, 1], on the VAE's device: un-normalise with the
+    VAE's latents_mean / latents_std, decode in fp32, post-process as
+    ``WanPipeline(output_type="pt")``. ``streaming`` decodes one latent frame at a time with
+    Wan's causal cache (``ppdit.vae.streaming``): the same pixels, a peak of one frame's
+    activations instead of the whole video's (a 480p x 81-frame decode is 275 TFLOP and
+    tens of GB of activations at once)."""
     from diffusers.video_processor import VideoProcessor
 
     z = vae.config.z_dim
@@ -92,21 +108,30 @@ def decode(vae, latent: torch.Tensor) -> torch.Tensor:
                                                                          latent.dtype)
     inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(latent.device,
                                                                                  latent.dtype)
-    video = vae.decode(latent / inv_std + mean, return_dict=False)[0]
+    latent = latent / inv_std + mean  # WanPipeline's arithmetic, so its pixels bit for bit
+    if streaming:
+        with StreamingDecoder(vae) as decoder:
+            video = torch.cat([decoder.push(latent[:, :, i:i + 1])
+                               for i in range(latent.shape[2])], dim=2)
+    else:
+        video = vae.decode(latent, return_dict=False)[0]
     processor = VideoProcessor(vae_scale_factor=vae.config.scale_factor_spatial)
-    return processor.postprocess_video(video, output_type="pt")
+    return processor.postprocess_video(video, output_type="pt").cpu()
 
 
 def generate(spec: GenerateSpec, *, decode_video: bool = True,
              on_step: Callable[[int], None] | None = None, device: str | None = None,
-             **launch_kwargs) -> Generated | None:
+             streaming_decode: bool = False, **launch_kwargs) -> Generated | None:
     """Prompt -> video with ``spec.layout`` (``single`` in this process, others on ranks).
-    ``device`` ("cpu", "cuda", "auto"; default ``$PPDIT_DEVICE``) as for every launch.
+    ``device`` ("cpu", "cuda", "auto"; default ``$PPDIT_DEVICE``) as for every launch; the
+    text encoder and the VAE run there too. ``streaming_decode``: see ``decode``.
     ``None`` on torchrun ranks other than 0."""
     folder = validate(spec)
-    prompts = encode(spec)
+    # Encode and decode where the ranks compute (the first GPU with --device cuda): on one
+    # core a 480p decode takes hours, and under torchrun a rank has one thread.
+    place = decide_placement(1, device=device).for_rank(0)
+    prompts = encode(spec, place.device)
     if spec.layout == "single":
-        place = decide_placement(1, device=device).for_rank(0)
         tracer = Tracer(0, place)
         latent = generate_latent(spec, prompts, device=place.device, on_step=on_step,
                                  tracer=tracer).cpu()
@@ -119,7 +144,10 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
         latent, trace, handoff = out.latent, out.trace, out.handoff_bytes
     video = None
     if decode_video:
-        video = decode(load_folder(spec.checkpoint, parts=("vae",)).vae, latent)
+        vae = load_folder(spec.checkpoint, parts=("vae",), device=place.device).vae
+        video = decode(vae, latent, streaming=streaming_decode)
+        del vae
+        _free(place.device)
     return Generated(spec, latent, video, trace, handoff)
 
 
