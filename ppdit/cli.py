@@ -75,8 +75,9 @@ def parser() -> argparse.ArgumentParser:
                                            "measurements; writes gpu_runs/<gpu>-<date>.json")
     gpu.add_argument("--out", type=Path, default=Path("gpu_runs"), help="folder for the report")
     gpu.add_argument("--skip-tests", action="store_true", help="measurements only")
-    gpu.add_argument("--tests-timeout", type=float, default=300, metavar="S",
-                     help="stop the GPU test suite after S seconds (default 300)")
+    gpu.add_argument("--tests-timeout", type=float, default=None, metavar="S",
+                     help="stop the GPU test suite after S seconds (default: 120 s plus 45 s "
+                          "per GPU test selected)")
     gpu.add_argument("--skip", action="append", default=[], metavar="SECTION",
                      choices=GPU_CHECK_SECTIONS, help="leave a measurement out (repeatable): "
                      + ", ".join(GPU_CHECK_SECTIONS))

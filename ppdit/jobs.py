@@ -203,7 +203,7 @@ def info() -> int:
     return 0
 
 
-def gpu_check(out: Path, *, tests: bool = True, tests_timeout_s: float = 300,
+def gpu_check(out: Path, *, tests: bool = True, tests_timeout_s: float | None = None,
               skip: list[str] | tuple[str, ...] = ()) -> int:
     """On a CUDA machine: the GPU test suite, then the GPU measurements, written to
     ``out/<gpu>-<date>.json`` with their provenance (see ``ppdit.gpu_check``). Without CUDA:

@@ -363,3 +363,37 @@ def test_gpu_direct_build_runs_a_bf16_forward():
         out = net(hidden_states=x, timestep=torch.tensor([500.0], device="cuda"),
                   encoder_hidden_states=text, return_dict=False)[0]
     assert out.shape == x.shape and torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("statuses, ok", [
+    ({"launch": "ok", "layouts": "ok"}, True),
+    ({"launch": "ok", "layouts": "skipped"}, True),  # too little memory is not a failure
+    ({"launch": "ok", "layouts": "partial"}, False),  # one layout erred, others ran
+    ({"launch": "error", "layouts": "ok"}, False),
+])
+def test_a_section_that_partly_failed_fails_the_check(statuses, ok):
+    from ppdit.gpu_check.run import passed
+
+    report = {"tests": {"status": "ok"},
+              "measurements": {k: {"status": v} for k, v in statuses.items()}}
+    assert passed(report) is ok
+    assert passed({**report, "tests": {"status": "error"}}) is False
+
+
+def test_the_tests_budget_follows_the_tests_selected(tmp_path):
+    from ppdit.gpu_check.suite import FLOOR_S, PER_TEST_S, count_tests, tests_budget_s
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_fake.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.gpu
+        @pytest.mark.parametrize("n", [1, 2, 3])
+        def test_launches(n): pass
+
+        def test_not_gpu(): pass
+    """))
+    assert count_tests(tmp_path) == 3
+    assert tests_budget_s(3) == FLOOR_S + 3 * PER_TEST_S
+    with pytest.raises(ValueError, match="n_tests=-1"):
+        tests_budget_s(-1)
