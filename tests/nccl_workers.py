@@ -1,4 +1,5 @@
-"""Rank workers for ``test_nccl_rules.py``: the orders that hang under NCCL, kept as fixtures.
+"""Rank workers for ``test_nccl_rules.py``: the orders that hang under NCCL, kept as fixtures
+(step split's credit loop is ``ppdit.teaching.hangs.relay``, lesson 01's example).
 
 Each ``*_fixture`` worker replays, with ppdit's own P2P helpers, the message order a layout used
 before it was fixed (the ``fixed`` flag switches to the order the layout uses now), so a test
@@ -8,14 +9,10 @@ can show the hang under NCCL's rules and its absence after the fix.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.mesh import build_lanes
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, post_recv, post_send, wait_for
-
-FRAME = FrameSpec((64, 64), torch.float32, meta_slots=1)  # 16 KiB + meta: above a 16 KiB limit
-CREDIT = FrameSpec((1,), torch.int64, meta_slots=0)
+from ppdit.runtime.p2p import post_recv, post_send, wait_for
 
 
 def crossed(ctx: RankContext, fused: bool) -> list[float]:
@@ -63,34 +60,6 @@ def both_give_up(ctx: RankContext) -> str:
     except TimeoutError:
         return "gave up"
     return "received?"
-
-
-def credits_fixture(ctx: RankContext, groups: int, max_in_flight: int, fixed: bool) -> int:
-    """Step split's credit loop on 2 stages (also decode overlap's): rank 0 sends a frame per
-    group and, ``max_in_flight`` ahead, waits for a credit that rank 1 returns per finished
-    group. Pre-fix, credits came back on the frames' communicator."""
-    back = dist.new_group([0, 1]) if fixed else None
-    n_credits = max(0, groups - max_in_flight)
-    if ctx.rank == 0:
-        out = FrameSender(FRAME, 1, **ctx.wire, timeout_s=30)
-        credits = FrameReceiver(CREDIT, 1, **ctx.wire, group=back, count=n_credits,
-                                timeout_s=30)
-        for k in range(groups):
-            if k >= max_in_flight:
-                credits.recv()
-            out.send(torch.full(FRAME.shape, float(k)), [k])
-        out.flush()
-        return groups
-    inbox = FrameReceiver(FRAME, 0, **ctx.wire, count=groups, timeout_s=30)
-    credits = FrameSender(CREDIT, 0, **ctx.wire, group=back, timeout_s=30)
-    got = 0
-    for k in range(groups):
-        _, (index,) = inbox.recv()
-        got += int(index == k)
-        if k + max_in_flight < groups:
-            credits.send(torch.ones(1, dtype=torch.int64), [])
-    credits.flush()
-    return got
 
 
 def layer_split_fixture(ctx: RankContext, micro: int, fixed: bool) -> dict:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from ppdit.runtime.launch import RankError, launch
+from ppdit.teaching.hangs import relay
 from tests import nccl_workers as w
 
 LIMIT = 16 << 10  # the suite's eager limit (conftest): frames rendezvous, headers stay eager
@@ -61,14 +62,14 @@ def test_after_a_timeout_ranks_skip_the_closing_barrier_and_the_pool_restarts(po
 
 @pytest.mark.parametrize("max_in_flight", [1, 2])
 def test_step_split_credits_on_the_frames_communicator_deadlock(max_in_flight, no_orphans):
-    text = _fails(w.credits_fixture, (5, max_in_flight, False))
+    text = _fails(relay, (5, max_in_flight, False))
     assert "P2PDeadlock" in text
 
 
 @pytest.mark.parametrize("max_in_flight", [1, 2])
 def test_credits_on_their_own_communicator_pass(pools, max_in_flight):
-    assert launch(w.credits_fixture, 2, args=(5, max_in_flight, True),
-                  pool=pools(2)) == [5, 5]
+    assert launch(relay, 2, args=(5, max_in_flight, True),
+                  pool=pools(2)) == [list(range(5))] * 2
 
 
 def test_layer_split_p2_on_one_communicator_deadlocks(no_orphans):
