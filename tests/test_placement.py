@@ -68,3 +68,29 @@ def test_the_cpu_can_be_asked_for_and_staging_forced(gpus, monkeypatch):
     assert (d.kind, d.backend) == ("cpu", "gloo") and DEVICE_ENV in d.reason
     forced = decide_placement(2, stage=True)
     assert forced.staged and forced.for_rank(0).staged
+
+
+def test_weights_that_cannot_fit_are_refused_with_the_sizes():
+    """14B in bf16 is 28.6 GB: two ranks fit on one 80 GB GPU, three do not."""
+    from ppdit.checkpoint.source import ModelSource
+    from ppdit.runtime.device import PlacementDecision
+    from ppdit.runtime.fit import check_fits, weight_bytes
+
+    big = ModelSource("wan2.1-14b", dtype="bf16")
+    assert weight_bytes(big) / 1e9 == pytest.approx(28.6, rel=0.01)
+    shared = PlacementDecision("cuda-shared", "gloo", 1, True, "ranks share one GPU")
+    check_fits(big, 2, shared, capacity=80e9)
+    with pytest.raises(ValueError, match=r"3 rank\(s\) on one GPU would hold 3 x 28\.6 GB"):
+        check_fits(big, 3, shared, capacity=80e9)
+    own = PlacementDecision("cuda", "nccl", 3, False, "a GPU each")
+    check_fits(big, 3, own, capacity=80e9)  # one copy per GPU
+
+
+def test_a_layout_refuses_before_any_rank_starts(monkeypatch):
+    import ppdit.runtime.fit as fit
+    from ppdit.parallel.step_split.plan import make_plan
+    from ppdit.parallel.step_split.run import run_step_splits
+
+    monkeypatch.setattr(fit, "device_bytes", lambda decision: 1000)  # a 1 kB device
+    with pytest.raises(ValueError, match="more than its 1e-06 GB"):
+        run_step_splits({"p2": make_plan(2, 1)}, rounds=1)

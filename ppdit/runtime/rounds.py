@@ -26,13 +26,15 @@ on the other ranks (see ``ppdit.runtime.launch.launch``).
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ppdit.runtime.launch import launch
+from ppdit.runtime.device import decide_placement, local_world_size
+from ppdit.runtime.fit import check_fits
+from ppdit.runtime.launch import in_torchrun, launch
 from ppdit.runtime.rank import RankContext
+from ppdit.runtime.timing import now_ns
 from ppdit.runtime.trace import RankTrace, Rounds, Trace, Tracer, merge
 
 
@@ -140,7 +142,7 @@ def rounds_worker(ctx: RankContext, job: Job) -> RankRounds:
             if took_part[i]:
                 runner.warm_up(i)
         out = RankRounds(ctx.rank, took_part, [[] for _ in range(n)], [[] for _ in range(n)],
-                         [None] * n, {**ctx.boot_ns, "warm-up": time.perf_counter_ns()})
+                         [None] * n, {**ctx.boot_ns, "warm-up": now_ns()})
         for _, i in interleaved(job.rounds, n):
             tracer = Tracer(ctx.rank, ctx.placement)
             tracer.align()  # a barrier: every plan starts with every rank ready
@@ -179,10 +181,25 @@ def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_si
         raise ValueError("run_side_by_side needs at least one plan")
     interleaved(rounds, len(plans))  # validates rounds
     check_one_model(plans)
+    check_weights_fit(plans, world_size, launch_kwargs)
     launch_kwargs.setdefault("threads_per_rank", 1)
     job = Job(runner, tuple(plans.values()), rounds)
     per_rank = launch(rounds_worker, world_size, args=(job,), setup=prepare_job, **launch_kwargs)
     return None if per_rank is None else collect(list(plans), per_rank, rounds)
+
+
+def check_weights_fit(plans: Mapping[str, Any], world_size: int, launch_kwargs: dict) -> None:
+    """Before any rank starts: the ranks sharing a device can hold their copies of the
+    weights (``ppdit.runtime.fit``), else a ``ValueError`` with the sizes."""
+    source = next((s for s in map(_source, plans.values()) if s is not None), None)
+    if source is None:
+        return
+    pool = launch_kwargs.get("pool")
+    local = local_world_size() if in_torchrun() else world_size
+    decision = pool.placement if pool is not None else decide_placement(
+        local, backend=launch_kwargs.get("backend", "auto"), device=launch_kwargs.get("device"),
+        stage=launch_kwargs.get("stage"))
+    check_fits(source, local, decision)
 
 
 def _source(plan: Any) -> Any:
