@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -134,8 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     from ppdit import jobs  # here, so that `ppdit --help` answers without importing torch
 
     args = parser().parse_args(argv)
-    if getattr(args, "nccl_rules", False):
-        os.environ["PPDIT_NCCL_RULES"] = "1"  # read by every launch's placement decision
     try:
         return _run(jobs, args)
     except KeyboardInterrupt:
@@ -156,10 +153,16 @@ def _run(jobs, args: argparse.Namespace) -> int:
         return jobs.demo(args.out, chunks=args.chunks,
                          cut_at=_cut_at(args.cut_at), tp=args.tp,
                          num_steps=args.steps, dtype=args.dtype, device=args.device,
-                         model=args.model, prompts=tuple(args.prompts))
+                         model=args.model, prompts=tuple(args.prompts),
+                         nccl_rules=_rules(args))
     return jobs.step_split(args.out, stages=args.stages, requests=args.requests,
                            num_steps=args.steps, preset=args.preset, mode=args.mode,
-                           dtype=args.dtype, device=args.device)
+                           dtype=args.dtype, device=args.device, nccl_rules=_rules(args))
+
+
+def _rules(args: argparse.Namespace) -> bool | None:
+    """--nccl-rules: True; else None, which leaves the choice to $PPDIT_NCCL_RULES."""
+    return True if args.nccl_rules else None
 
 
 def _cut_at(value: int | None) -> int | None:
@@ -183,7 +186,7 @@ def _generate(jobs, args: argparse.Namespace) -> int:
         print(f"ppdit generate: {e}", file=sys.stderr)
         return 2
     return jobs.generate(spec, args.out, device=args.device,
-                         streaming_decode=args.streaming_decode)
+                         streaming_decode=args.streaming_decode, nccl_rules=_rules(args))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ TOY_PROMPTS = ("a red ball moves right", "a blue square moves up")  # before / a
 
 def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: int = 2,
          num_steps: int | None = None, dtype: str = "fp32", device: str | None = None,
-         model: str = "toy", prompts: tuple[str, str] = TOY_PROMPTS) -> int:
+         model: str = "toy", prompts: tuple[str, str] = TOY_PROMPTS,
+         nccl_rules: bool | None = None) -> int:
     """The streaming system: rank 0 (controller + streaming VAE) and a TP mesh stream a video
     chunk by chunk with a hard cut; writes video.gif, video_strip.png (the toy model),
     timeline.png, trace.json, summary.json.
@@ -51,7 +52,7 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
         print(f"ppdit demo: streaming {chunks} chunks (hard cut before chunk {cut_at}) from a "
               f"{tp}-rank tensor-parallel mesh to a controller with a streaming VAE; spawning "
               f"{cfg.world_size} ranks...", flush=True)
-    result = run_bringup(cfg, device=device)
+    result = run_bringup(cfg, device=device, nccl_rules=nccl_rules)
     if result is None:  # a torchrun rank other than 0
         return 0
     _write_demo(result, out)
@@ -108,7 +109,7 @@ def torch_cat(chunks):
 
 def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int = 28,
                preset: str = "tiny", mode: str = "filled", dtype: str = "fp32",
-               device: str | None = None) -> int:
+               device: str | None = None, nccl_rules: bool | None = None) -> int:
     """Lessons 01-02's pipeline: requests through step-split stages, with a progress bar;
     writes timeline.png, trace.json and summary.json."""
     from tqdm import tqdm
@@ -121,14 +122,14 @@ def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int 
     plan = make_plan(stages, requests, sampling=SamplingConfig(num_steps=num_steps),
                      source=ModelSource(preset, dtype=dtype), mode=mode)
     if in_torchrun():
-        result = run_step_split(plan, device=device)
+        result = run_step_split(plan, device=device, nccl_rules=nccl_rules)
     else:
         print(f"ppdit step-split: {requests} requests x {num_steps} steps of the {preset!r} Wan "
               f"DiT over {stages} step-split stages ({mode}); spawning {plan.world_size} "
               "ranks...", flush=True)
         with tqdm(total=requests, unit="req", desc="generated") as bar:
             result = run_step_split(plan, on_event=lambda rank, event: bar.update(1),
-                                    timeout_s=1800, device=device)
+                                    timeout_s=1800, device=device, nccl_rules=nccl_rules)
     if result is None:
         return 0
     _write_step_split(result, out)
@@ -148,7 +149,8 @@ def _write_step_split(result, out: Path) -> None:
                f"requests ({plan.mode})", info, [line], busy=True)
 
 
-def generate(spec, out: Path, device: str | None = None, streaming_decode: bool = False) -> int:
+def generate(spec, out: Path, device: str | None = None, streaming_decode: bool = False,
+             nccl_rules: bool | None = None) -> int:
     """Prompt -> video from a local Wan pipeline folder with any layout, with a progress bar;
     writes video.mp4 (or .gif), frames.png, timeline.png, trace.json, summary.json."""
     import time
@@ -167,7 +169,7 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
     with tqdm(total=spec.num_steps, unit="step", desc="denoising",
               disable=in_torchrun()) as bar:
         result = run_generate(spec, on_step=lambda i: bar.update(1), device=device,
-                              streaming_decode=streaming_decode)
+                              streaming_decode=streaming_decode, nccl_rules=nccl_rules)
     if result is None:
         return 0
     _write_generate(result, out, time.perf_counter() - start)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -433,13 +433,26 @@ def measure_step_costs(
     sampling: SamplingConfig,
     latent_shape: Sequence[int] | None = None,
     repeats: int = 3,
+    timer: Callable[[], AbstractContextManager] | None = None,
 ) -> list[float]:
     """Median seconds of each step for one request on this device: weights for a cost-balanced
     step split (``ppdit.parallel.step_split.split_steps(..., weights=...)``).
 
     Measured, not assumed: a guided step runs one forward on a batch of 2, which costs less than
     two forwards, so "2 units" would overweight it.
+
+    ``timer()`` times one step: a context manager whose value holds ``seconds`` once it exits,
+    e.g. ``partial(ppdit.runtime.timing.timed, placement)``, the runtime's one timing rule
+    (this layer cannot import it). Without one the model must be on the CPU, where a clock
+    around a step is its cost; on a GPU that clock would read the launch of its kernels.
     """
+    if timer is None:
+        timer = _cpu_clock
+        param = next(model.parameters(), None)
+        if param is not None and param.device.type != "cpu":
+            raise ValueError(f"measure_step_costs: the model is on {param.device}; pass "
+                             "timer=partial(ppdit.runtime.timing.timed, placement), so the "
+                             "steps' kernels are timed rather than their launch")
     den = Denoiser(model, preset, sampling)
     request = Request(-1, 0)
     shape = tuple(latent_shape or den.preset.latent_shape)
@@ -447,7 +460,21 @@ def measure_step_costs(
     for _ in range(repeats + 1):  # the first pass is a warm-up
         state = den.initial_state(request, shape)
         for i in range(sampling.num_steps):
-            start = time.perf_counter()
-            state = den.step(state, request)
-            times[i].append(time.perf_counter() - start)
+            with timer() as t:
+                state = den.step(state, request)
+            times[i].append(t.seconds)
     return [statistics.median(t[1:]) for t in times]
+
+
+@dataclass
+class _Seconds:
+    seconds: float = float("nan")
+
+
+@contextmanager
+def _cpu_clock() -> Iterator[_Seconds]:
+    """``measure_step_costs``' timer for a model on the CPU (``runtime.timing.timed``'s CPU
+    side: work on the CPU is done when the call returns)."""
+    out, begin = _Seconds(), time.perf_counter()
+    yield out
+    out.seconds = time.perf_counter() - begin

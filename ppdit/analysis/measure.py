@@ -8,7 +8,6 @@ measures, so its numbers are the ones a notebook must mark as machine-dependent.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +20,9 @@ from ppdit.analysis.hardware import Hardware
 from ppdit.analysis.roofline import (
     Op,
 )
+from ppdit.runtime.device import Placement
 from ppdit.runtime.p2p import wire_device
+from ppdit.runtime.timing import MIN_ROUNDS, timed, warm_up_pairs
 
 
 @contextmanager
@@ -35,22 +36,24 @@ def torch_threads(n: int):
         torch.set_num_threads(old)
 
 
-def best_time(fn: Callable[[], object], min_time_s: float = 0.02, repeats: int = 3) -> float:
+def best_time(fn: Callable[[], object], min_time_s: float = 0.02, repeats: int = 3,
+              placement: Placement | None = None) -> float:
     """Seconds per call: the best of ``repeats`` runs of ~``min_time_s`` each, after a warm-up.
 
     The best, not the mean: on a shared machine the other tenants only ever add time, so the
-    minimum is the closest to what the hardware can do.
+    minimum is the closest to what the hardware can do. ``placement``: where ``fn`` works
+    (None: the CPU), so that GPU work is timed by its kernels, not by their launch.
     """
     fn()
-    start = time.perf_counter()
-    fn()
-    n = max(1, int(min_time_s / max(time.perf_counter() - start, 1e-7)))
+    with timed(placement) as once:
+        fn()
+    n = max(1, int(min_time_s / max(once.seconds, 1e-7)))
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - start) / n)
+        with timed(placement) as t:
+            for _ in range(n):
+                fn()
+        best = min(best, t.seconds / n)
     return best
 
 
@@ -149,12 +152,14 @@ def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
     """A 2-rank worker (for ``ppdit.runtime.launch``): one-way P2P and all-reduce seconds.
 
     For each message size in bytes (fp32 tensors), rank 0 and 1 ping-pong ``dist.send`` /
-    ``dist.recv`` (one-way = round trip / 2) and both run ``dist.all_reduce``; the best of 3
-    runs each. Iteration counts depend only on the size, so both ranks agree on them.
+    ``dist.recv`` (one-way = round trip / 2) and both run ``dist.all_reduce``; the best of
+    ``MIN_ROUNDS`` runs each, after one exchange that sets the pair and the group up. Iteration
+    counts depend only on the size, so both ranks agree on them.
     """
     if ctx.world_size != 2:
         raise ValueError(f"comm_sweep needs world_size=2, got {ctx.world_size}")
     peer, out = 1 - ctx.rank, {"bytes": [], "p2p_s": [], "allreduce_s": []}
+    warm_up_pairs(ctx.placement, [(0, 1)], ctx.rank)  # the raw sends below: no rules either
     for size in sizes:
         # gloo moves host memory only: ranks that share a GPU time the host transport
         x = torch.zeros(max(1, size // 4), device=wire_device(ctx.device, ctx.placement.staged))
@@ -176,11 +181,11 @@ def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
         times = []
         for fn in (pingpong, allreduce):
             best = float("inf")
-            for _ in range(3):
+            for _ in range(MIN_ROUNDS):
                 dist.barrier()
-                start = time.perf_counter()
-                fn()
-                best = min(best, (time.perf_counter() - start) / iters)
+                with timed(ctx.placement) as t:
+                    fn()
+                best = min(best, t.seconds / iters)
             times.append(best)
         out["bytes"].append(x.numel() * 4)
         out["p2p_s"].append(times[0] / 2)

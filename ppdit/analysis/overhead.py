@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import os
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from ppdit.analysis.measure import best_time
 from ppdit.cuda_graph import StepGraph
 from ppdit.model import build_model, get_preset
 from ppdit.runtime.device import Placement
+from ppdit.runtime.timing import MIN_ROUNDS, repeat, timed
 from ppdit.sampler import Denoiser, Request, SamplingConfig
 
 
@@ -36,8 +36,8 @@ def per_op_overhead_us(placement: Placement | None = None, calls: int = 2000,
 
     ``add(out=)`` is the dispatch path alone; ``a + b`` adds an allocation; ``view`` is an op
     that launches no kernel at all (metadata only). On a GPU the calls only *queue* kernels, so
-    ``calls`` of them are timed up to one synchronize: the host's issue rate, which is what
-    bounds a step made of many small kernels. Best of ``repeats``.
+    ``calls`` of them are timed together, to the last one's end: the host's issue rate, which
+    is what bounds a step made of many small kernels. Best of ``repeats``.
     """
     placement = placement or Placement(torch.device("cpu"), "gloo")
     dev = placement.device
@@ -51,12 +51,10 @@ def per_op_overhead_us(placement: Placement | None = None, calls: int = 2000,
     for name, fn in cases.items():
         best = float("inf")
         for _ in range(repeats + 1):  # the first round is a warm-up
-            placement.synchronize()
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            placement.synchronize()
-            best = min(best, (time.perf_counter() - start) / calls)
+            with timed(placement) as t:
+                for _ in range(calls):
+                    fn()
+            best = min(best, t.seconds / calls)
         result[name] = best * 1e6
     return result
 
@@ -220,8 +218,9 @@ def step_costs(presets: tuple[str, ...] = ("tiny", "small"), batches: tuple[int,
 
 
 def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tuple[int, ...],
-                      placement, steps: int = 20) -> dict[str, float]:
-    """GPU only: ms per step of the eager ``Denoiser.step`` vs a replayed ``StepGraph``."""
+                      placement, steps: int = 20, rounds: int = MIN_ROUNDS) -> dict[str, float]:
+    """GPU only: ms per step of the eager ``Denoiser.step`` vs a replayed ``StepGraph``, the
+    median of ``rounds`` runs of ``steps`` steps each after one warm-up run."""
     if not placement.is_cuda:
         raise ValueError("eager_vs_graph_ms needs a CUDA placement: on CPU there is no graph "
                          "to replay (StepGraph runs eagerly there)")
@@ -241,12 +240,8 @@ def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tupl
         out = {}
         for name, fn in [("eager", eager), ("graph", lambda: graph.run(state0.latent,
                                                                          range(steps)))]:
-            fn()  # warm-up
-            placement.synchronize()
-            start = time.perf_counter()
-            fn()
-            placement.synchronize()
-            out[f"{name}_ms"] = (time.perf_counter() - start) / steps * 1e3
+            runs = repeat(fn, placement, rounds=rounds, warmup=1)
+            out[f"{name}_ms"] = runs.median / steps * 1e3
     out["speedup"] = out["eager_ms"] / out["graph_ms"]
     return out
 

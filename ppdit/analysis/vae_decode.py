@@ -20,7 +20,6 @@ Modes are interleaved repeat by repeat, so a slow moment of a shared machine hit
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from diffusers import AutoencoderKLWan
 
 from ppdit.analysis.memory import track_peak_memory
 from ppdit.runtime.device import Placement
+from ppdit.runtime.timing import timed
 from ppdit.vae.streaming import StreamingDecoder, decode_full, iter_chunks
 
 CPU = Placement(torch.device("cpu"), "gloo")
@@ -56,30 +56,23 @@ class DecodeMeasurement:
 def time_full(vae: AutoencoderKLWan, latents: torch.Tensor, placement: Placement = CPU
               ) -> tuple[float, float]:
     """(ttff, total) of one full decode: the same number twice, everything arrives at once."""
-    placement.synchronize()
-    start = time.perf_counter()
-    decode_full(vae, latents)
-    placement.synchronize()
-    total = time.perf_counter() - start
-    return total, total
+    with timed(placement) as t:
+        decode_full(vae, latents)
+    return t.seconds, t.seconds
 
 
 def time_stream(vae: AutoencoderKLWan, latents: torch.Tensor, chunk_frames: int,
                 placement: Placement = CPU) -> tuple[float, float]:
     """(ttff, total) of one streaming decode; each chunk's frames are dropped once returned,
     as a player that shows and forgets them would."""
-    placement.synchronize()
-    start = time.perf_counter()
     ttff = None
-    with StreamingDecoder(vae) as decoder:
+    with timed(placement) as t, StreamingDecoder(vae) as decoder:
         for chunk in iter_chunks(latents, chunk_frames):
             frames = decoder.push(chunk)
             if ttff is None:
-                placement.synchronize()  # "shown" means the pixels exist, not just queued work
-                ttff = time.perf_counter() - start
+                ttff = t.lap()  # "shown" means the pixels exist, not just queued work
             del frames
-    placement.synchronize()
-    return ttff, time.perf_counter() - start
+    return ttff, t.seconds
 
 
 def peak_bytes(vae: AutoencoderKLWan, latents: torch.Tensor, chunk_frames: int | None,

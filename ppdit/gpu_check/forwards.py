@@ -14,8 +14,6 @@ Two lower bounds beside each measurement (``ppdit.analysis.hardware``):
 
 from __future__ import annotations
 
-import statistics
-import time
 import traceback
 from contextlib import contextmanager
 
@@ -28,6 +26,7 @@ from ppdit.analysis.roofline import DTYPE_BYTES, model_ops, totals
 from ppdit.gpu_check.sections import first_line, free_gb, release, sig
 from ppdit.model import get_preset
 from ppdit.runtime.device import Placement
+from ppdit.runtime.timing import repeat
 
 MODELS = ("wan2.1-1.3b", "wan2.1-14b")
 # Activations of one 480p forward (h, q, k, v, the FFN's hidden units: under 3 GB for the 14B)
@@ -135,15 +134,10 @@ def _time_forward(model: str, placement: Placement) -> float:
     text = torch.randn(1, p.text_len, p.text_dim, generator=g, device=dev, dtype=torch.bfloat16)
     t = torch.tensor([500.0], device=dev)
 
-    def once() -> float:
-        placement.synchronize()
-        start = time.perf_counter()
+    def once() -> None:
         net(hidden_states=latent, timestep=t, encoder_hidden_states=text, return_dict=False)
-        placement.synchronize()
-        return (time.perf_counter() - start) * 1e3
 
-    once()
-    return statistics.median(once() for _ in range(REPEATS))
+    return repeat(once, placement, rounds=REPEATS, warmup=1).median * 1e3
 
 
 __all__ = ["DATASHEET_ROWS", "MODELS", "build_direct", "datasheet_row", "forward_row",

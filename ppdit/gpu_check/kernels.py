@@ -20,7 +20,7 @@ from ppdit.runtime.device import Placement
 
 MATMUL_N = 8192  # (n, n) @ (n, n) in bf16: 1.1 TFLOP, big enough to saturate the tensor cores
 COPY_GB = 1.0  # per buffer: far larger than any GPU cache
-CALLS = 10  # kernels per timed call, so a synchronize costs ~1% of it
+CALLS = 10  # kernels per call of the timed function
 GRAPH_PRESETS = ("tiny", "small")
 GRAPH_STEPS = 20
 
@@ -40,9 +40,8 @@ def matmul_tflops(placement: Placement, n: int = MATMUL_N) -> float:
     def matmuls():
         for _ in range(CALLS):
             torch.mm(a, b, out=c)
-        placement.synchronize()
 
-    return 2 * n**3 / (best_time(matmuls, 0.2, 5) / CALLS) / 1e12
+    return 2 * n**3 / (best_time(matmuls, 0.2, 5, placement) / CALLS) / 1e12
 
 
 def copy_tb_s(placement: Placement, gb: float = COPY_GB) -> float:
@@ -55,9 +54,8 @@ def copy_tb_s(placement: Placement, gb: float = COPY_GB) -> float:
     def copies():
         for _ in range(CALLS):
             dst.copy_(src)
-        placement.synchronize()
 
-    return 2 * elems * 4 / (best_time(copies, 0.2, 5) / CALLS) / 1e12
+    return 2 * elems * 4 / (best_time(copies, 0.2, 5, placement) / CALLS) / 1e12
 
 
 def graph_replay(placement: Placement, presets: tuple[str, ...] = GRAPH_PRESETS,

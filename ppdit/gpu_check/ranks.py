@@ -13,7 +13,6 @@ in the same launch, interleaved round by round (``ppdit.runtime.rounds``). They 
 from __future__ import annotations
 
 import statistics
-import time
 import traceback
 
 from ppdit.checkpoint.source import ModelSource
@@ -26,30 +25,35 @@ from ppdit.parallel.step_split.run import run_step_splits
 from ppdit.runtime.launch import launch
 from ppdit.runtime.pool import ranks
 from ppdit.runtime.probes import hello
+from ppdit.runtime.timing import MIN_ROUNDS, timed
 from ppdit.sampler import Request, SamplingConfig
 
 WORLD = 2
 PRESET = "small"  # a few ms per step on a GPU: the layouts' own costs stay visible
-REQUESTS, STEPS, ROUNDS = 4, 8, 2
+REQUESTS, STEPS, ROUNDS = 4, 8, MIN_ROUNDS
 TIMEOUT_S = 300  # per job: far above what these take, low enough to end a hang in the budget
 
 
-def launch_cost(world_size: int = WORLD, fresh_calls: int = 2, pool_jobs: int = 5) -> dict:
-    """Seconds of ``launch(hello, n)`` on fresh ranks vs the same job on a live pool."""
+def launch_cost(world_size: int = WORLD, fresh_calls: int = MIN_ROUNDS,
+                pool_jobs: int = 5) -> dict:
+    """Seconds of ``launch(hello, n)`` on fresh ranks vs the same job on a live pool.
+
+    Timed in this process on the CPU clock (``timed(None)``): the ranks' work is done once
+    their results are back here."""
     fresh = []
     for _ in range(fresh_calls):
-        start = time.perf_counter()
-        rows = launch(hello, world_size, timeout_s=TIMEOUT_S, echo=False)
-        fresh.append(time.perf_counter() - start)
+        with timed() as t:
+            rows = launch(hello, world_size, timeout_s=TIMEOUT_S, echo=False)
+        fresh.append(t.seconds)
     with ranks(world_size, timeout_s=TIMEOUT_S, echo=False) as pool:
-        start = time.perf_counter()
-        pool.run(hello)
-        pool_start = time.perf_counter() - start
+        with timed() as first:
+            pool.run(hello)
+        pool_start = first.seconds
         jobs = []
         for _ in range(pool_jobs):
-            start = time.perf_counter()
-            pool.run(hello)
-            jobs.append(time.perf_counter() - start)
+            with timed() as t:
+                pool.run(hello)
+            jobs.append(t.seconds)
     return {"world_size": world_size, "devices": [r["device"] for r in rows],
             "fresh_s": sig(statistics.median(fresh), 3),
             "fresh_s_range": [sig(min(fresh), 3), sig(max(fresh), 3)],

@@ -9,7 +9,6 @@ inputs, so their ratios mean something on a shared machine. Used by notebook 12 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +22,7 @@ from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Runner, median_ratio, run_side_by_side
+from ppdit.runtime.timing import timed, warm_up_pairs
 from ppdit.runtime.trace import RankTrace, Tracer
 
 VARIANTS = ("one device", "SP, V-first", "SP, V last", "TP")
@@ -65,6 +65,14 @@ class LayoutRunner(Runner):
         self.t = torch.tensor([500.0], device=ctx.device)
         self.text = torch.randn(1, p.text_len, p.text_dim, generator=g).to(ctx.device, dtype)
         self.split = even_split(p.num_tokens(spec.latent_shape), ctx.world_size)
+        self.warm = False
+
+    def warm_up(self, i: int) -> None:
+        """Once, before any round: one exchange on the group the SP all-to-alls and the TP
+        all-reduces share, so that NCCL's lazy set-up of its communicator is not timed."""
+        if not self.warm:
+            warm_up_pairs(self.ctx.placement, [], self.ctx.rank, group=self.world)
+            self.warm = True
 
     def _forward(self, name: str) -> None:
         if name == "one device":
@@ -82,10 +90,10 @@ class LayoutRunner(Runner):
     def run(self, i: int, tracer: Tracer) -> float:
         """Seconds per forward of variant ``i`` in this round."""
         name = self.plans[i][1]
-        start = time.perf_counter()
-        for _ in range(self.spec.forwards):
-            self._forward(name)
-        return (time.perf_counter() - start) / self.spec.forwards
+        with timed(self.ctx.placement) as t:
+            for _ in range(self.spec.forwards):
+                self._forward(name)
+        return t.seconds / self.spec.forwards
 
     @torch.no_grad()
     def result(self, i: int):

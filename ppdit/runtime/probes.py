@@ -23,6 +23,7 @@ from ppdit.runtime.p2p import (
     send_tensor,
     wire_device,
 )
+from ppdit.runtime.timing import timed, warm_up_pairs
 
 
 def hello(ctx: RankContext) -> dict:
@@ -87,13 +88,14 @@ def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
     rx = FrameReceiver(spec, peer, **ctx.wire)
     ways = {"bare": _bare, "frame": _frame, "header+payload": _described}
     out: dict[str, list[float]] = {k: [] for k in ways}
+    warm_up_pairs(ctx.placement, [(0, 1)], ctx.rank, rules=ctx.rules)  # NCCL's pair set-up
     for _ in range(rounds):
         for name, trip in ways.items():
             dist.barrier()
-            t0 = time.perf_counter()
-            for i in range(iters):
-                trip(ctx.rank, peer, x, tx, rx, i)
-            out[name].append((time.perf_counter() - t0) / iters / 2)
+            with timed(ctx.placement) as t:
+                for i in range(iters):
+                    trip(ctx.rank, peer, x, tx, rx, i)
+            out[name].append(t.seconds / iters / 2)
     return out if ctx.rank == 0 else None
 
 

@@ -216,6 +216,7 @@ def run_under_torchrun(
     setup: Callable[..., Any] | None = None,
     backend: str = "auto",
     device: str | None = None,
+    nccl_rules: bool | int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Any] | None:
     """Run the same worker in a process started by ``torchrun``; rank 0 gets every result.
@@ -233,7 +234,8 @@ def run_under_torchrun(
     import diffusers  # noqa: F401  (see the module docstring)
 
     prepared = setup(rank, world, *args) if setup is not None else None
-    decision = decide_placement(local_world_size(), backend=backend, device=device)
+    decision = decide_placement(local_world_size(), backend=backend, device=device,
+                                nccl_rules=nccl_rules)
     placement = decision.for_rank(local_rank)
     owns_group = not dist.is_initialized()
     if owns_group:

@@ -7,8 +7,8 @@ stream around the region (the kernels' own start and end). On the CPU the work i
 the call returns, and ``perf_counter`` is the truth. ``repeat`` adds the rest of the rule: at
 least ``MIN_ROUNDS`` timed rounds after untimed warm-up, reported as the median and spread.
 
-Warm-up of communication is the caller's (``warm_pairs`` for P2P): NCCL makes a communicator
-lazily at the first operation on each pair, so an unwarmed first round pays its set-up.
+Warm-up of communication is the caller's (``warm_up_pairs``): NCCL makes a communicator lazily
+at the first operation on each pair and on each group, so an unwarmed first round pays its set-up.
 ``tests/test_timing_rule.py`` walks the package for clocks read outside this module.
 """
 
@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+import torch.distributed as dist
 
 from ppdit.runtime.device import Placement
+from ppdit.runtime.nccl_rules import NcclRules
+from ppdit.runtime.p2p import wire_device
 
 MIN_ROUNDS = 3  # with two, the median is a mean; three make one outlier visible
 
@@ -33,6 +36,14 @@ class Timing:
 
     seconds: float = float("nan")
     how: str = "cpu clock"  # or "cuda events"
+    _since_start: Callable[[], float] | None = field(default=None, repr=False)
+
+    def lap(self) -> float:
+        """Seconds from the region's start to now, the work queued so far included (on a GPU
+        it synchronises): a time to first result inside a longer region."""
+        if self._since_start is None:
+            raise RuntimeError("lap() is for the body of a `timed` region")
+        return self._since_start()
 
 
 @contextmanager
@@ -44,17 +55,25 @@ def timed(placement: Placement | None = None) -> Iterator[Timing]:
     """
     out = Timing()
     if placement is not None and placement.is_cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)
+        out.how, out._since_start = "cuda events", lambda: _event_seconds(start, placement)
         placement.synchronize()
         start.record()
         yield out
-        end.record()
-        placement.synchronize()
-        out.seconds, out.how = start.elapsed_time(end) / 1e3, "cuda events"
+        out.seconds = _event_seconds(start, placement)
         return
     begin = time.perf_counter()
+    out._since_start = lambda: time.perf_counter() - begin
     yield out
     out.seconds = time.perf_counter() - begin
+
+
+def _event_seconds(start: torch.cuda.Event, placement: Placement) -> float:
+    """Seconds from ``start`` to an event recorded now, once the device has reached it."""
+    end = torch.cuda.Event(enable_timing=True)
+    end.record()
+    placement.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 @dataclass
@@ -89,10 +108,44 @@ def repeat(fn: Callable[[], object], placement: Placement | None = None, rounds:
     return out
 
 
+def warm_up_pairs(placement: Placement, pairs: Sequence[tuple[int, int]], rank: int, group=None,
+                  rules: NcclRules | None = None) -> None:
+    """One tiny exchange on ``group``'s collective communicator, then on every P2P pair that
+    holds ``rank``: the untimed warm-up a timed round of communication needs.
+
+    NCCL builds a communicator at the first operation on each group and on each pair of ranks
+    (seconds, not microseconds), so without this the first timed round pays it. Every rank of
+    ``group`` (None: the world) calls it with the same ``pairs`` (global ranks), in the same
+    order. The collective comes first: NCCL asks that a group's first operation include all of
+    its ranks. Each exchange is one fused send + receive (``batch_isend_irecv``), which cannot
+    block itself under NCCL's ordering; ranks that keep NCCL's rules on gloo (``rules``, i.e.
+    ``ctx.rules``) post it through them. Messages sit where the rank's P2P puts them (host
+    memory when staged).
+    """
+    device = wire_device(placement.device, placement.staged)
+    dist.all_reduce(torch.zeros(1, device=device), group=group)  # a barrier that names its device
+    for a, b in pairs:
+        if rank not in (a, b) or a == b:
+            continue
+        _exchange(b if rank == a else a, device, group, rules)
+
+
+def _exchange(peer: int, device: torch.device, group, rules: NcclRules | None) -> None:
+    """Send one element to ``peer`` and receive one from it, as one fused operation."""
+    out, back = torch.zeros(1, device=device), torch.empty(1, device=device)
+    if rules is not None:
+        works = rules.batch([("send", out, peer, group), ("recv", back, peer, group)])
+    else:
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, peer, group),
+                                        dist.P2POp(dist.irecv, back, peer, group)])
+    for work in works:
+        work.wait()
+
+
 def now_ns() -> int:
     """A wall-clock timestamp for events and logs (boot phases, spans' placement on a
     timeline): never a measurement of device work on its own (use ``timed``)."""
     return time.perf_counter_ns()
 
 
-__all__ = ["MIN_ROUNDS", "Rounds", "Timing", "now_ns", "repeat", "timed"]
+__all__ = ["MIN_ROUNDS", "Rounds", "Timing", "now_ns", "repeat", "timed", "warm_up_pairs"]

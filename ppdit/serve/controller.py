@@ -20,6 +20,7 @@ import torch
 
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.mesh import Lanes
+from ppdit.runtime.timing import now_ns
 from ppdit.runtime.trace import Tracer
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
@@ -84,7 +85,7 @@ class Controller:
         """Send the schedule, receive, decode, deliver; then shut the mesh down."""
         consumer = threading.Thread(target=self._consume, name="output-consumer", daemon=True)
         consumer.start()
-        self.report.start_ns = time.perf_counter_ns()
+        self.report.start_ns = now_ns()
         actions, position = list(self.cfg.schedule()), 0
         while actions or len(self.d_in):
             while actions and (actions[0][0] == "cut" or len(self.d_in) < self.cfg.ahead):
@@ -101,7 +102,7 @@ class Controller:
             s.wait(self.cfg.timeout_s)
         self.d_out.put(None, self.cfg.timeout_s)
         consumer.join(self.cfg.timeout_s)
-        self.report.end_ns = time.perf_counter_ns()
+        self.report.end_ns = now_ns()
         self.report.max_depth = {"D_IN": self.d_in.max_depth, "D_OUT": self.d_out.max_depth}
         self.report.producer_blocked_s = self.d_out.blocked_s
         return self.report
@@ -181,7 +182,7 @@ class Controller:
             if pixels is not None:
                 self.report.video.setdefault(video, []).append(pixels)
             self.report.delivered.append(Delivered(epoch, video, index, n,
-                                                   time.perf_counter_ns()))
+                                                   now_ns()))
             if self.cfg.consumer_delay_s:
                 time.sleep(self.cfg.consumer_delay_s)
 

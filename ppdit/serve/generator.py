@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from dataclasses import dataclass
 
 import torch
 
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.mesh import Lanes
+from ppdit.runtime.timing import timed
 from ppdit.runtime.trace import Tracer
 from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
@@ -116,16 +116,16 @@ class GeneratorRank:
         if not self.dedup.first_time(env.key):
             self.report.duplicates += 1
             return
-        start = time.perf_counter()
-        text = env.conditioning.to(self.ctx.device)
-        if env.context_frames_override is not None:
-            self.gen.rebuild(env.context_frames_override, text)
-        with self.tracer.span("compute", f"v{env.request_id} c{env.chunk_index}",
-                              request=env.request_id, step=env.chunk_index):
-            latent = self.gen.generate(env.chunk_index, env.seed, text, env.noise)
+        with timed(self.ctx.placement) as t:  # the chunk's kernels, not their launch
+            text = env.conditioning.to(self.ctx.device)
+            if env.context_frames_override is not None:
+                self.gen.rebuild(env.context_frames_override, text)
+            with self.tracer.span("compute", f"v{env.request_id} c{env.chunk_index}",
+                                  request=env.request_id, step=env.chunk_index):
+                latent = self.gen.generate(env.chunk_index, env.seed, text, env.noise)
         self.report.generated += 1
         if self.is_leader:
-            took = torch.tensor([0.0, time.perf_counter() - start], dtype=torch.float64)
+            took = torch.tensor([0.0, t.seconds], dtype=torch.float64)
             res = PPResultV1(env.request_id, env.epoch, env.seq, env.chunk_index, latent=latent,
                              timings=took)
             self.sends.append(isend_message(res, CONTROLLER, **self.ctx.wire,

@@ -11,7 +11,6 @@ so a slow minute on a shared machine slows every variant, not one; forward times
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -28,6 +27,7 @@ from ppdit.runtime.device import Placement
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Job, Runner, median_ratio, rounds_worker, run_side_by_side
+from ppdit.runtime.timing import timed
 from ppdit.sampler import Request, initial_noise, prompt_embeddings
 
 STYLES = ("single", "funcol", "c10d", "c10d_async", "dtensor")
@@ -152,7 +152,7 @@ class TPCompareRunner(Runner):
             if spec.trace:  # the collective styles, eager (the single-device model has none)
                 for (_, v), model, res in zip(plans, self.models, self.results, strict=True):
                     if not v.compiled and v.style != "single":
-                        _trace(res, model, self.inputs, spec)
+                        _trace(res, model, self.inputs, spec, ctx.placement)
 
     @torch.no_grad()
     def warm_up(self, i: int) -> None:
@@ -161,9 +161,9 @@ class TPCompareRunner(Runner):
         model, res = self.models[i], self.results[i]
         if v.compiled:
             before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-            start = time.perf_counter()
-            out = forward_by_stages(compile_blocks(model), *self.inputs)
-            res.compile_s = time.perf_counter() - start
+            with timed(self.ctx.placement) as t:  # compile, and the first forward's kernels
+                out = forward_by_stages(compile_blocks(model), *self.inputs)
+            res.compile_s = t.seconds
             res.graphs_compiled = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
             res.output = out.cpu()
             res.max_abs_diff = (out - self.reference).abs().max().item()
@@ -176,11 +176,9 @@ class TPCompareRunner(Runner):
         spec = self.plans[i][0]
         times = []
         for _ in range(spec.repeats):
-            self.ctx.placement.synchronize()
-            start = time.perf_counter()
-            forward_by_stages(self.models[i], *self.inputs)
-            self.ctx.placement.synchronize()
-            times.append(time.perf_counter() - start)
+            with timed(self.ctx.placement) as t:
+                forward_by_stages(self.models[i], *self.inputs)
+            times.append(t.seconds)
         self.results[i].forward_s.append(statistics.median(times))
         return self.results[i].forward_s[-1]
 
@@ -200,18 +198,18 @@ def tp_compare_on_rank(ctx: RankContext, spec: TPCompare) -> dict[str, VariantRe
     return dict(zip(jobs, out.results, strict=True))
 
 
-def _trace(result: VariantResult, model, inputs, spec: TPCompare) -> None:
+def _trace(result: VariantResult, model, inputs, spec: TPCompare, placement: Placement) -> None:
     """Graph breaks of block 0 (with the block's graph collectives) and, if the spec asks, of
-    the whole forward."""
-    start = time.perf_counter()
-    hidden, c = prologue(model, *inputs)
-    result.block_trace = trace_report(
-        model.blocks[0], hidden, c.text, c.timestep_proj, c.rotary_emb,
-        collectives=True if spec.trace_broken_collectives else "if_whole")
-    if spec.trace_forward:
-        result.forward_trace = trace_report(partial(forward_by_stages, model), *inputs,
-                                            collectives=False)
-    result.trace_s = time.perf_counter() - start
+    the whole forward (Dynamo runs what it traces: ``trace_s`` is timed on the rank's device)."""
+    with timed(placement) as t:
+        hidden, c = prologue(model, *inputs)
+        result.block_trace = trace_report(
+            model.blocks[0], hidden, c.text, c.timestep_proj, c.rotary_emb,
+            collectives=True if spec.trace_broken_collectives else "if_whole")
+        if spec.trace_forward:
+            result.forward_trace = trace_report(partial(forward_by_stages, model), *inputs,
+                                                collectives=False)
+    result.trace_s = t.seconds
 
 
 def speedup(results: dict[str, VariantResult], fast: str, base: str) -> float:
