@@ -62,13 +62,21 @@ class Op:
     error: BaseException | None = None
 
     def describe(self) -> str:
-        """"recv 1.0 MB from rank 1 (rendezvous, posted 2.1 s ago, running)"."""
+        """"recv 1.05 MB from rank 1 (rendezvous, posted 2.1 s ago, running)"."""
         size = self.tensor.numel() * self.tensor.element_size()
         way = "to" if self.kind == "send" else "from"
         state = "done" if self.done.is_set() else "running" if self.started else "queued"
-        return (f"{self.kind} {size / 1e6:.3g} MB {way} rank {self.peer} "
+        return (f"{self.kind} {_bytes(size)} {way} rank {self.peer} "
                 f"({'rendezvous' if self.large else 'eager'}, posted "
                 f"{time.monotonic() - self.posted:.1f} s ago, {state})")
+
+
+def _bytes(n: int) -> str:
+    """96 B, 16.4 kB, 8.39 MB: a size as a person reads it."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
 
 
 class OpWork:
