@@ -94,3 +94,25 @@ def test_a_layout_refuses_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(fit, "device_bytes", lambda decision: 1000)  # a 1 kB device
     with pytest.raises(ValueError, match="more than its 1e-06 GB"):
         run_step_splits({"p2": make_plan(2, 1)}, rounds=1)
+
+
+def test_cpu_parts_under_torchrun_take_the_ranks_share_of_the_cores(monkeypatch):
+    """torchrun sets one thread per rank; encoding and decoding on the CPU take
+    cores / local ranks instead, and the rank's count comes back after."""
+    import torch
+
+    from ppdit.runtime.device import Placement, cpu_share
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with cpu_share(Placement(torch.device("cpu"), "gloo")) as n:
+            assert n == 4 and torch.get_num_threads() == 4
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+        with cpu_share(Placement(torch.device("cpu"), "gloo")) as n:
+            assert n == 1
+    finally:
+        torch.set_num_threads(before)

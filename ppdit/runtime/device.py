@@ -26,7 +26,9 @@ CPU path used by the tests and the notebooks is the same code a GPU user runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import torch
@@ -173,10 +175,28 @@ def choose_backend(backend: str, local_world_size: int) -> str:
     return decide_placement(local_world_size, backend=backend).backend
 
 
+@contextlib.contextmanager
+def cpu_share(placement: Placement) -> Iterator[int]:
+    """Threads for work this rank does on the CPU (encoding, decoding) while its placement is
+    the CPU: this host's cores divided among its local ranks. torchrun starts every rank with
+    ``OMP_NUM_THREADS=1``, right for many ranks busy at once, but a 480p decode on one thread
+    takes hours. Restores the previous count after."""
+    before = torch.get_num_threads()
+    share = max(1, (os.cpu_count() or 1) // max(1, local_world_size()))
+    if placement.is_cuda or share <= before:
+        yield before
+        return
+    torch.set_num_threads(share)
+    try:
+        yield share
+    finally:
+        torch.set_num_threads(before)
+
+
 def local_world_size() -> int:
     """Ranks on this host: torchrun's LOCAL_WORLD_SIZE, else the whole world."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
 
 
 __all__ = ["BACKENDS", "DEVICES", "DEVICE_ENV", "Placement", "PlacementDecision",
-           "choose_backend", "decide_placement", "local_world_size"]
+           "choose_backend", "cpu_share", "decide_placement", "local_world_size"]

@@ -18,7 +18,7 @@ from ppdit.checkpoint.folder import WanFolder, check_folder, load_folder
 from ppdit.checkpoint.solver import make_denoiser
 from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
-from ppdit.runtime.device import decide_placement
+from ppdit.runtime.device import cpu_share, decide_placement
 from ppdit.runtime.trace import Trace, Tracer, merge
 from ppdit.sampler import Conditioning, Request
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
@@ -130,7 +130,8 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     # Encode and decode where the ranks compute (the first GPU with --device cuda): on one
     # core a 480p decode takes hours, and under torchrun a rank has one thread.
     place = decide_placement(1, device=device).for_rank(0)
-    prompts = encode(spec, place.device)
+    with cpu_share(place):
+        prompts = encode(spec, place.device)
     if spec.layout == "single":
         tracer = Tracer(0, place)
         latent = generate_latent(spec, prompts, device=place.device, on_step=on_step,
@@ -145,7 +146,8 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     video = None
     if decode_video:
         vae = load_folder(spec.checkpoint, parts=("vae",), device=place.device).vae
-        video = decode(vae, latent, streaming=streaming_decode)
+        with cpu_share(place):
+            video = decode(vae, latent, streaming=streaming_decode)
         del vae
         _free(place.device)
     return Generated(spec, latent, video, trace, handoff)
