@@ -191,7 +191,7 @@ class NcclRules:
     def _key(op: Op) -> tuple[str, int]:
         """(group, peer): a group is a communicator of its own, with its own queues, even
         beside another group of the same ranks (its name is the same on every rank)."""
-        if op.group is None:
+        if op.group is None or op.group is dist.group.WORLD:  # one communicator in NCCL
             return "default group", op.peer
         ranks = dist.get_process_group_ranks(op.group)
         return f"group {op.group.group_name} {ranks}", op.peer

@@ -84,6 +84,17 @@ def post_recv(tensor: torch.Tensor, src: int, group=None, rules: NcclRules | Non
     return dist.irecv(tensor, src, group=group)
 
 
+def post_batch(ops: Sequence[tuple[str, torch.Tensor, int]], group=None,
+               rules: NcclRules | None = None) -> list:
+    """``batch_isend_irecv`` of ("send" | "recv", tensor, peer) triples: NCCL launches them as
+    one group, so paired traffic fused this way cannot block itself; under ``rules`` the same.
+    Returns one work per operation, in order."""
+    if rules is not None:
+        return rules.batch([(kind, t, peer, group) for kind, t, peer in ops])
+    way = {"send": dist.isend, "recv": dist.irecv}
+    return dist.batch_isend_irecv([dist.P2POp(way[kind], t, peer, group) for kind, t, peer in ops])
+
+
 def wait_for(work, timeout_s: float, what: str) -> None:
     """Wait for a P2P op; turn the backend's timeout into a ``TimeoutError`` that says what."""
     try:

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from ppdit.runtime.device import Placement
 from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import wire_device
+from ppdit.runtime.p2p import post_batch, wire_device
 
 MIN_ROUNDS = 3  # with two, the median is a mean; three make one outlier visible
 
@@ -133,12 +133,7 @@ def warm_up_pairs(placement: Placement, pairs: Sequence[tuple[int, int]], rank: 
 def _exchange(peer: int, device: torch.device, group, rules: NcclRules | None) -> None:
     """Send one element to ``peer`` and receive one from it, as one fused operation."""
     out, back = torch.zeros(1, device=device), torch.empty(1, device=device)
-    if rules is not None:
-        works = rules.batch([("send", out, peer, group), ("recv", back, peer, group)])
-    else:
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, peer, group),
-                                        dist.P2POp(dist.irecv, back, peer, group)])
-    for work in works:
+    for work in post_batch([("send", out, peer), ("recv", back, peer)], group, rules):
         work.wait()
 
 

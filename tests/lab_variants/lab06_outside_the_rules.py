@@ -1,0 +1,49 @@
+"""Lab 06 gone wrong: the handout's relay with the hang "fixed" by leaving NCCL's rules.
+
+The helpers get ``device=`` but not ``rules=`` (``**ctx.wire`` carries both): every send and
+receive goes to gloo as it is, which forgives the order; on GPUs, NCCL would not.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ppdit.runtime.p2p import FrameReceiver, FrameSender
+from ppdit.teaching.labkit import load_module
+
+_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+                        / "lab06_hang_solution.py")
+SPEC, ACK, TIMEOUT_S = _solution.SPEC, _solution.ACK, _solution.TIMEOUT_S
+make_frame, relay_one_communicator = _solution.make_frame, _solution.relay_one_communicator
+
+
+def consume(frame: torch.Tensor) -> float:
+    return float(frame.double().sum())
+
+
+def relay_worker(ctx, n: int, max_in_flight: int) -> list:
+    needed = max(0, n - max_in_flight)
+    if ctx.rank == 0:
+        frames = FrameSender(SPEC, 1, device=ctx.device, timeout_s=TIMEOUT_S)
+        acks = FrameReceiver(ACK, 1, device=ctx.device, count=needed, timeout_s=TIMEOUT_S)
+        acks_before, got = [], 0
+        for k in range(n):
+            if k >= max_in_flight:
+                acks.recv()
+                got += 1
+            acks_before.append(got)
+            frames.send(make_frame(k), [k])
+        frames.flush()
+        return acks_before
+    inbox = FrameReceiver(SPEC, 0, device=ctx.device, count=n, timeout_s=TIMEOUT_S)
+    outbox = FrameSender(ACK, 0, device=ctx.device, timeout_s=TIMEOUT_S)
+    sums = []
+    for k in range(n):
+        frame, _ = inbox.recv()
+        sums.append(consume(frame))
+        if k < needed:
+            outbox.send(torch.ones(1, dtype=torch.int64), [])
+    outbox.flush()
+    return sums

@@ -1,0 +1,43 @@
+"""Lab 06 gone wrong: part 2 made safe by giving up the receives posted ahead.
+
+Rank 1 posts the receive of frame k + 1 only after its work on frame k: one communicator, no
+hang, every frame right, but no transfer ever overlaps the work any more (on a real pipeline
+each handoff then waits for the sender to respond, once per frame).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ppdit.runtime.p2p import FrameReceiver, FrameSender, post_recv, wait_for
+from ppdit.teaching.labkit import load_module
+
+_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+                        / "lab06_hang_solution.py")
+SPEC, ACK, TIMEOUT_S = _solution.SPEC, _solution.ACK, _solution.TIMEOUT_S
+make_frame, relay_worker = _solution.make_frame, _solution.relay_worker
+_send_in_window = _solution._send_in_window
+
+
+def consume(frame: torch.Tensor) -> float:
+    return float(frame.double().sum())
+
+
+def relay_one_communicator(ctx, n: int, max_in_flight: int) -> list:
+    needed = max(0, n - max_in_flight)
+    if ctx.rank == 0:
+        frames = FrameSender(SPEC, 1, **ctx.wire, announce=False, timeout_s=TIMEOUT_S)
+        acks = FrameReceiver(ACK, 1, **ctx.wire, timeout_s=TIMEOUT_S)
+        return _send_in_window(frames, acks, n, max_in_flight)
+    outbox = FrameSender(ACK, 0, **ctx.wire, timeout_s=TIMEOUT_S)
+    frame = SPEC.new_frame(ctx.device)
+    sums = []
+    for k in range(n):
+        wait_for(post_recv(frame.buf, 0, rules=ctx.rules), TIMEOUT_S, f"frame {k}")
+        sums.append(consume(frame.payload))
+        if k < needed:
+            outbox.send(torch.ones(1, dtype=torch.int64), [])
+    outbox.flush()
+    return sums
