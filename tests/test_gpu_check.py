@@ -397,3 +397,11 @@ def test_the_tests_budget_follows_the_tests_selected(tmp_path):
     assert tests_budget_s(3) == FLOOR_S + 3 * PER_TEST_S
     with pytest.raises(ValueError, match="n_tests=-1"):
         tests_budget_s(-1)
+
+
+def test_rows_of_ranks_sharing_a_device_are_labelled_time_sliced():
+    from ppdit.gpu_check.ranks import time_sliced
+
+    assert time_sliced(["cuda:0", "cuda:1"]) == ""
+    assert time_sliced(["cuda:0", "cuda:0"]) == "(time-sliced: 2 ranks on one GPU)"
+    assert time_sliced(["cpu", "cpu"]) == "(time-sliced: 2 ranks on the CPU)"

@@ -73,11 +73,26 @@ def layout_step_times() -> dict:
             except Exception as err:  # recorded; the pool restarts its ranks for the next
                 traceback.print_exc()
                 failed.append(f"{name}: {type(err).__name__}: {first_line(err)}")
-    out = {"world_size": WORLD, "devices": [r["device"] for r in where],
-           "backend": where[0]["backend"], "rows": rows}
+    devices = [r["device"] for r in where]
+    shared = time_sliced(devices)
+    if shared:  # what the rows measure is not scaling: say so on every row
+        rows = [{**r, "layout": f"{r['layout']} {shared}"} for r in rows]
+    out = {"world_size": WORLD, "devices": devices, "backend": where[0]["backend"],
+           "rows": rows}
     if failed:
         out.update(status="partial" if rows else "error", reason="; ".join(failed))
     return out
+
+
+def time_sliced(devices: list[str]) -> str:
+    """The label of rows measured with ranks that share a device ("" when each has its own):
+    two ranks on one GPU take turns on it, so a "speedup" there measures time-slicing (and the
+    layout's overheads), not what the layout gains on two GPUs."""
+    on_gpu = [d for d in devices if d.startswith("cuda")]
+    if len(set(on_gpu)) >= len(devices):
+        return ""
+    where = "one GPU" if len(set(on_gpu)) == 1 else "the CPU" if not on_gpu else "shared GPUs"
+    return f"(time-sliced: {len(devices)} ranks on {where})"
 
 
 def _row(layout: str, per: str, ms: float, one_device_ms: float) -> dict:
@@ -121,4 +136,4 @@ def _tp_sp(pool) -> list[dict]:
             for v, label in names.items()]
 
 
-__all__ = ["launch_cost", "layout_step_times"]
+__all__ = ["launch_cost", "layout_step_times", "time_sliced"]
