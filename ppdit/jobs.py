@@ -177,6 +177,7 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
 
 
 def _write_generate(result, out: Path, seconds: float) -> None:
+    from ppdit.runtime.trace import peak_memory
     from ppdit.viz.artifacts import pipeline_clip, save_strip, to_uint8_frames, write_video
 
     out.mkdir(parents=True, exist_ok=True)
@@ -187,7 +188,10 @@ def _write_generate(result, out: Path, seconds: float) -> None:
     summary = {"config": jsonable(asdict(result.spec)), "seconds": seconds,
                "video": video.name, "frames": int(result.video.shape[1]),
                "latent_shape": list(result.latent.shape),
-               "handoff_bytes": result.handoff_bytes}
+               "handoff_bytes": result.handoff_bytes,
+               # per rank, above its weights (GPU ranks; empty on CPU ranks, where counting
+               # live tensors would slow the run: runtime.rounds)
+               "peak_memory_bytes": peak_memory(result.trace)}
     _write_run(out, result.trace, f"ppdit generate: layout {result.spec.layout}, "
                f"{result.spec.ranks} rank(s)", summary,
                [f"generated {summary['frames']} frames in {seconds:.1f} s"],

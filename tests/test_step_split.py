@@ -170,3 +170,15 @@ def test_a_stage_slower_than_the_floor_completes(tiny):
     waited = [s.duration_s for s in res.traces[0].spans if s.kind == "recv" and s.rank == 1]
     assert waited and waited[0] > plan.timeout_s  # the old fixed bound would have fired
     assert torch.equal(res.latents[0], generate(tiny, Request(0, 0), sampling=plan.sampling))
+
+
+def test_each_round_reports_every_ranks_peak_memory(pools):
+    """Asked for on the CPU (free on a GPU): each rank's peak tensor bytes in the trace."""
+    from ppdit.runtime.trace import peak_memory
+
+    plans = {"p2": make_plan(2, 1, sampling=SamplingConfig(num_steps=4))}
+    res = run_step_splits(plans, rounds=1, memory=True, pool=pools(2))["p2"]
+    peaks = peak_memory(res.trace)
+    assert sorted(peaks) == [0, 1] and all(v > 0 for v in peaks.values())
+    plain = run_step_splits(plans, rounds=1, pool=pools(2))["p2"]
+    assert peak_memory(plain.trace) == {}  # not asked for on the CPU: not measured

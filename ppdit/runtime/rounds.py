@@ -33,9 +33,10 @@ from typing import Any
 from ppdit.runtime.device import decide_placement, local_world_size
 from ppdit.runtime.fit import check_fits
 from ppdit.runtime.launch import in_torchrun, launch
+from ppdit.runtime.memory import track_peak_memory
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.timing import now_ns
-from ppdit.runtime.trace import RankTrace, Rounds, Trace, Tracer, merge
+from ppdit.runtime.trace import PEAK_MEMORY, RankTrace, Rounds, Trace, Tracer, merge
 
 
 def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
@@ -113,6 +114,7 @@ class Job:
     runner: type[Runner]
     plans: tuple
     rounds: int = 1
+    memory: bool = False  # track each round's peak tensor memory on the CPU too (slower)
 
 
 @dataclass
@@ -147,11 +149,23 @@ def rounds_worker(ctx: RankContext, job: Job) -> RankRounds:
             tracer = Tracer(ctx.rank, ctx.placement)
             tracer.align()  # a barrier: every plan starts with every rank ready
             if took_part[i]:
-                out.outputs[i].append(runner.run(i, tracer))
+                out.outputs[i].append(_run_round(runner, i, tracer, ctx, job.memory))
                 out.traces[i].append(tracer.finish())
         out.results = [runner.result(i) if took_part[i] else None for i in range(n)]
     finally:
         runner.close()
+    return out
+
+
+def _run_round(runner: Runner, i: int, tracer: Tracer, ctx: RankContext, memory: bool) -> Any:
+    """One round of plan ``i``; its peak memory becomes the trace's ``PEAK_MEMORY`` counter:
+    on a GPU always (the allocator's peak, free to read), on the CPU when asked (live tensor
+    bytes, counted by a dispatch mode that slows every operator a little)."""
+    if not (memory or ctx.placement.is_cuda):
+        return runner.run(i, tracer)
+    with track_peak_memory(ctx.placement) as peak:
+        out = runner.run(i, tracer)
+    tracer.counter(PEAK_MEMORY, peak.peak_bytes)
     return out
 
 
@@ -170,12 +184,14 @@ class PlanRuns(Rounds):
 
 
 def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_size: int,
-                     rounds: int = 1, **launch_kwargs) -> dict[str, PlanRuns] | None:
+                     rounds: int = 1, memory: bool = False,
+                     **launch_kwargs) -> dict[str, PlanRuns] | None:
     """Run every plan ``rounds`` times in one launch of ``world_size`` ranks, interleaved.
 
     Returns the plans' runs by name (``None`` on a torchrun rank other than 0).
     ``launch_kwargs`` go to ``launch``; ranks get one thread each unless
-    ``threads_per_rank`` says otherwise.
+    ``threads_per_rank`` says otherwise. Every round's trace holds each rank's peak memory
+    (``trace.peak_memory``) on GPUs, and on the CPU with ``memory=True``.
     """
     if not plans:
         raise ValueError("run_side_by_side needs at least one plan")
@@ -183,7 +199,7 @@ def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_si
     check_one_model(plans)
     check_weights_fit(plans, world_size, launch_kwargs)
     launch_kwargs.setdefault("threads_per_rank", 1)
-    job = Job(runner, tuple(plans.values()), rounds)
+    job = Job(runner, tuple(plans.values()), rounds, memory)
     per_rank = launch(rounds_worker, world_size, args=(job,), setup=prepare_job, **launch_kwargs)
     return None if per_rank is None else collect(list(plans), per_rank, rounds)
 

@@ -190,6 +190,20 @@ class Trace:
                 "counters": [asdict(c) for c in self.counters]}
 
 
+PEAK_MEMORY = "peak memory (bytes)"  # a counter: one sample per rank per round
+
+
+def peak_memory(trace: Trace) -> dict[int, int]:
+    """Each rank's peak tensor memory in a round above what it held before (its weights), from
+    the ``PEAK_MEMORY`` counter (``runtime.rounds``): the allocator's peak on a GPU, live
+    tensor bytes on the CPU. Empty when the round did not measure it."""
+    peaks: dict[int, int] = {}
+    for c in trace.counters:
+        if c.name == PEAK_MEMORY:
+            peaks[c.rank] = max(peaks.get(c.rank, 0), int(c.value))
+    return dict(sorted(peaks.items()))
+
+
 class Rounds:
     """For results that hold one merged ``Trace`` per round in ``self.traces``."""
 
