@@ -127,11 +127,15 @@ def warm_up_pairs(placement: Placement, pairs: Sequence[tuple[int, int]], rank: 
     for a, b in pairs:
         if rank not in (a, b) or a == b:
             continue
-        _exchange(b if rank == a else a, device, group, rules)
+        exchange(b if rank == a else a, device, group, rules)
 
 
-def _exchange(peer: int, device: torch.device, group, rules: NcclRules | None) -> None:
-    """Send one element to ``peer`` and receive one from it, as one fused operation."""
+def exchange(peer: int, device: torch.device, group=None, rules: NcclRules | None = None
+             ) -> None:
+    """Send one element to ``peer`` and receive one from it, as one fused operation: the
+    warm-up of one P2P pair (NCCL makes the pair's communicator here, not in a timed round).
+    Ranks that exchange with several peers do it in one global order of pairs (sorted by
+    (lower rank, higher rank)), so the blocking exchanges cannot wait in a cycle."""
     out, back = torch.zeros(1, device=device), torch.empty(1, device=device)
     for work in post_batch([("send", out, peer), ("recv", back, peer)], group, rules):
         work.wait()
@@ -143,4 +147,5 @@ def now_ns() -> int:
     return time.perf_counter_ns()
 
 
-__all__ = ["MIN_ROUNDS", "Rounds", "Timing", "now_ns", "repeat", "timed", "warm_up_pairs"]
+__all__ = ["MIN_ROUNDS", "Rounds", "Timing", "exchange", "now_ns", "repeat", "timed",
+           "warm_up_pairs"]

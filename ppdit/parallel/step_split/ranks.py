@@ -26,10 +26,10 @@ from ppdit.parallel.tensor.parallelize import (
 )
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.mesh import RankGroups, build_groups
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, work_bound
+from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, wire_device, work_bound
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import ReplicatedRunner
-from ppdit.runtime.timing import timed
+from ppdit.runtime.timing import exchange, timed
 from ppdit.runtime.trace import Tracer
 from ppdit.sampler import Denoiser, Request, StepState
 
@@ -90,6 +90,25 @@ class StepStageRunner(ReplicatedRunner):
                 self.step_s[i] = one.seconds  # the last, warmest step: bounds the waits
         den.release(probe)
         self.warmup_s[i] = whole.seconds
+        self._warm_pairs(i)
+
+    def _warm_pairs(self, i: int) -> None:
+        """One fused exchange with each neighbour (and, first and last stage, on the credits'
+        group): NCCL builds a pair's communicator at its first message, and that belongs to
+        the warm-up, not to the first timed round. Pairs go in one global order (prev before
+        next, the credits' pair last), so no exchange waits in a cycle."""
+        g, plan = self.groups[i], self.plans[i]
+        if plan.num_stages == 1 or plan.warmup == 0:  # warmup=0: the cold start, shown whole
+            return
+        device = wire_device(self.ctx.device, self.ctx.placement.staged)
+        pairs = [(g.prev_rank, g.pp_group), (g.next_rank, g.pp_group)]
+        if g.is_first_stage:
+            pairs.append((g.last_stage_rank, g.back_group))
+        elif g.is_last_stage:
+            pairs.append((g.first_stage_rank, g.back_group))
+        for peer, group in pairs:
+            if peer is not None:
+                exchange(peer, device, group, self.ctx.rules)
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round: this stage's share of plan ``i``; the last stage returns final latents."""
