@@ -7,6 +7,7 @@ import torch
 
 from ppdit.model import build_model, get_preset
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
+from ppdit.parallel.sequence.ring import RING_TOL
 from ppdit.parallel.sequence.run import SPPlan, run_sps
 from ppdit.parallel.sequence.ulysses import SP_TOL, check_sp_degree
 from ppdit.sampler import Request, SamplingConfig, generate
@@ -51,3 +52,42 @@ def test_bytes_formula_by_hand():
     assert a2a_bytes_per_layer(batch=1, tokens=320, dim=64, degree=2, bytes_per_element=4) \
         == 4 * 160 * 64 * 4 // 2
     assert build_model("tiny", device="meta").config.num_attention_heads == 4
+
+
+@pytest.mark.parametrize("degree,shapes", [(2, (None, (1, 16, 5, 14, 18))), (3, (None,))])
+def test_ring_attention_equals_one_device_for_any_head_count(degree, shapes, tiny, pools):
+    """Ring attention on real ranks (3 does not divide the tiny model's 4 heads: Ulysses
+    refuses it), uneven slices included, under NCCL's rules: equal to one device within
+    RING_TOL; each rank sends its K/V block P - 1 times per layer and step."""
+    two = SamplingConfig(num_steps=2)
+    plans = {str(s): SPPlan(degree, sampling=two, attention="ring", latent_shape=s)
+             for s in shapes}
+    results = run_sps(plans, timeout_s=300, echo=False, pool=pools(degree))
+    preset = get_preset("tiny")
+    for plan, res in ((p, results[k]) for k, p in plans.items()):
+        ref = generate(tiny, Request(0, 0), sampling=two, latent_shape=plan.shape)
+        for rank_latents in res.rank_latents:
+            torch.testing.assert_close(rank_latents[0], ref, **RING_TOL)
+        split = even_split(preset.num_tokens(plan.shape), degree)
+        blocks = sum(split[(0 - s) % degree] for s in range(degree - 1))  # rank 0 forwards
+        per_layer = 2 * blocks * preset.num_heads * preset.head_dim * 4  # K and V, fp32
+        assert res.ring_bytes == per_layer * preset.num_layers * two.num_steps
+    with pytest.raises(ValueError, match="must divide the 4 attention heads"):
+        SPPlan(3)
+
+
+def test_ring_merge_equals_full_attention_block_by_block():
+    """The log-sum-exp merge of K/V blocks, in any order, equals attention over all keys."""
+    from ppdit.attention import attend
+    from ppdit.parallel.sequence.ring import attend_with_lse, merge
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 45, 4, 16, generator=g) for _ in range(3))
+    full = attend(q, k, v)
+    for cuts in ([45], [20, 25], [11, 11, 11, 12]):
+        starts = [sum(cuts[:i]) for i in range(len(cuts))]
+        out = lse = None
+        for s, c in reversed(list(zip(starts, cuts, strict=True))):  # another order than 0..P-1
+            block = attend_with_lse(q, k[:, s:s + c], v[:, s:s + c])
+            out, lse = block if out is None else merge(out, lse, *block)
+        torch.testing.assert_close(out, full, **RING_TOL)

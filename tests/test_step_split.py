@@ -156,14 +156,14 @@ def test_bf16_step_split_equals_one_device_bf16(pools, tiny):
 
 
 def test_a_stage_slower_than_the_floor_completes(tiny):
-    """The first handoff comes after 3 slow steps (> 1.5 s), past the 1 s floor of every wait:
+    """The first handoff comes after 2 slow steps (> 0.6 s), past the 0.5 s floor of every wait:
     the receive's bound comes from the work upstream (p2p.work_bound), as 14B at 480p needs
     (minutes before its first handoff against the old fixed 60 s)."""
     from ppdit.parallel.step_split.run import StepSplitResult
     from ppdit.runtime.rounds import run_side_by_side
     from tests.workers import SlowStepRunner
 
-    plan = make_plan(2, 1, sampling=SamplingConfig(num_steps=6), timeout_s=1.0)
+    plan = make_plan(2, 1, sampling=SamplingConfig(num_steps=4), timeout_s=0.5)
     runs = run_side_by_side({"slow": plan}, runner=SlowStepRunner, world_size=2,
                             timeout_s=120, echo=False)
     res = StepSplitResult.from_runs(plan, runs["slow"])

@@ -85,7 +85,7 @@ class SlowStepRunner(StepStageRunner):
     """Step split whose every step also sleeps ``SLOW_STEP_S``: a model far slower than the
     tiny one (14B at 480p spends minutes upstream before a first handoff), in seconds."""
 
-    SLOW_STEP_S = 0.5
+    SLOW_STEP_S = 0.3
 
     def __init__(self, ctx, plans):
         super().__init__(ctx, plans)

@@ -18,12 +18,15 @@ import torch
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.sequence.comms import even_split
+from ppdit.parallel.sequence.ring import install_ring
 from ppdit.parallel.sequence.ulysses import check_sp_degree, install_ulysses, sp_forward
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
 from ppdit.runtime.trace import Trace, Tracer
 from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig
+
+SP_ATTENTION = ("ulysses", "ring")
 
 
 @dataclass(frozen=True)
@@ -35,14 +38,20 @@ class SPPlan(ModelPlan):
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(num_steps=4))
     source: ModelSource = field(default_factory=ModelSource)
     latent_shape: tuple[int, ...] | None = None  # None: the source's default
-    v_first: bool = True  # V's all-to-all issued before the Q/K work (CoCoDiff)
+    v_first: bool = True  # V's all-to-all issued before the Q/K work (CoCoDiff; Ulysses only)
+    # "ulysses": all-to-alls to a head split (the degree must divide the heads); "ring": K/V
+    # blocks around the ring, the token split kept (any head count: ring.py)
+    attention: str = "ulysses"
     solver: str = "euler"  # or "folder": the source folder's scheduler
     cfg: str = "batched"  # or "split": WanPipeline's two forwards
     prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
     report_steps: bool = False  # rank 0 emits ("step", i) events (a progress bar)
 
     def __post_init__(self) -> None:
-        check_sp_degree(self.preset.num_heads, self.degree)
+        if self.attention not in SP_ATTENTION:
+            raise ValueError(f"attention={self.attention!r} is not one of {SP_ATTENTION}")
+        if self.attention == "ulysses":
+            check_sp_degree(self.preset.num_heads, self.degree)
         self.check_workload()
         if self.cfg not in CFG_MODES:
             raise ValueError(f"cfg={self.cfg!r} is not one of {CFG_MODES}")
@@ -76,8 +85,12 @@ class SPRunner(ReplicatedRunner):
         plan, group = self.plans[i], self.groups[i].tp_group
         staged = self.ctx.placement.staged
         split = even_split(plan.preset.num_tokens(plan.shape), plan.degree)
-        counter = install_ulysses(self.model, group, split, v_first=plan.v_first,
-                                  tracer=tracer, staged=staged)
+        if plan.attention == "ring":
+            counter = install_ring(self.model, group, split, rules=self.ctx.rules,
+                                   staged=staged, tracer=tracer)
+        else:
+            counter = install_ulysses(self.model, group, split, v_first=plan.v_first,
+                                      tracer=tracer, staged=staged)
         forward = partial(sp_forward, self.model, group=group, split=split, staged=staged)
         den = plan_denoiser(self.model, plan, forward=forward)
         report = (lambda step: self.ctx.emit(("step", step))) if (
@@ -88,6 +101,9 @@ class SPRunner(ReplicatedRunner):
             [state] = den.run([den.initial_state(r, plan.shape)], [r],
                               range(plan.sampling.num_steps), on_step=report)
             latents[r.request_id] = state.latent
+        if plan.attention == "ring":
+            return {"latents": latents, "a2a_calls": 0, "a2a_bytes": 0, "a2a_per_call": [],
+                    "ring_hops": counter.hops, "ring_bytes": counter.bytes_sent}
         return {"latents": latents, "a2a_calls": counter.calls, "a2a_bytes": counter.bytes_sent,
                 "a2a_per_call": counter.per_call}
 
@@ -102,6 +118,7 @@ class SPResult:
     a2a_calls: int
     a2a_bytes: int  # sent by rank 0 in the last round
     traces: list[Trace]
+    ring_bytes: int = 0  # K/V blocks rank 0 sent around the ring in the last round ("ring")
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:
@@ -114,7 +131,7 @@ class SPResult:
         last = runs.last()
         ranks = sorted(last)
         return cls(plan, [last[r]["latents"] for r in ranks], last[0]["a2a_calls"],
-                   last[0]["a2a_bytes"], runs.traces)
+                   last[0]["a2a_bytes"], runs.traces, last[0].get("ring_bytes", 0))
 
 
 def run_sp(plan: SPPlan, rounds: int = 1, **launch_kwargs) -> SPResult | None:
