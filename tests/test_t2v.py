@@ -20,6 +20,7 @@ from ppdit.checkpoint.folder import PipelineFolderError, load_folder
 from ppdit.checkpoint.solver import make_denoiser, state_nbytes
 from ppdit.checkpoint.tiny import build_tiny_pipeline, word_tokenizer
 from ppdit.model import ModelPreset, own_memory
+from ppdit.parallel.sequence.ring import RING_TOL
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
 from ppdit.sampler import Request
@@ -226,10 +227,11 @@ def single_reference(folders):
 
 
 @pytest.mark.parametrize(("layout", "ranks"), [("step", 2), ("step", 3), ("layer", 2),
-                                               ("cfg", 2), ("tp", 2), ("sp", 2)])
+                                               ("cfg", 2), ("tp", 2), ("sp", 2), ("ring", 3)])
 def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
     """Step split (UniPC state in the handoff), layer split and CFG-parallel run the single
-    device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; SP: ``SP_TOL``."""
+    device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; SP: ``SP_TOL``; ring
+    attention (3 ranks, 4 heads: Ulysses cannot) merges blocks: ``RING_TOL``."""
     spec, embeds, reference = single_reference
     out = run_layout(replace(spec, layout=layout, ranks=ranks), embeds, reference.shape,
                      pool=pools(ranks))
@@ -237,6 +239,8 @@ def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
         torch.testing.assert_close(out.latent, reference, **TP_TOL)
     elif layout == "sp":
         torch.testing.assert_close(out.latent, reference, **SP_TOL)
+    elif layout == "ring":
+        torch.testing.assert_close(out.latent, reference, **RING_TOL)
     else:
         assert torch.equal(out.latent, reference)
     assert {s.rank for s in out.trace.spans} == set(range(ranks))

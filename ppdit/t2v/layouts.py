@@ -10,6 +10,7 @@ file is only the table from a layout's name to its plan::
     tp      one stage of tensor-parallel ranks
     layer   layer split, the conditional and unconditional halves as separate micro-batches
     sp      Ulysses sequence parallelism
+    ring    ring attention: sequence parallelism for any head count
     cfg     CFG-parallel: the two halves on two ranks
 
 Each plan validates itself (steps per stage, heads per rank, blocks per stage, ...), so the
@@ -69,8 +70,9 @@ def plan_for(spec: GenerateSpec, shape: tuple[int, ...], prompts: Conditioning |
     if layout == "layer":
         halves = 2 if sampling.uses_cfg else 1  # one sample per micro-batch: batch-1 forwards
         return LayerSplitPlan(requests, r, halves, **common)
-    if layout == "sp":
-        return SPPlan(r, requests, cfg="split", **common)
+    if layout in ("sp", "ring"):
+        attention = "ring" if layout == "ring" else "ulysses"
+        return SPPlan(r, requests, cfg="split", attention=attention, **common)
     if layout == "cfg":
         if r != 2:
             raise ValueError(f"layout 'cfg' runs the conditional and unconditional halves on "
@@ -80,7 +82,7 @@ def plan_for(spec: GenerateSpec, shape: tuple[int, ...], prompts: Conditioning |
 
 
 RUNS = {"step": run_step_split, "pp_tp": run_step_split, "tp": run_step_split,
-        "layer": run_layer_split, "sp": run_sp, "cfg": run_cfg}
+        "layer": run_layer_split, "sp": run_sp, "ring": run_sp, "cfg": run_cfg}
 
 
 def run_layout(spec: GenerateSpec, prompts: Conditioning, shape: tuple[int, ...], *,

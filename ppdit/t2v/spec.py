@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LAYOUTS = ("single", "step", "layer", "tp", "sp", "pp_tp", "cfg")
+LAYOUTS = ("single", "step", "layer", "tp", "sp", "ring", "pp_tp", "cfg")
 
 
 @dataclass(frozen=True)
