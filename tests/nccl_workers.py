@@ -104,3 +104,21 @@ def serve_fixture(ctx: RankContext, fixed: bool) -> str:
     for s in pending:
         wait_for(s, 30, "result")
     return "mesh"
+
+
+def slow_reply(ctx: RankContext) -> float:
+    """No deadlock, only slowness: rank 1 waits for A (and publishes its queue while it
+    stalls), then computes 2 s before it replies; meanwhile rank 0 stalls on the reply. A
+    queue published before the compute must not read as a deadlock."""
+    import time
+
+    peer, x = 1 - ctx.rank, torch.zeros(4)
+    if ctx.rank == 0:
+        time.sleep(1.3)  # past the 1 s stall: rank 1 publishes its queue
+        wait_for(post_send(torch.ones(4), peer, rules=ctx.rules), 20, "A")
+        wait_for(post_recv(x, peer, rules=ctx.rules), 20, "B")
+        return float(x[0])
+    wait_for(post_recv(x, peer, rules=ctx.rules), 20, "A")
+    time.sleep(2.0)  # rank 0 stalls > 1 s on B meanwhile
+    wait_for(post_send(x * 2, peer, rules=ctx.rules), 20, "B")
+    return float(x[0])

@@ -49,8 +49,8 @@ def test_large_sends_both_first_deadlock_small_ones_pass(pools, no_orphans):
 
 
 def test_a_receive_times_out_from_its_posting(no_orphans):
-    text = _fails(w.late_wait, (2.0, 1.0))
-    assert "TimeoutError" in text and "within 1 s of its posting" in text
+    text = _fails(w.late_wait, (1.0, 0.5))
+    assert "TimeoutError" in text and "within 0.5 s of its posting" in text
 
 
 def test_after_a_timeout_ranks_skip_the_closing_barrier_and_the_pool_restarts(pools):
@@ -60,9 +60,8 @@ def test_after_a_timeout_ranks_skip_the_closing_barrier_and_the_pool_restarts(po
     assert launch(w.crossed, 2, args=(True,), pool=pool) == [[1.0] * 4, [0.0] * 4]
 
 
-@pytest.mark.parametrize("max_in_flight", [1, 2])
-def test_step_split_credits_on_the_frames_communicator_deadlock(max_in_flight, no_orphans):
-    text = _fails(relay, (5, max_in_flight, False))
+def test_step_split_credits_on_the_frames_communicator_deadlock(no_orphans):
+    text = _fails(relay, (5, 1, False))  # max_in_flight 2 hangs the same way (lesson 01 §6)
     assert "P2PDeadlock" in text
 
 
@@ -88,3 +87,7 @@ def test_serving_overlap_on_one_communicator_deadlocks(no_orphans):
 
 def test_serving_overlap_on_lanes_passes(pools):
     assert launch(w.serve_fixture, 2, args=(True,), pool=pools(2)) == ["controller", "mesh"]
+
+
+def test_a_slow_peer_is_not_a_deadlock(pools):
+    assert launch(w.slow_reply, 2, pool=pools(2)) == [2.0, 1.0]

@@ -41,6 +41,7 @@ import torch.distributed as dist
 EAGER_BYTES = 4 << 20  # NCCL_BUFFSIZE's default: larger sends wait for the matching receive
 STALL_S = 1.0  # a wait without progress this long looks for a deadlock with its peer
 _POLL_S = 0.0005
+FRESH_S = 0.5  # how recent a peer's published queue must be to count as still waiting
 
 
 class P2PDeadlock(RuntimeError):
@@ -230,7 +231,10 @@ class NcclRules:
         if not self.store.check([key]):
             return
         theirs = json.loads(self.store.get(key))
-        recent = time.time() - theirs["t"] < 4 * self.stall_s
+        # A waiting rank republishes its queue on every poll (10 ms): an entry older than
+        # FRESH_S belongs to a rank that has stopped waiting (it computes, its head may have
+        # moved on), and a stale head must not be mistaken for a deadlock.
+        recent = time.time() - theirs["t"] < FRESH_S
         # each head needs the other's queue to move: two receives, or two rendezvous sends
         crossed = (theirs["peer"] == self.rank and theirs["kind"] == head.kind
                    and (head.kind == "recv" or (head.large and theirs["large"])))
