@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.distributed as dist
 
 from ppdit.cuda_graph import StepGraph
 from ppdit.parallel.decode_overlap.plan import DECODER_RANK, GENERATOR_RANK, OverlapPlan
+from ppdit.runtime.mesh import build_lanes
 from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import Runner
@@ -43,11 +43,13 @@ class OverlapRunner(Runner):
         super().__init__(ctx, plans)
         module = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         module = module.to(ctx.device)
-        # Credits travel back on a communicator of their own: under NCCL a credit send queued
-        # behind a posted chunk receive (or the reverse) on one communicator would deadlock.
-        back = dist.new_group([DECODER_RANK, GENERATOR_RANK])
-        self.side = (_Generator(ctx, module, back) if ctx.rank == GENERATOR_RANK
-                     else _Decoder(ctx, module, back))
+        # One communicator per direction (runtime.mesh.Lanes): chunks down, credits up, so
+        # under NCCL a credit never queues behind a chunk receive posted ahead, or the reverse.
+        lanes = build_lanes([DECODER_RANK, GENERATOR_RANK])
+        groups = (lanes.between(GENERATOR_RANK, DECODER_RANK),  # chunks
+                  lanes.between(DECODER_RANK, GENERATOR_RANK))  # credits
+        self.side = (_Generator(ctx, module, *groups) if ctx.rank == GENERATOR_RANK
+                     else _Decoder(ctx, module, *groups))
 
     def warm_up(self, i: int) -> None:
         """One untimed chunk stream through both sides (a graph, if used, is captured here)."""
@@ -65,8 +67,8 @@ class OverlapRunner(Runner):
 
 
 class _Generator:
-    def __init__(self, ctx: RankContext, model: torch.nn.Module, back):
-        self.ctx, self.model, self.back = ctx, model, back
+    def __init__(self, ctx: RankContext, model: torch.nn.Module, chunks, credits):
+        self.ctx, self.model, self.chunks, self.credits = ctx, model, chunks, credits
         self._graphs: dict[tuple, object] = {}  # one StepGraph per (shape, sampling, preset)
 
     def close(self) -> None:
@@ -76,9 +78,9 @@ class _Generator:
         self._graphs.clear()
 
     def run(self, plan: OverlapPlan, tracer: Tracer) -> None:
-        outbox = FrameSender(plan.frame_spec(), DECODER_RANK, **self.ctx.wire,
+        outbox = FrameSender(plan.frame_spec(), DECODER_RANK, **self.ctx.wire, group=self.chunks,
                              max_in_flight=2, timeout_s=plan.timeout_s)
-        credits = (FrameReceiver(CREDIT, DECODER_RANK, **self.ctx.wire, group=self.back,
+        credits = (FrameReceiver(CREDIT, DECODER_RANK, **self.ctx.wire, group=self.credits,
                                  count=plan.num_credits(), timeout_s=plan.timeout_s)
                    if plan.num_credits() else None)
         den = Denoiser(self.model, plan.preset, plan.sampling)
@@ -129,16 +131,16 @@ class _Generator:
 
 
 class _Decoder:
-    def __init__(self, ctx: RankContext, vae, back):
-        self.ctx, self.vae, self.back = ctx, vae, back
+    def __init__(self, ctx: RankContext, vae, chunks, credits):
+        self.ctx, self.vae, self.chunks, self.credits = ctx, vae, chunks, credits
 
     def close(self) -> None:
         """Nothing outlives a run: each run's StreamingDecoder is closed when it ends."""
 
     def run(self, plan: OverlapPlan, tracer: Tracer) -> tuple[torch.Tensor, torch.Tensor]:
-        inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, **self.ctx.wire,
+        inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, **self.ctx.wire, group=self.chunks,
                               count=plan.num_chunks, timeout_s=plan.timeout_s)
-        credits = (FrameSender(CREDIT, GENERATOR_RANK, **self.ctx.wire, group=self.back,
+        credits = (FrameSender(CREDIT, GENERATOR_RANK, **self.ctx.wire, group=self.credits,
                                timeout_s=plan.timeout_s) if plan.num_credits() else None)
         frames, chunks = [], []
         with StreamingDecoder(self.vae) as decoder:
