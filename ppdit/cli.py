@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ppdit import toy
+from ppdit.t2v.layout import AXES
 from ppdit.t2v.spec import LAYOUTS
 
 # gpu-check's measurement sections, in the order it runs them (ppdit.gpu_check.run.SECTIONS;
@@ -98,10 +99,13 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
                         "(default: the trained toy, models/toy_shapes)")
     g.add_argument("--prompt", default="a red ball moves left", help="what the video shows")
     g.add_argument("--negative-prompt", default="", help="used with guidance > 1")
-    g.add_argument("--layout", default="single", choices=LAYOUTS,
-                   help="how the denoising is split over ranks")
+    g.add_argument("--layout", default="single",
+                   help=f"how the denoising is split over ranks: one of {', '.join(LAYOUTS)}, "
+                        f"or degrees per axis, e.g. cfg=2,ulysses=2,ring=2 (axes: "
+                        f"{', '.join(AXES)})")
     g.add_argument("--ranks", type=int, default=None,
-                   help="ranks (default: 1 for single, 4 for pp_tp, else 2)")
+                   help="ranks (default: 1 for single, 4 for pp_tp and usp, else 2; a "
+                        "composed layout: the product of its degrees)")
     g.add_argument("--steps", type=int, default=12, help="denoising steps")
     g.add_argument("--frames", type=int, default=13, help="pixel frames, 4k + 1")
     g.add_argument("--height", type=int, default=32, help="pixels, a multiple of 16")
@@ -174,13 +178,15 @@ def _cut_at(value: int | None) -> int | None:
 
 def _generate(jobs, args: argparse.Namespace) -> int:
     from ppdit.t2v.generate import validate
+    from ppdit.t2v.layout import parse_layout
     from ppdit.t2v.spec import GenerateSpec
 
-    ranks = args.ranks or {"single": 1, "pp_tp": 4}.get(args.layout, 2)
-    spec = GenerateSpec(str(args.checkpoint), args.prompt, args.negative_prompt, args.layout,
-                        ranks, args.dtype, args.steps, args.frames, args.height, args.width,
-                        args.seed, args.guidance, solver=args.solver)
     try:
+        ranks = parse_layout(args.layout, args.ranks).ranks
+        spec = GenerateSpec(str(args.checkpoint), args.prompt, args.negative_prompt,
+                            args.layout, ranks, args.dtype, args.steps, args.frames,
+                            args.height, args.width, args.seed, args.guidance,
+                            solver=args.solver)
         validate(spec)  # folder and request checked before anything loads or launches
     except ValueError as e:  # bad input: the rule it breaks, not a traceback
         print(f"ppdit generate: {e}", file=sys.stderr)

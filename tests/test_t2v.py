@@ -25,7 +25,8 @@ from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
 from ppdit.sampler import Request
 from ppdit.t2v.generate import encode, generate, generate_latent, validate
-from ppdit.t2v.layouts import run_layout
+from ppdit.t2v.layout import Layout, parse_layout
+from ppdit.t2v.layouts import plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec
 
 PROMPT, NEGATIVE = "a red fox jumps over the river", "blurry low quality"
@@ -176,10 +177,27 @@ def test_cli_generate_writes_the_video_and_artifacts(folders, tmp_path, capsys):
     ({"layout": "cfg", "ranks": 3}, "exactly 2 ranks"),
     ({"layout": "cfg", "ranks": 2, "guidance_scale": 1.0}, "needs guidance"),
     ({"layout": "single", "ranks": 2}, "runs on 1 rank"),
+    ({"layout": "sp", "ranks": 8}, "degree 8 must divide the 4 attention heads"),
+    ({"layout": "ulysses=8,ring=1", "ranks": 8}, "degree 8 must divide the 4 attention heads"),
+    ({"layout": "ulysses=2,ring=2", "ranks": 3}, "runs on 4 ranks .* but ranks=3"),
+    ({"layout": "tp=2,ulysses=2", "ranks": 4}, "do not compose here"),
+    ({"layout": "cfg=3", "ranks": 3}, "must be 1 or 2"),
+    ({"layout": "cfg=2,ring=2", "ranks": 4, "guidance_scale": 1.0}, "needs guidance"),
+    ({"layout": "pipeline=2", "ranks": 2}, "axis 'pipeline' is not one of"),
 ])
 def test_bad_requests_name_the_rule(folders, change, rule):
     with pytest.raises(ValueError, match=rule):
         validate(spec_for(folders["unipc"], **change))
+
+
+def test_usp_takes_a_head_count_ulysses_refuses(folders):
+    """8 ranks on 4 heads: Ulysses alone refuses (above); 2 Ulysses x 4 ring ranks plan."""
+    spec = spec_for(folders["unipc"], layout="ulysses=2,ring=4", ranks=8)
+    plan = plan_for(spec, (1, 16, 2, 8, 8))
+    assert (plan.attention, plan.dims.ulysses, plan.dims.ring, plan.world_size) == ("usp", 2, 4, 8)
+    assert parse_layout("usp", 4) == Layout(ulysses=2, ring=2)
+    assert parse_layout("pp_tp", 4) == Layout(step=2, tp=2) and str(Layout(cfg=2, ring=2)) == \
+        "cfg=2,ring=2"
 
 
 def test_bad_folders_name_the_rule(folders, tmp_path):
@@ -226,21 +244,24 @@ def single_reference(folders):
     return spec, embeds, generate_latent(spec, embeds)
 
 
-@pytest.mark.parametrize(("layout", "ranks"), [("step", 2), ("step", 3), ("layer", 2),
-                                               ("cfg", 2), ("tp", 2), ("sp", 2), ("ring", 3)])
+@pytest.mark.parametrize(("layout", "ranks"), [
+    ("step", 2), ("step", 3), ("layer", 2), ("cfg", 2), ("tp", 2), ("sp", 2), ("ring", 3),
+    ("ulysses=2,ring=2", 4), ("cfg=2,ulysses=2", 4)])
 def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
     """Step split (UniPC state in the handoff), layer split and CFG-parallel run the single
-    device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; SP: ``SP_TOL``; ring
-    attention (3 ranks, 4 heads: Ulysses cannot) merges blocks: ``RING_TOL``."""
+    device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; Ulysses: ``SP_TOL``;
+    ring attention (3 ranks, 4 heads: Ulysses cannot) and USP (2 Ulysses x 2 ring) merge blocks:
+    ``RING_TOL``; CFG x Ulysses: Ulysses' own."""
     spec, embeds, reference = single_reference
-    out = run_layout(replace(spec, layout=layout, ranks=ranks), embeds, reference.shape,
-                     pool=pools(ranks))
-    if layout == "tp":
-        torch.testing.assert_close(out.latent, reference, **TP_TOL)
-    elif layout == "sp":
-        torch.testing.assert_close(out.latent, reference, **SP_TOL)
-    elif layout == "ring":
+    spec = replace(spec, layout=layout, ranks=ranks)
+    out = run_layout(spec, embeds, reference.shape, pool=pools(ranks))
+    mesh = spec.mesh
+    if mesh.ring > 1:
         torch.testing.assert_close(out.latent, reference, **RING_TOL)
+    elif mesh.ulysses > 1:
+        torch.testing.assert_close(out.latent, reference, **SP_TOL)
+    elif mesh.tp > 1:
+        torch.testing.assert_close(out.latent, reference, **TP_TOL)
     else:
         assert torch.equal(out.latent, reference)
     assert {s.rank for s in out.trace.spans} == set(range(ranks))

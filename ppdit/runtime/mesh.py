@@ -156,4 +156,99 @@ def build_lanes(ranks: list[int] | None = None) -> Lanes:
     return Lanes(dist.new_group(ranks), dist.new_group(ranks))
 
 
-__all__ = ["Lanes", "ParallelDims", "RankGroups", "build_groups", "build_lanes"]
+@dataclass(frozen=True)
+class SPDims:
+    """A ``cfg x ring x ulysses`` arrangement of sequence-parallel ranks (xDiT's USP mesh, with
+    CFG-parallel outside it)::
+
+        rank = (cfg_index * ring + ring_index) * ulysses + ulysses_index
+
+        cfg = 1, ring = 2, ulysses = 2:     Ulysses groups {0, 1} and {2, 3} (all-to-alls, 4
+            ring 0:  rank 0 == rank 1       per layer: the closest ranks, one node), ring
+                       |         |          groups {0, 2} and {1, 3} (one K/V block per hop:
+            ring 1:  rank 2 == rank 3       fine across nodes); CFG pairs talk once per step.
+
+    The tokens are split over the ``ulysses x ring`` ranks of a CFG branch in rank order, so a
+    Ulysses group holds a contiguous run of tokens: the block its ring rank passes on.
+    """
+
+    ulysses: int = 1
+    ring: int = 1
+    cfg: int = 1  # 2: the conditional and unconditional halves on two branches
+
+    def __post_init__(self) -> None:
+        if min(self.ulysses, self.ring) < 1 or self.cfg not in (1, 2):
+            raise ValueError(f"ulysses={self.ulysses} and ring={self.ring} must be >= 1 and "
+                             f"cfg={self.cfg} 1 or 2")
+
+    @property
+    def degree(self) -> int:
+        """Ranks that share one forward's tokens."""
+        return self.ulysses * self.ring
+
+    @property
+    def world_size(self) -> int:
+        return self.cfg * self.degree
+
+    def coords(self, rank: int) -> tuple[int, int, int] | None:
+        """(cfg_index, ring_index, ulysses_index), or None for a rank outside."""
+        if not 0 <= rank < self.world_size:
+            return None
+        branch, rest = divmod(rank, self.degree)
+        return (branch, *divmod(rest, self.ulysses))
+
+    def rank_of(self, c: int, r: int, u: int) -> int:
+        return (c * self.ring + r) * self.ulysses + u
+
+
+@dataclass(frozen=True)
+class SPGroups:
+    """One rank's place in an ``SPDims`` mesh and its groups (None where an axis is 1; with one
+    axis of size > 1 its group is the branch's ``sp_group`` itself: no duplicate communicator)."""
+
+    cfg_index: int
+    ring_index: int
+    ulysses_index: int
+    sp_group: dist.ProcessGroup | None  # every rank of my CFG branch: the token all-gather
+    ulysses_group: dist.ProcessGroup | None
+    ring_group: dist.ProcessGroup | None
+    cfg_group: dist.ProcessGroup | None  # my counterpart in the other branch and me
+
+    @property
+    def sp_index(self) -> int:
+        """My index among my branch's ranks: which token slice is mine."""
+        return dist.get_rank(self.sp_group) if self.sp_group is not None else 0
+
+
+def build_sp_groups(dims: SPDims, rank: int) -> SPGroups | None:
+    """Create every group of the mesh on every rank, in the same order; return this rank's
+    (``None`` for a rank outside the mesh, as ``build_groups``)."""
+    if dist.get_world_size() < dims.world_size:
+        raise ValueError(f"{dims} needs {dims.world_size} ranks, but the process group has "
+                         f"{dist.get_world_size()}")
+    u_n, r_n, c_n = dims.ulysses, dims.ring, dims.cfg
+    sp = {c: _group([dims.rank_of(c, r, u) for r in range(r_n) for u in range(u_n)])
+          for c in range(c_n)}
+    both = u_n > 1 and r_n > 1  # else the one axis of size > 1 is the branch's sp group
+    uly = {(c, r): _group([dims.rank_of(c, r, u) for u in range(u_n)])
+           for c in range(c_n) for r in range(r_n)} if both else {}
+    ring = {(c, u): _group([dims.rank_of(c, r, u) for r in range(r_n)])
+            for c in range(c_n) for u in range(u_n)} if both else {}
+    cfg = {(r, u): _group([dims.rank_of(c, r, u) for c in range(c_n)])
+           for r in range(r_n) for u in range(u_n)}
+    coords = dims.coords(rank)
+    if coords is None:
+        return None
+    c, r, u = coords
+    return SPGroups(c, r, u, sp[c],
+                    uly.get((c, r), sp[c] if u_n > 1 else None),
+                    ring.get((c, u), sp[c] if r_n > 1 else None), cfg[(r, u)])
+
+
+def _group(ranks: list[int]) -> dist.ProcessGroup | None:
+    """A group over ``ranks`` (collective over the world), or None for a single rank."""
+    return dist.new_group(ranks) if len(ranks) > 1 else None
+
+
+__all__ = ["Lanes", "ParallelDims", "RankGroups", "SPDims", "SPGroups", "build_groups",
+           "build_lanes", "build_sp_groups"]

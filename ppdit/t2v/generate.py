@@ -42,7 +42,7 @@ def validate(spec: GenerateSpec) -> WanFolder:
     weights."""
     folder = WanFolder(check_folder(spec.checkpoint))
     check_spec(spec, folder.vae_factors, folder.transformer_config())
-    if spec.layout != "single":
+    if spec.mesh.ranks > 1:
         plan_for(spec, shape_of(spec, folder))  # the layout's own rules
     return folder
 
@@ -132,7 +132,7 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     place = decide_placement(1, device=device).for_rank(0)
     with cpu_share(place):
         prompts = encode(spec, place.device)
-    if spec.layout == "single":
+    if spec.mesh.ranks == 1:
         tracer = Tracer(0, place)
         latent = generate_latent(spec, prompts, device=place.device, on_step=on_step,
                                  tracer=tracer).cpu()

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LAYOUTS = ("single", "step", "layer", "tp", "sp", "ring", "pp_tp", "cfg")
+from ppdit.t2v.layout import SHORTHANDS, Layout, parse_layout
+
+LAYOUTS = SHORTHANDS  # the names; any "axis=degree,..." composition is a layout too
 
 
 @dataclass(frozen=True)
@@ -17,8 +19,8 @@ class GenerateSpec:
     checkpoint: str  # local pipeline folder
     prompt: str
     negative_prompt: str = ""  # diffusers' default: the empty prompt
-    layout: str = "single"
-    ranks: int = 1  # world size (pp_tp: 4 = 2 stages x 2 TP ranks)
+    layout: str = "single"  # a shorthand name or "cfg=2,ulysses=2,...": ``t2v.layout``
+    ranks: int = 1  # world size (pp_tp: 4 = 2 stages x 2 TP ranks; a composition's product)
     dtype: str = "fp32"  # transformer and text encoder; the VAE stays fp32
     num_steps: int = 4
     num_frames: int = 5  # pixel frames: 4k + 1 for Wan's VAE
@@ -31,6 +33,11 @@ class GenerateSpec:
     max_sequence_length: int | None = None
     solver: str = "folder"  # "folder": the pipeline's scheduler; "euler": ppdit's baseline
     timeout_s: float = 600
+
+    @property
+    def mesh(self) -> Layout:
+        """The layout as the degree of every axis (raises ``ValueError`` naming the rule)."""
+        return parse_layout(self.layout, self.ranks)
 
     @property
     def uses_cfg(self) -> bool:
@@ -55,8 +62,7 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
     """
     t, s = vae_factors
     patch = transformer_config.get("patch_size", (1, 2, 2))
-    if spec.layout not in LAYOUTS:
-        raise ValueError(f"layout={spec.layout!r} is not one of {LAYOUTS}")
+    spec.mesh  # noqa: B018 -- parsing is the check: the layout's name or axes, and the ranks
     if spec.num_steps < 1:
         raise ValueError(f"steps={spec.num_steps} must be >= 1")
     if spec.num_frames < 1 or (spec.num_frames - 1) % t:
@@ -66,10 +72,6 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
         if size < 1 or size % (s * patch[1]):
             raise ValueError(f"{name}={size} must be a positive multiple of {s * patch[1]} "
                              f"(VAE factor {s} x patch {patch[1]})")
-    if spec.ranks < 1:
-        raise ValueError(f"ranks={spec.ranks} must be >= 1")
-    if spec.layout == "single" and spec.ranks != 1:
-        raise ValueError(f"layout 'single' runs on 1 rank, got ranks={spec.ranks}")
 
 
 __all__ = ["LAYOUTS", "GenerateSpec", "check_spec", "latent_shape"]

@@ -1,10 +1,12 @@
-"""Ulysses SP from the caller's side: a plan, what every rank does with it, and the launch.
+"""Sequence parallelism from the caller's side: a plan, what every rank does with it, the launch.
 
 Every rank holds the whole model and runs every step of every request with its token slice
-(``ulysses.sp_forward``); the shared ``Denoiser`` applies the same update to the same gathered
-velocity on every rank, so every rank ends with the whole latent. The plan runs seeded presets
-(the lessons) or a pipeline folder with its scheduler and prompts (``ppdit generate --layout
-sp``) alike.
+(``ulysses.sp_forward``), its self-attention by Ulysses, ring attention or both (USP); the
+shared ``Denoiser`` applies the same update to the same gathered velocity on every rank, so
+every rank ends with the whole latent. With ``cfg_parallel`` two such branches run the two
+halves of each guided step and exchange their velocities (``cfg.halves``), xDiT's CFG x USP.
+The plan runs seeded presets (the lessons) or a pipeline folder with its scheduler and prompts
+(``ppdit generate --layout sp``) alike.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ import torch
 
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
-from ppdit.parallel.sequence.comms import even_split
-from ppdit.parallel.sequence.ring import install_ring
+from ppdit.parallel.cfg.halves import cfg_parallel_velocity
+from ppdit.parallel.sequence.comms import A2ACounter, even_split
+from ppdit.parallel.sequence.ring import Ring, install_ring
 from ppdit.parallel.sequence.ulysses import check_sp_degree, install_ulysses, sp_forward
-from ppdit.runtime.mesh import ParallelDims, build_groups
+from ppdit.parallel.sequence.usp import install_usp
+from ppdit.runtime.mesh import SPDims, SPGroups, build_sp_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
 from ppdit.runtime.trace import Trace, Tracer
-from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig
+from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig, StepState
 
-SP_ATTENTION = ("ulysses", "ring")
+SP_ATTENTION = ("ulysses", "ring", "usp")
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,11 @@ class SPPlan(ModelPlan):
     latent_shape: tuple[int, ...] | None = None  # None: the source's default
     v_first: bool = True  # V's all-to-all issued before the Q/K work (CoCoDiff; Ulysses only)
     # "ulysses": all-to-alls to a head split (the degree must divide the heads); "ring": K/V
-    # blocks around the ring, the token split kept (any head count: ring.py)
+    # blocks around the ring, the token split kept (any head count: ring.py); "usp": Ulysses
+    # groups of degree / ring_degree ranks joined by a ring of ring_degree (usp.py)
     attention: str = "ulysses"
+    ring_degree: int | None = None  # "usp" only
+    cfg_parallel: bool = False  # True: two branches of ``degree`` ranks, one per CFG half
     solver: str = "euler"  # or "folder": the source folder's scheduler
     cfg: str = "batched"  # or "split": WanPipeline's two forwards
     prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
@@ -50,11 +57,24 @@ class SPPlan(ModelPlan):
     def __post_init__(self) -> None:
         if self.attention not in SP_ATTENTION:
             raise ValueError(f"attention={self.attention!r} is not one of {SP_ATTENTION}")
-        if self.attention == "ulysses":
-            check_sp_degree(self.preset.num_heads, self.degree)
+        if self.attention == "usp":
+            r = self.ring_degree
+            if r is None or r < 2 or self.degree % r or self.degree // r < 2:
+                raise ValueError(f"attention='usp' needs ring_degree >= 2 dividing degree="
+                                 f"{self.degree} with a Ulysses degree >= 2 left, got "
+                                 f"ring_degree={r} (one axis alone: 'ulysses' or 'ring')")
+        elif self.ring_degree is not None:
+            raise ValueError(f"ring_degree={self.ring_degree} is for attention='usp' only")
+        if self.dims.ulysses > 1:
+            check_sp_degree(self.preset.num_heads, self.dims.ulysses)
         self.check_workload()
         if self.cfg not in CFG_MODES:
             raise ValueError(f"cfg={self.cfg!r} is not one of {CFG_MODES}")
+        if self.cfg_parallel and (not self.sampling.uses_cfg
+                                  or self.sampling.guidance_steps is not None):
+            raise ValueError(f"CFG-parallel needs guidance on every step (guidance_scale != 1, "
+                             f"guidance_steps None), got {self.sampling}: without it there is "
+                             "no second half")
         tokens = self.preset.num_tokens(self.shape)
         if self.degree > tokens:
             raise ValueError(f"degree={self.degree} exceeds the {tokens} tokens: sequence "
@@ -62,9 +82,15 @@ class SPPlan(ModelPlan):
 
 
     @property
+    def dims(self) -> SPDims:
+        """The mesh: Ulysses x ring ranks per forward, times the CFG branches."""
+        ring = {"ulysses": 1, "ring": self.degree}.get(self.attention, self.ring_degree)
+        return SPDims(ulysses=self.degree // ring, ring=ring, cfg=2 if self.cfg_parallel else 1)
+
+    @property
     def world_size(self) -> int:
         """Ranks the plan runs on."""
-        return self.degree
+        return self.dims.world_size
 
 
 class SPRunner(ReplicatedRunner):
@@ -72,9 +98,8 @@ class SPRunner(ReplicatedRunner):
 
     def __init__(self, ctx: RankContext, plans: Sequence[SPPlan]):
         super().__init__(ctx, plans)
-        # one group per plan, every rank creating every group in order (runtime.mesh)
-        self.groups = [build_groups(ParallelDims(pp=1, tp=p.degree, world_size=p.degree),
-                                    ctx.rank) for p in plans]
+        # every plan's groups, every rank creating every group in order (runtime.mesh)
+        self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
 
     def takes_part(self, i: int) -> bool:
         return self.groups[i] is not None
@@ -82,30 +107,59 @@ class SPRunner(ReplicatedRunner):
     @torch.no_grad()
     def run(self, i: int, tracer: Tracer) -> dict:
         """One round: every request of plan ``i``; every rank returns the latents."""
-        plan, group = self.plans[i], self.groups[i].tp_group
+        plan, groups = self.plans[i], self.groups[i]
         staged = self.ctx.placement.staged
         split = even_split(plan.preset.num_tokens(plan.shape), plan.degree)
-        if plan.attention == "ring":
-            counter = install_ring(self.model, group, split, rules=self.ctx.rules,
-                                   staged=staged, tracer=tracer)
-        else:
-            counter = install_ulysses(self.model, group, split, v_first=plan.v_first,
-                                      tracer=tracer, staged=staged)
-        forward = partial(sp_forward, self.model, group=group, split=split, staged=staged)
+        a2a, ring = self._install(plan, groups, split, tracer)
+        forward = partial(sp_forward, self.model, group=groups.sp_group, split=split,
+                          staged=staged)
         den = plan_denoiser(self.model, plan, forward=forward)
         report = (lambda step: self.ctx.emit(("step", step))) if (
             plan.report_steps and self.ctx.rank == 0) else None
         latents = {}
         for r in plan.requests:
             # no span per step: the processors draw their own (compute, all-to-all waits)
-            [state] = den.run([den.initial_state(r, plan.shape)], [r],
-                              range(plan.sampling.num_steps), on_step=report)
+            state = den.initial_state(r, plan.shape)
+            if plan.cfg_parallel:
+                state = cfg_parallel_steps(den, state, r, groups, staged, report)
+            else:
+                [state] = den.run([state], [r], range(plan.sampling.num_steps), on_step=report)
             latents[r.request_id] = state.latent
+        return {"latents": latents, "a2a_calls": a2a.calls, "a2a_bytes": a2a.bytes_sent,
+                "a2a_per_call": a2a.per_call, "ring_hops": ring.hops,
+                "ring_bytes": ring.bytes_sent}
+
+    def _install(self, plan: SPPlan, groups: SPGroups, split: tuple[int, ...],
+                 tracer: Tracer) -> tuple[A2ACounter, Ring]:
+        """Route the model's self-attention for this plan; the counters it fills."""
+        staged, rules = self.ctx.placement.staged, self.ctx.rules
+        if plan.attention == "usp":
+            return install_usp(self.model, groups, plan.dims, split, rules=rules,
+                               staged=staged, tracer=tracer)
         if plan.attention == "ring":
-            return {"latents": latents, "a2a_calls": 0, "a2a_bytes": 0, "a2a_per_call": [],
-                    "ring_hops": counter.hops, "ring_bytes": counter.bytes_sent}
-        return {"latents": latents, "a2a_calls": counter.calls, "a2a_bytes": counter.bytes_sent,
-                "a2a_per_call": counter.per_call}
+            ring = install_ring(self.model, groups.sp_group, split, rules=rules,
+                                staged=staged, tracer=tracer)
+            return A2ACounter(), ring
+        counter = install_ulysses(self.model, groups.sp_group, split, v_first=plan.v_first,
+                                  tracer=tracer, staged=staged)
+        return counter, Ring(None, split, 0)
+
+
+def cfg_parallel_steps(den, state: StepState, request: Request, groups: SPGroups,
+                       staged: bool, report=None) -> StepState:
+    """Every step with this branch's half of the guided forward (``cfg.halves``): the
+    velocities exchanged with the other branch, the same update on every rank."""
+    cond = den.conditioning(request)
+    half = groups.cfg_index
+    for step in range(den.sampling.num_steps):
+        t = den.timesteps[state.step_index].expand(state.latent.shape[0])
+        v = cfg_parallel_velocity(den.forward, state.latent, t, (cond.text, cond.null_text),
+                                  den.sampling.guidance_scale, half, group=groups.cfg_group,
+                                  staged=staged)
+        state = den.update([state], v)[0]
+        if report is not None:
+            report(step)
+    return state
 
 
 @dataclass
@@ -118,7 +172,7 @@ class SPResult:
     a2a_calls: int
     a2a_bytes: int  # sent by rank 0 in the last round
     traces: list[Trace]
-    ring_bytes: int = 0  # K/V blocks rank 0 sent around the ring in the last round ("ring")
+    ring_bytes: int = 0  # K/V blocks rank 0 sent around the ring in the last round
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:

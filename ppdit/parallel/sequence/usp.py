@@ -1,0 +1,78 @@
+"""USP (xDiT's unified sequence parallelism): Ulysses inside, ring attention across.
+
+Ulysses stops at the head count (its degree must divide the heads: 12 for Wan 1.3B, so no
+8-way Ulysses); ring attention has no such limit but sends every K/V block P - 1 hops. USP
+arranges the ranks of one forward as ``ulysses x ring`` (``runtime.mesh.SPDims``): a Ulysses
+group of U ranks first trades its token slices for a head split (each rank then holds the
+group's whole run of tokens for H/U heads), the R Ulysses groups then pass those runs around a
+ring, one rank per group and head slice, and the output comes back to the token split::
+
+    (B, S_i, H, hd) --Ulysses a2a--> (B, S_group, H/U, hd) --ring over R--> same --a2a back-->
+
+On 8 ranks and 12 heads: U = 4 (divides 12), R = 2. The all-to-alls stay among the U closest
+ranks (one node), and only K/V blocks cross the slower ring links.
+
+Tolerance: the ring's merge reorders the softmax sums (``ring.RING_TOL``); the all-to-alls only
+move values.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from ppdit.attention import attention_out, install, project_qk, project_v
+from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
+from ppdit.parallel.sequence.ring import Ring, ring_attention
+from ppdit.parallel.sequence.ulysses import check_sp_degree
+from ppdit.runtime.mesh import SPDims, SPGroups
+from ppdit.runtime.nccl_rules import NcclRules
+from ppdit.runtime.trace import Tracer
+
+
+class USPAttnProcessor:
+    """Wan's self-attention on a token slice: Ulysses all-to-alls around ring attention."""
+
+    def __init__(self, ulysses_group, ulysses_split: tuple[int, ...], ulysses_rank: int,
+                 ring: Ring, counter: A2ACounter, staged: bool = False):
+        self.a2a = dict(split=ulysses_split, group=ulysses_group, rank=ulysses_rank,
+                        counter=counter, staged=staged)
+        self.ring = ring
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
+                 rotary_emb=None):
+        with self.ring.span("compute", "q, k, v: project, norm, rope"):
+            q, k = project_qk(attn, hidden_states, rotary_emb)
+            v = project_v(attn, hidden_states)
+        with self.ring.span("wait", "all-to-all q, k, v"):
+            far = [seq_to_heads(x, **self.a2a).wait() for x in (q, k, v)]
+        out = ring_attention(*far, self.ring).type_as(q)  # my heads, the group's tokens
+        with self.ring.span("wait", "all-to-all out"):
+            out = heads_to_seq(out.contiguous(), **self.a2a)
+        return attention_out(attn, out, q)
+
+
+def usp_splits(split: tuple[int, ...], dims: SPDims) -> tuple[tuple[int, ...], ...]:
+    """The branch's token split (one slice per rank, rank order) as the Ulysses groups' splits:
+    ``[ring_index] -> (slice of each Ulysses rank)``; a ring block is one group's sum."""
+    u = dims.ulysses
+    return tuple(tuple(split[r * u:(r + 1) * u]) for r in range(dims.ring))
+
+
+def install_usp(model, groups: SPGroups, dims: SPDims, split: tuple[int, ...], *,
+                rules: NcclRules | None = None, staged: bool = False,
+                tracer: Tracer | None = None) -> tuple[A2ACounter, Ring]:
+    """Route every block's self-attention through USP; returns the all-to-all counter and the
+    ring (its hop counters)."""
+    check_sp_degree(model.config.num_attention_heads, dims.ulysses)
+    by_group = usp_splits(split, dims)
+    blocks = tuple(sum(s) for s in by_group)
+    ring = Ring(groups.ring_group, blocks, dist.get_rank(groups.ring_group), rules, staged,
+                tracer)
+    counter = A2ACounter()
+    processor = USPAttnProcessor(groups.ulysses_group, by_group[groups.ring_index],
+                                 groups.ulysses_index, ring, counter, staged)
+    install(model, lambda i: processor)
+    return counter, ring
+
+
+__all__ = ["USPAttnProcessor", "install_usp", "usp_splits"]
