@@ -15,11 +15,24 @@ from ppdit.sampler import Request, SamplingConfig, generate
 
 @pytest.mark.parametrize("degree,shapes", [(2, (None, (1, 16, 5, 14, 18))), (4, (None,))])
 def test_sp_equals_one_device_with_and_without_v_first(degree, shapes, tiny, pools):
+    """... and on 4 ranks the all-to-alls in two phases over 2 nodes of 2 (``topology``): the
+    same values moved, so bit for bit the flat result."""
     two = SamplingConfig(num_steps=2)
     plans = {(s, v): SPPlan(degree, sampling=two, v_first=v, latent_shape=s) for s in shapes
              for v in (True, False)}  # the second shape has 315 tokens: uneven slices
-    results = run_sps({str(k): p for k, p in plans.items()}, timeout_s=300, echo=False,
-                      pool=pools(degree))
+    hier = {"hier": SPPlan(degree, sampling=two, ranks_per_node=2)} if degree == 4 else {}
+    results = run_sps({**{str(k): p for k, p in plans.items()}, **hier}, timeout_s=300,
+                      echo=False, pool=pools(degree))
+    if hier:
+        flat = results[str((None, True))]
+        assert torch.equal(results["hier"].latents[0], flat.latents[0])
+        intra, inter, messages = results["hier"].hierarchy
+        # each rank's flat all-to-all sends 3/4 of its data: 1/4 to its node peer (phase 1 moves
+        # half: the peer's share and the far peer's), 2/4 across; phase 2 sends the far node
+        # its own half plus what the node peer handed over, in one message instead of two
+        assert inter == flat.a2a_bytes * 2 // 3 and intra == flat.a2a_bytes * 2 // 3
+        layers = get_preset("tiny").num_layers
+        assert messages == 4 * layers * two.num_steps  # one per all-to-all, not two
     for key, plan in plans.items():
         res = results[str(key)]
         ref = generate(tiny, Request(0, 0), sampling=two, latent_shape=plan.shape)

@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
+from ppdit.parallel.sequence.topology import Hierarchy
+
 
 @dataclass
 class A2ACounter:
@@ -40,10 +42,13 @@ class A2ACounter:
 
 
 def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
-                 counter: A2ACounter | None = None, staged: bool = False) -> torch.Tensor:
+                 counter: A2ACounter | None = None, staged: bool = False,
+                 hier: Hierarchy | None = None) -> _LazyPermute:
     """(B, S_r, H, hd) local tokens, all heads -> (B, S, H/P, hd) all tokens, my heads.
 
     Returns an async tensor: the wait happens at first use (or ``funcol.wait_tensor``).
+    ``hier``: the two-phase all-to-all over nodes (``topology``): the same values, waited for
+    here.
     """
     b, s_r, h, hd = x.shape
     p = len(split)
@@ -52,13 +57,17 @@ def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
     if counter is not None:
         counter.add(s_r * (p - 1) * b * (h // p) * hd * x.element_size())
     wire = chunks.to("cpu") if staged else chunks
+    if hier is not None:  # rank i sends split[i] rows to every rank
+        out = hier.all_to_all(wire.contiguous(), [[n] * p for n in split])
+        return _LazyPermute(out, (1, 0, 2, 3), x.device, ready=True)
     out = funcol.all_to_all_single(wire.contiguous(), list(split), [s_r] * p, group)
     # (S, B, H/P, hd) -> (B, S, H/P, hd) once waited
     return _LazyPermute(out, (1, 0, 2, 3), x.device)
 
 
 def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,
-                 counter: A2ACounter | None = None, staged: bool = False) -> torch.Tensor:
+                 counter: A2ACounter | None = None, staged: bool = False,
+                 hier: Hierarchy | None = None) -> torch.Tensor:
     """(B, S, H/P, hd) all tokens, my heads -> (B, S_r, H, hd) my tokens, all heads."""
     b, s, hp, hd = y.shape
     p, s_r = len(split), split[rank]
@@ -66,7 +75,10 @@ def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,
     if counter is not None:
         counter.add((s - s_r) * b * hp * hd * y.element_size())
     wire = rows.to("cpu") if staged else rows
-    out = funcol.wait_tensor(funcol.all_to_all_single(wire, [s_r] * p, list(split), group))
+    if hier is not None:  # rank i sends split[j] rows to rank j
+        out = hier.all_to_all(wire, [list(split)] * p)
+    else:
+        out = funcol.wait_tensor(funcol.all_to_all_single(wire, [s_r] * p, list(split), group))
     out = out.to(y.device)
     # (P * S_r, B, H/P, hd): chunk j = my tokens, heads of rank j
     return out.view(p, s_r, b, hp, hd).permute(2, 1, 0, 3, 4).reshape(b, s_r, p * hp, hd)
@@ -75,12 +87,14 @@ def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,
 class _LazyPermute:
     """An all-to-all result not yet waited for, with the permute to apply once it is."""
 
-    def __init__(self, tensor: torch.Tensor, dims: tuple[int, ...], device: torch.device):
-        self.tensor, self.dims, self.device = tensor, dims, device
+    def __init__(self, tensor: torch.Tensor, dims: tuple[int, ...], device: torch.device,
+                 ready: bool = False):
+        self.tensor, self.dims, self.device, self.ready = tensor, dims, device, ready
 
     def wait(self) -> torch.Tensor:
         """Block until the data is here; return it in (B, S, H/P, hd) layout, on the device."""
-        return funcol.wait_tensor(self.tensor).to(self.device).permute(*self.dims)
+        here = self.tensor if self.ready else funcol.wait_tensor(self.tensor)
+        return here.to(self.device).permute(*self.dims)
 
 
 def a2a_bytes_per_layer(*, batch: int, tokens: int, dim: int, degree: int,

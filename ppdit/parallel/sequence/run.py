@@ -22,6 +22,7 @@ from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.cfg.halves import cfg_parallel_velocity
 from ppdit.parallel.sequence.comms import A2ACounter, even_split
 from ppdit.parallel.sequence.ring import Ring, install_ring
+from ppdit.parallel.sequence.topology import Hierarchy, build_hierarchy
 from ppdit.parallel.sequence.ulysses import check_sp_degree, install_ulysses, sp_forward
 from ppdit.parallel.sequence.usp import install_usp
 from ppdit.runtime.mesh import SPDims, SPGroups, build_sp_groups
@@ -49,6 +50,9 @@ class SPPlan(ModelPlan):
     attention: str = "ulysses"
     ring_degree: int | None = None  # "usp" only
     cfg_parallel: bool = False  # True: two branches of ``degree`` ranks, one per CFG half
+    # Ulysses only: the all-to-alls in two phases over nodes of this many ranks (topology.py,
+    # CoCoDiff's topology-aware all-to-all); None: flat
+    ranks_per_node: int | None = None
     solver: str = "euler"  # or "folder": the source folder's scheduler
     cfg: str = "batched"  # or "split": WanPipeline's two forwards
     prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
@@ -65,6 +69,10 @@ class SPPlan(ModelPlan):
                                  f"ring_degree={r} (one axis alone: 'ulysses' or 'ring')")
         elif self.ring_degree is not None:
             raise ValueError(f"ring_degree={self.ring_degree} is for attention='usp' only")
+        n = self.ranks_per_node
+        if n is not None and (self.attention != "ulysses" or n < 1 or self.degree % n):
+            raise ValueError(f"ranks_per_node={n} needs attention='ulysses' (got "
+                             f"{self.attention!r}) and must divide degree={self.degree}")
         if self.dims.ulysses > 1:
             check_sp_degree(self.preset.num_heads, self.dims.ulysses)
         self.check_workload()
@@ -100,6 +108,7 @@ class SPRunner(ReplicatedRunner):
         super().__init__(ctx, plans)
         # every plan's groups, every rank creating every group in order (runtime.mesh)
         self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
+        self.hierarchies = [_hierarchy(p, ctx.rank) for p in plans]
 
     def takes_part(self, i: int) -> bool:
         return self.groups[i] is not None
@@ -110,7 +119,7 @@ class SPRunner(ReplicatedRunner):
         plan, groups = self.plans[i], self.groups[i]
         staged = self.ctx.placement.staged
         split = even_split(plan.preset.num_tokens(plan.shape), plan.degree)
-        a2a, ring = self._install(plan, groups, split, tracer)
+        a2a, ring = self._install(i, split, tracer)
         forward = partial(sp_forward, self.model, group=groups.sp_group, split=split,
                           staged=staged)
         den = plan_denoiser(self.model, plan, forward=forward)
@@ -125,13 +134,17 @@ class SPRunner(ReplicatedRunner):
             else:
                 [state] = den.run([state], [r], range(plan.sampling.num_steps), on_step=report)
             latents[r.request_id] = state.latent
+        hier = self.hierarchies[i]
         return {"latents": latents, "a2a_calls": a2a.calls, "a2a_bytes": a2a.bytes_sent,
                 "a2a_per_call": a2a.per_call, "ring_hops": ring.hops,
-                "ring_bytes": ring.bytes_sent}
+                "ring_bytes": ring.bytes_sent,
+                "hier": None if hier is None else (hier.intra_bytes, hier.inter_bytes,
+                                                   hier.inter_messages)}
 
-    def _install(self, plan: SPPlan, groups: SPGroups, split: tuple[int, ...],
-                 tracer: Tracer) -> tuple[A2ACounter, Ring]:
-        """Route the model's self-attention for this plan; the counters it fills."""
+    def _install(self, i: int, split: tuple[int, ...], tracer: Tracer
+                 ) -> tuple[A2ACounter, Ring]:
+        """Route the model's self-attention for plan ``i``; the counters it fills."""
+        plan, groups = self.plans[i], self.groups[i]
         staged, rules = self.ctx.placement.staged, self.ctx.rules
         if plan.attention == "usp":
             return install_usp(self.model, groups, plan.dims, split, rules=rules,
@@ -140,9 +153,26 @@ class SPRunner(ReplicatedRunner):
             ring = install_ring(self.model, groups.sp_group, split, rules=rules,
                                 staged=staged, tracer=tracer)
             return A2ACounter(), ring
+        hier = self.hierarchies[i]
+        if hier is not None:
+            hier.reset()
         counter = install_ulysses(self.model, groups.sp_group, split, v_first=plan.v_first,
-                                  tracer=tracer, staged=staged)
+                                  tracer=tracer, staged=staged, hier=hier)
         return counter, Ring(None, split, 0)
+
+
+def _hierarchy(plan: SPPlan, rank: int) -> Hierarchy | None:
+    """This rank's (node x local) groups for a plan with ``ranks_per_node``: made for every
+    CFG branch on every rank (group creation is collective), mine kept."""
+    if plan.ranks_per_node is None:
+        return None
+    d = plan.dims
+    mine = None
+    for c in range(d.cfg):
+        members = [d.rank_of(c, r, u) for r in range(d.ring) for u in range(d.ulysses)]
+        h = build_hierarchy(members, plan.ranks_per_node)
+        mine = h if h is not None else mine
+    return mine
 
 
 def cfg_parallel_steps(den, state: StepState, request: Request, groups: SPGroups,
@@ -173,6 +203,8 @@ class SPResult:
     a2a_bytes: int  # sent by rank 0 in the last round
     traces: list[Trace]
     ring_bytes: int = 0  # K/V blocks rank 0 sent around the ring in the last round
+    # with ranks_per_node: rank 0's (intra-node bytes, inter-node bytes, inter-node messages)
+    hierarchy: tuple[int, int, int] | None = None
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:
@@ -185,7 +217,7 @@ class SPResult:
         last = runs.last()
         ranks = sorted(last)
         return cls(plan, [last[r]["latents"] for r in ranks], last[0]["a2a_calls"],
-                   last[0]["a2a_bytes"], runs.traces, last[0].get("ring_bytes", 0))
+                   last[0]["a2a_bytes"], runs.traces, last[0]["ring_bytes"], last[0]["hier"])
 
 
 def run_sp(plan: SPPlan, rounds: int = 1, **launch_kwargs) -> SPResult | None:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ppdit.attention import attend, attention_out, install, project_qk, project_v
 from ppdit.model import project_out, prologue, run_blocks, unpatchify
 from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
+from ppdit.parallel.sequence.topology import Hierarchy
 from ppdit.runtime.trace import Tracer
 
 # Each rank multiplies its token slice (fewer GEMM rows) and attends with its heads; the sums
@@ -45,9 +46,10 @@ class UlyssesAttnProcessor:
     """Self-attention on a token slice, through a head split and back."""
 
     def __init__(self, group, split: tuple[int, ...], rank: int, v_first: bool,
-                 counter: A2ACounter, tracer: Tracer | None = None, staged: bool = False):
+                 counter: A2ACounter, tracer: Tracer | None = None, staged: bool = False,
+                 hier: Hierarchy | None = None):
         self.group, self.split, self.rank, self.v_first = group, split, rank, v_first
-        self.counter, self.tracer, self.staged = counter, tracer, staged
+        self.counter, self.tracer, self.staged, self.hier = counter, tracer, staged, hier
 
     def _span(self, kind: str, name: str):
         return self.tracer.span(kind, name) if self.tracer is not None else nullcontext()
@@ -55,7 +57,7 @@ class UlyssesAttnProcessor:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None):
         a2a = dict(split=self.split, group=self.group, rank=self.rank, counter=self.counter,
-                   staged=self.staged)
+                   staged=self.staged, hier=self.hier)
         in_flight = ExitStack()  # V's all-to-all, from issue to arrival: drawn beside the compute
         if self.v_first:  # issue V's all-to-all before any Q/K work
             with self._span("compute", "v"):
@@ -79,12 +81,14 @@ class UlyssesAttnProcessor:
 
 
 def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
-                    tracer: Tracer | None = None, staged: bool = False) -> A2ACounter:
-    """Route every block's self-attention through Ulysses; returns the all-to-all counter."""
+                    tracer: Tracer | None = None, staged: bool = False,
+                    hier: Hierarchy | None = None) -> A2ACounter:
+    """Route every block's self-attention through Ulysses; returns the all-to-all counter.
+    ``hier``: every all-to-all in two phases over nodes (``topology``)."""
     check_sp_degree(model.config.num_attention_heads, len(split))
     counter = A2ACounter()
     rank = dist.get_rank(group)
-    processor = UlyssesAttnProcessor(group, split, rank, v_first, counter, tracer, staged)
+    processor = UlyssesAttnProcessor(group, split, rank, v_first, counter, tracer, staged, hier)
     install(model, lambda i: processor)
     return counter
 
