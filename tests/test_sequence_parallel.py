@@ -89,6 +89,29 @@ def test_ring_attention_equals_one_device_for_any_head_count(degree, shapes, tin
         SPPlan(3)
 
 
+def test_v_major_sends_only_changed_rows(tiny, pools):
+    """V-Major (``vmajor``): at threshold 0 every changed row travels, so the result is the
+    plain all-to-all's bit for bit; at an unreachable threshold only the first step's rows
+    travel (half of two steps') and the result drifts; the ablation on the trained toy
+    (``ppdit.toy.vmajor``) runs end to end, its exact rows with no error."""
+    from ppdit.toy.vmajor import run_ablation
+
+    two = SamplingConfig(num_steps=2)
+    plans = {"exact": SPPlan(2, sampling=two), "0": SPPlan(2, sampling=two, v_major=0.0),
+             "never": SPPlan(2, sampling=two, v_major=1e9)}
+    res = run_sps(plans, timeout_s=300, echo=False, pool=pools(2))
+    assert torch.equal(res["0"].latents[0], res["exact"].latents[0])
+    sent, total, _, _ = res["never"].vmajor
+    assert sent * 2 == total
+    assert not torch.equal(res["never"].latents[0], res["exact"].latents[0])
+    rows = run_ablation(n=1, thresholds=(0.0,), steps=2, timeout_s=300, echo=False,
+                        pool=pools(2))
+    assert [r.max_pixel_error for r in rows] == [0.0, 0.0]
+    assert rows[1].bytes_saved <= 0  # every row changed: only the masks' bytes were added
+    with pytest.raises(ValueError, match="v_major=0.1 needs attention='ulysses'"):
+        SPPlan(2, attention="ring", v_major=0.1)
+
+
 def test_ring_merge_equals_full_attention_block_by_block():
     """The log-sum-exp merge of K/V blocks, in any order, equals attention over all keys."""
     from ppdit.attention import attend

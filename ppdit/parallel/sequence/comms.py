@@ -52,8 +52,7 @@ def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
     """
     b, s_r, h, hd = x.shape
     p = len(split)
-    # chunk j of dim 0 = my tokens, heads of rank j: (P * S_r, B, H/P, hd)
-    chunks = x.view(b, s_r, p, h // p, hd).permute(2, 1, 0, 3, 4).reshape(p * s_r, b, h // p, hd)
+    chunks = head_chunks(x, p)
     if counter is not None:
         counter.add(s_r * (p - 1) * b * (h // p) * hd * x.element_size())
     wire = chunks.to("cpu") if staged else chunks
@@ -63,6 +62,13 @@ def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
     out = funcol.all_to_all_single(wire.contiguous(), list(split), [s_r] * p, group)
     # (S, B, H/P, hd) -> (B, S, H/P, hd) once waited
     return _LazyPermute(out, (1, 0, 2, 3), x.device)
+
+
+def head_chunks(x: torch.Tensor, p: int) -> torch.Tensor:
+    """(B, S_r, H, hd) -> (P * S_r, B, H/P, hd): chunk j of dim 0 = my tokens, rank j's heads
+    (what an all-to-all over dim 0 sends rank j)."""
+    b, s_r, h, hd = x.shape
+    return x.view(b, s_r, p, h // p, hd).permute(2, 1, 0, 3, 4).reshape(p * s_r, b, h // p, hd)
 
 
 def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,

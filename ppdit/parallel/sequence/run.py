@@ -25,6 +25,7 @@ from ppdit.parallel.sequence.ring import Ring, install_ring
 from ppdit.parallel.sequence.topology import Hierarchy, build_hierarchy
 from ppdit.parallel.sequence.ulysses import check_sp_degree, install_ulysses, sp_forward
 from ppdit.parallel.sequence.usp import install_usp
+from ppdit.parallel.sequence.vmajor import VMajor
 from ppdit.runtime.mesh import SPDims, SPGroups, build_sp_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
@@ -53,6 +54,9 @@ class SPPlan(ModelPlan):
     # Ulysses only: the all-to-alls in two phases over nodes of this many ranks (topology.py,
     # CoCoDiff's topology-aware all-to-all); None: flat
     ranks_per_node: int | None = None
+    # Ulysses only: V's all-to-all sends only the token rows whose relative change since they
+    # were last sent exceeds this (vmajor.py, CoCoDiff's V-Major); None: every row, every step
+    v_major: float | None = None
     solver: str = "euler"  # or "folder": the source folder's scheduler
     cfg: str = "batched"  # or "split": WanPipeline's two forwards
     prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
@@ -69,6 +73,9 @@ class SPPlan(ModelPlan):
                                  f"ring_degree={r} (one axis alone: 'ulysses' or 'ring')")
         elif self.ring_degree is not None:
             raise ValueError(f"ring_degree={self.ring_degree} is for attention='usp' only")
+        if self.v_major is not None and (self.attention != "ulysses" or self.v_major < 0):
+            raise ValueError(f"v_major={self.v_major} needs attention='ulysses' (got "
+                             f"{self.attention!r}) and a threshold >= 0")
         n = self.ranks_per_node
         if n is not None and (self.attention != "ulysses" or n < 1 or self.degree % n):
             raise ValueError(f"ranks_per_node={n} needs attention='ulysses' (got "
@@ -109,6 +116,7 @@ class SPRunner(ReplicatedRunner):
         # every plan's groups, every rank creating every group in order (runtime.mesh)
         self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
         self.hierarchies = [_hierarchy(p, ctx.rank) for p in plans]
+        self.vmajors = [None if p.v_major is None else VMajor(p.v_major) for p in plans]
 
     def takes_part(self, i: int) -> bool:
         return self.groups[i] is not None
@@ -122,6 +130,9 @@ class SPRunner(ReplicatedRunner):
         a2a, ring = self._install(i, split, tracer)
         forward = partial(sp_forward, self.model, group=groups.sp_group, split=split,
                           staged=staged)
+        vm = self.vmajors[i]
+        if vm is not None:
+            forward = _KeyedByText(forward, vm)
         den = plan_denoiser(self.model, plan, forward=forward)
         report = (lambda step: self.ctx.emit(("step", step))) if (
             plan.report_steps and self.ctx.rank == 0) else None
@@ -129,17 +140,26 @@ class SPRunner(ReplicatedRunner):
         for r in plan.requests:
             # no span per step: the processors draw their own (compute, all-to-all waits)
             state = den.initial_state(r, plan.shape)
+            if vm is not None:
+                vm.reset()  # nothing is held at a request's first step
+                forward.cond_text = den.conditioning(r).text
             if plan.cfg_parallel:
                 state = cfg_parallel_steps(den, state, r, groups, staged, report)
             else:
                 [state] = den.run([state], [r], range(plan.sampling.num_steps), on_step=report)
             latents[r.request_id] = state.latent
-        hier = self.hierarchies[i]
-        return {"latents": latents, "a2a_calls": a2a.calls, "a2a_bytes": a2a.bytes_sent,
+        return {"latents": latents, **self._counts(i, a2a, ring)}
+
+    def _counts(self, i: int, a2a: A2ACounter, ring: Ring) -> dict:
+        """What plan ``i``'s traffic counters say after a round."""
+        hier, vm = self.hierarchies[i], self.vmajors[i]
+        return {"a2a_calls": a2a.calls, "a2a_bytes": a2a.bytes_sent,
                 "a2a_per_call": a2a.per_call, "ring_hops": ring.hops,
                 "ring_bytes": ring.bytes_sent,
                 "hier": None if hier is None else (hier.intra_bytes, hier.inter_bytes,
-                                                   hier.inter_messages)}
+                                                   hier.inter_messages),
+                "vmajor": None if vm is None else (vm.rows_sent, vm.rows_total, vm.bytes_sent,
+                                                   vm.bytes_full)}
 
     def _install(self, i: int, split: tuple[int, ...], tracer: Tracer
                  ) -> tuple[A2ACounter, Ring]:
@@ -156,9 +176,27 @@ class SPRunner(ReplicatedRunner):
         hier = self.hierarchies[i]
         if hier is not None:
             hier.reset()
+        vm = self.vmajors[i]
+        if vm is not None:
+            vm.zero_counts()
         counter = install_ulysses(self.model, groups.sp_group, split, v_first=plan.v_first,
-                                  tracer=tracer, staged=staged, hier=hier)
+                                  tracer=tracer, staged=staged, hier=hier, vmajor=vm)
         return counter, Ring(None, split, 0)
+
+
+class _KeyedByText:
+    """A forward that tells V-Major which conditioning it runs (the prompt's or the negative
+    one's: each has its own V, so its own copies)."""
+
+    def __init__(self, forward, vm: VMajor):
+        self.forward, self.vm = forward, vm
+        self.cond_text: torch.Tensor | None = None
+
+    def __call__(self, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor
+                 ) -> torch.Tensor:
+        same = self.cond_text is not None and torch.equal(text, self.cond_text)
+        self.vm.branch = 0 if same else 1
+        return self.forward(latent, timestep, text)
 
 
 def _hierarchy(plan: SPPlan, rank: int) -> Hierarchy | None:
@@ -205,6 +243,8 @@ class SPResult:
     ring_bytes: int = 0  # K/V blocks rank 0 sent around the ring in the last round
     # with ranks_per_node: rank 0's (intra-node bytes, inter-node bytes, inter-node messages)
     hierarchy: tuple[int, int, int] | None = None
+    # with v_major: rank 0's (V rows sent, rows a plain all-to-all sends, bytes sent, bytes)
+    vmajor: tuple[int, int, int, int] | None = None
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:
@@ -217,7 +257,8 @@ class SPResult:
         last = runs.last()
         ranks = sorted(last)
         return cls(plan, [last[r]["latents"] for r in ranks], last[0]["a2a_calls"],
-                   last[0]["a2a_bytes"], runs.traces, last[0]["ring_bytes"], last[0]["hier"])
+                   last[0]["a2a_bytes"], runs.traces, last[0]["ring_bytes"], last[0]["hier"],
+                   last[0]["vmajor"])
 
 
 def run_sp(plan: SPPlan, rounds: int = 1, **launch_kwargs) -> SPResult | None:

@@ -25,8 +25,9 @@ import torch.nn.functional as F
 
 from ppdit.attention import attend, attention_out, install, project_qk, project_v
 from ppdit.model import project_out, prologue, run_blocks, unpatchify
-from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
+from ppdit.parallel.sequence.comms import A2ACounter, head_chunks, heads_to_seq, seq_to_heads
 from ppdit.parallel.sequence.topology import Hierarchy
+from ppdit.parallel.sequence.vmajor import VMajor, v_all_to_all
 from ppdit.runtime.trace import Tracer
 
 # Each rank multiplies its token slice (fewer GEMM rows) and attends with its heads; the sums
@@ -47,9 +48,10 @@ class UlyssesAttnProcessor:
 
     def __init__(self, group, split: tuple[int, ...], rank: int, v_first: bool,
                  counter: A2ACounter, tracer: Tracer | None = None, staged: bool = False,
-                 hier: Hierarchy | None = None):
+                 hier: Hierarchy | None = None, vmajor: VMajor | None = None, layer: int = 0):
         self.group, self.split, self.rank, self.v_first = group, split, rank, v_first
         self.counter, self.tracer, self.staged, self.hier = counter, tracer, staged, hier
+        self.vmajor, self.layer = vmajor, layer
 
     def _span(self, kind: str, name: str):
         return self.tracer.span(kind, name) if self.tracer is not None else nullcontext()
@@ -59,19 +61,23 @@ class UlyssesAttnProcessor:
         a2a = dict(split=self.split, group=self.group, rank=self.rank, counter=self.counter,
                    staged=self.staged, hier=self.hier)
         in_flight = ExitStack()  # V's all-to-all, from issue to arrival: drawn beside the compute
-        if self.v_first:  # issue V's all-to-all before any Q/K work
+        if self.vmajor is not None:  # only V's changed rows travel (vmajor.py): no V-first
+            with self._span("wait", "all-to-all v (V-Major)"):
+                v_far = _Held(self._v_major(project_v(attn, hidden_states)))
+        elif self.v_first:  # issue V's all-to-all before any Q/K work
             with self._span("compute", "v"):
                 v = project_v(attn, hidden_states)
             in_flight.enter_context(self._span("send", "all-to-all v, in flight"))
             v_far = seq_to_heads(v, **a2a)
         with self._span("compute", "q, k: project, norm, rope"):
             q, k = project_qk(attn, hidden_states, rotary_emb)
-            if not self.v_first:
+            if not self.v_first and self.vmajor is None:
                 v = project_v(attn, hidden_states)
         with self._span("wait", "all-to-all q, k, v"):
             q_far = seq_to_heads(q, **a2a).wait()
             k_far = seq_to_heads(k, **a2a).wait()
-            v_far_t = (v_far if self.v_first else seq_to_heads(v, **a2a)).wait()
+            v_far_t = (v_far if self.v_first or self.vmajor is not None
+                       else seq_to_heads(v, **a2a)).wait()
             in_flight.close()
         with self._span("compute", "attention"):
             out = attend(q_far, k_far, v_far_t)
@@ -79,17 +85,38 @@ class UlyssesAttnProcessor:
             out = heads_to_seq(out.contiguous(), **a2a)
         return attention_out(attn, out, q)
 
+    def _v_major(self, v: torch.Tensor) -> torch.Tensor:
+        """V through the selective all-to-all: (B, S, H/P, hd), on V's device."""
+        chunks = head_chunks(v, len(self.split))
+        wire = chunks.to("cpu") if self.staged else chunks
+        rows = v_all_to_all(wire.contiguous(), self.split, self.rank, self.group, self.vmajor,
+                            self.layer)
+        return rows.to(v.device).permute(1, 0, 2, 3)
+
+
+class _Held:
+    """An all-to-all result already here (the V-Major path), waited for like the others."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    def wait(self) -> torch.Tensor:
+        return self.tensor
+
 
 def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
                     tracer: Tracer | None = None, staged: bool = False,
-                    hier: Hierarchy | None = None) -> A2ACounter:
+                    hier: Hierarchy | None = None, vmajor: VMajor | None = None
+                    ) -> A2ACounter:
     """Route every block's self-attention through Ulysses; returns the all-to-all counter.
-    ``hier``: every all-to-all in two phases over nodes (``topology``)."""
+    ``hier``: every all-to-all in two phases over nodes (``topology``); ``vmajor``: V's
+    all-to-all sends only the rows that changed (``vmajor``; one processor per block: the
+    copies are per layer)."""
     check_sp_degree(model.config.num_attention_heads, len(split))
     counter = A2ACounter()
     rank = dist.get_rank(group)
-    processor = UlyssesAttnProcessor(group, split, rank, v_first, counter, tracer, staged, hier)
-    install(model, lambda i: processor)
+    install(model, lambda i: UlyssesAttnProcessor(group, split, rank, v_first, counter, tracer,
+                                                  staged, hier, vmajor, layer=i))
     return counter
 
 
