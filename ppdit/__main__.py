@@ -2,6 +2,10 @@
 
 import sys
 
-from ppdit.cli import main
+from ppdit._spawn_entry import watch_torchrun_agent
+
+watch_torchrun_agent()  # before any heavy import: an agent killed meanwhile ends this rank
+
+from ppdit.cli import main  # noqa: E402
 
 sys.exit(main())

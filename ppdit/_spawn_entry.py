@@ -14,6 +14,8 @@ import os
 import pickle
 import signal
 import sys
+import threading
+import time
 
 _PR_SET_PDEATHSIG = 1
 
@@ -23,6 +25,42 @@ def die_with_parent() -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+PARENT_POLL_S = 0.5  # how often a rank checks that its parent is alive
+_WATCHED: list[int] = []  # the parent this process watches (one watcher per process)
+
+
+def watch_parent(parent_pid: int, pdeathsig: bool = True) -> None:
+    """End this process when ``parent_pid`` is gone, within ``PARENT_POLL_S`` seconds.
+
+    Linux can do it for us (``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the child
+    when the *thread* that started it ends, so callers starting ranks from a short-lived
+    thread pass ``pdeathsig=False``); a daemon thread polling ``getppid()`` covers the rest.
+    """
+    if _WATCHED:
+        return
+    _WATCHED.append(parent_pid)
+    if pdeathsig:
+        die_with_parent()
+    threading.Thread(target=_watch, args=(parent_pid,), name="ppdit-parent-watch",
+                     daemon=True).start()
+
+
+def watch_torchrun_agent() -> None:
+    """Under torchrun (its variables set), watch the agent that started this process: called
+    first thing, because a rank's imports and model loading take seconds to minutes, and an
+    agent killed meanwhile must not leave the rank running with no parent to watch."""
+    if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
+        watch_parent(os.getppid())
+
+
+def _watch(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    with contextlib.suppress(Exception):
+        print(f"ppdit: parent process {parent_pid} is gone; this rank exits", flush=True)
+    os._exit(3)
 
 
 def main(parent_pid: int, pdeathsig: bool, payload: bytes, *queues) -> None:

@@ -10,6 +10,7 @@ and a job needs only its own.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -161,13 +162,13 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
     from ppdit.t2v.generate import validate
 
     validate(spec)  # bad input fails here, before anything loads or launches
-    if not in_torchrun():
+    quiet = in_torchrun() and os.environ.get("RANK") != "0"  # under torchrun rank 0 speaks
+    if not quiet:
         print(f"ppdit generate: {spec.num_frames} frames at {spec.height}x{spec.width}, "
               f"{spec.num_steps} steps, layout {spec.layout!r} on {spec.ranks} rank(s), "
               f"{spec.dtype}; checkpoint {spec.checkpoint}", flush=True)
     start = time.perf_counter()
-    with tqdm(total=spec.num_steps, unit="step", desc="denoising",
-              disable=in_torchrun()) as bar:
+    with tqdm(total=spec.num_steps, unit="step", desc="denoising", disable=quiet) as bar:
         result = run_generate(spec, on_step=lambda i: bar.update(1), device=device,
                               streaming_decode=streaming_decode, nccl_rules=nccl_rules)
     if result is None:

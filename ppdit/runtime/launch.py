@@ -60,7 +60,8 @@ def launch(
     """
     if in_torchrun():
         return run_under_torchrun(worker, args=args, setup=setup, backend=backend,
-                                  device=device, nccl_rules=nccl_rules, timeout_s=timeout_s)
+                                  device=device, nccl_rules=nccl_rules, timeout_s=timeout_s,
+                                  on_event=on_event)
     job = dict(args=args, setup=setup, timeout_s=timeout_s, threads_per_rank=threads_per_rank,
                on_event=on_event, echo=echo)
     if pool is not None:

@@ -20,7 +20,7 @@ What a pool guarantees, on every path:
   re-raised in the caller;
 * SIGTERM to the caller (a kernel being shut down) -> every rank ends, then the signal takes
   its usual course; SIGKILL to the caller -> each rank notices its parent is gone and exits
-  (``ppdit.runtime.rank.watch_parent``);
+  (``ppdit._spawn_entry.watch_parent``);
 * the interpreter's exit closes every pool still open.
 
 Each rank's stdout/stderr goes to a log file that the caller echoes, prefixed ``[rank r]``, so

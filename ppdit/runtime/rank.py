@@ -19,13 +19,11 @@ interrupt is the caller's decision, and the caller then ends every rank itself.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -36,19 +34,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ppdit._spawn_entry import die_with_parent
+from ppdit._spawn_entry import watch_parent, watch_torchrun_agent
 from ppdit.runtime.device import (
     Placement,
     PlacementDecision,
     decide_placement,
     local_world_size,
 )
+from ppdit.runtime.hosts import Peer, joining, lost_peer, watch_peers, who_is_where
 from ppdit.runtime.nccl_rules import NcclRules
 from ppdit.runtime.p2p import communicator_aborted
 from ppdit.runtime.trace import Tracer
 
 DEFAULT_TIMEOUT_S = 300.0
-PARENT_POLL_S = 0.5  # how often a rank checks that its parent is alive
 
 
 @dataclass
@@ -84,7 +82,7 @@ class RankContext:
                 "rules": self.rules}
 
     def emit(self, event: Any) -> None:
-        """Send a small progress event to the caller's ``on_event`` (dropped under torchrun)."""
+        """Send a small progress event to the caller's ``on_event`` (under torchrun: rank 0's)."""
         if self._events is not None:
             self._events.put((self.rank, event))
 
@@ -188,27 +186,6 @@ def _setup(job: RankJob | None, rank: int, world_size: int) -> Any:
     return job.setup(rank, world_size, *job.args)
 
 
-def watch_parent(parent_pid: int, pdeathsig: bool = True) -> None:
-    """End this process when ``parent_pid`` is gone, within ``PARENT_POLL_S`` seconds.
-
-    Linux can do it for us (``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the child
-    when the *thread* that started it ends, so callers starting ranks from a short-lived
-    thread pass ``pdeathsig=False``); a daemon thread polling ``getppid()`` covers the rest.
-    """
-    if pdeathsig:
-        die_with_parent()
-    threading.Thread(target=_watch, args=(parent_pid,), name="ppdit-parent-watch",
-                     daemon=True).start()
-
-
-def _watch(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
-        time.sleep(PARENT_POLL_S)
-    with contextlib.suppress(Exception):
-        print(f"ppdit: parent process {parent_pid} is gone; this rank exits", flush=True)
-    os._exit(3)
-
-
 def run_under_torchrun(
     worker: Callable[..., Any],
     *,
@@ -218,18 +195,23 @@ def run_under_torchrun(
     device: str | None = None,
     nccl_rules: bool | int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_event: Callable[[int, Any], None] | None = None,
 ) -> list[Any] | None:
     """Run the same worker in a process started by ``torchrun``; rank 0 gets every result.
 
     ``torchrun --nproc-per-node N -m ppdit demo`` lands here: the rendezvous comes from env://
     (RANK, WORLD_SIZE, MASTER_ADDR, ...), and results are gathered to rank 0 as Python objects.
     torchrun itself owns the processes: SIGINT / SIGTERM to it reach every rank, and each rank
-    watches the agent in case it is killed outright.
+    watches the agent in case it is killed outright. On several hosts (``--nnodes``) rank 0
+    says where every rank is, a slow join says what it waits for, and a lost connection is
+    named by rank and host (``runtime.hosts``); rank 0's own progress events reach
+    ``on_event``.
     """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    watch_parent(os.getppid())  # torchrun puts each rank in a session of its own: if the
-    # agent is killed outright (SIGKILL), nothing else would end this rank
+    watch_torchrun_agent()  # torchrun puts each rank in a session of its own: if the agent
+    # is killed outright (SIGKILL), nothing else would end this rank (``python -m ppdit``
+    # starts watching first thing, before its imports: this call is then a no-op)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     import diffusers  # noqa: F401  (see the module docstring)
 
@@ -238,18 +220,53 @@ def run_under_torchrun(
                                 nccl_rules=nccl_rules)
     placement = decision.for_rank(local_rank)
     owns_group = not dist.is_initialized()
-    if owns_group:
-        dist.init_process_group(placement.backend, init_method="env://", rank=rank,
-                                world_size=world,
-                                timeout=timedelta(seconds=timeout_s))
+    with joining(rank, world):  # says what it waits for if the group takes long to form
+        if owns_group:
+            dist.init_process_group(placement.backend, init_method="env://", rank=rank,
+                                    world_size=world, timeout=timedelta(seconds=timeout_s))
+        peers = who_is_where(rank, world)
+    if rank == 0:
+        _say_where(peers)
+    heartbeat = watch_peers(peers, rank)  # a host that dies while we compute: named, we exit
+    events = _Direct(on_event) if on_event is not None and rank == 0 else None
     ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared,
-                      rules=_rules(placement, rank))
-    result = _to_cpu(worker(ctx, *args))
-    out = [None] * world if rank == 0 else None
-    dist.gather_object(result, out, dst=0)
+                      events, rules=_rules(placement, rank))
+    try:
+        result = _to_cpu(worker(ctx, *args))
+        out = [None] * world if rank == 0 else None
+        dist.gather_object(result, out, dst=0)
+    except Exception as e:
+        lost = lost_peer(e, peers, rank)
+        if lost is not None:
+            print(lost, file=sys.stderr, flush=True)
+        raise
+    if heartbeat is not None:
+        heartbeat.set()
     if owns_group:
         dist.destroy_process_group()
     return out
+
+
+class _Direct:
+    """Rank 0's progress events under torchrun: straight to the caller's ``on_event`` (there
+    is no parent process to queue them to)."""
+
+    def __init__(self, on_event: Callable[[int, Any], None]):
+        self.on_event = on_event
+
+    def put(self, item: tuple[int, Any]) -> None:
+        self.on_event(*item)
+
+
+def _say_where(peers: list[Peer]) -> None:
+    """On several hosts, print where the ranks are and where rank 0 (the outputs) is."""
+    hosts = sorted({(p.node, p.host, p.address) for p in peers})
+    if len({p.address for p in peers}) < 2:
+        return
+    where = "; ".join(f"{h} ({a}): ranks {', '.join(str(p.rank) for p in peers if p.address == a)}"
+                      for _, h, a in hosts)
+    print(f"ppdit: {len(peers)} ranks on {len(hosts)} hosts: {where}. Rank 0 writes the outputs "
+          f"on {peers[0].host} ({peers[0].address}).", flush=True)
 
 
 def in_torchrun() -> bool:
