@@ -6,19 +6,25 @@
 One forward pass of the small preset on a 2,048-token latent (1, 16, 8, 32, 32), on 2 ranks
 with one thread each (one device = rank 0 alone), every variant interleaved round by round in
 one launch. Prints seconds per forward and ratios against one device, and the bytes each
-layout moves per block (formulas, fp32).
+layout moves per block (formulas, fp32). Then diffusers' own context parallelism
+(``ContextParallelConfig(ulysses_degree=2)``) against ppdit's Ulysses on the same forward.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
+import torch
+
 from ppdit.parallel.compare import LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
+from ppdit.parallel.sequence.diffusers_cp import compare_worker
 from ppdit.parallel.tensor.comms import tp_comm_per_block
+from ppdit.runtime.launch import launch
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,10 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"V-first over V last: {vf:.2f}x")
     print(f"bytes sent per rank per block: SP {sp_bytes / 1e6:.2f} MB (4 all-to-alls), "
           f"TP {tp_bytes / 1e6:.2f} MB (7 all-reduces, ring: 3 of them sequence-sized)")
+    cp = launch(compare_worker, 2, args=(spec.source.name, spec.latent_shape,
+                                         3 if a.quick else 5), echo=False, threads_per_rank=1)[0]
+    theirs, ours = (statistics.median(cp["seconds"][k]) for k in ("diffusers", "ppdit"))
+    same = torch.equal(cp["diffusers"], cp["one"]) and torch.equal(cp["ppdit"], cp["one"])
+    print(f"diffusers' ContextParallelConfig(ulysses_degree=2) vs ppdit's Ulysses, one forward: "
+          f"{theirs:.3f} s vs {ours:.3f} s (ppdit {theirs / ours:.2f}x); both equal one device "
+          f"bit for bit: {same}")
     if a.json:
         a.json.write_text(json.dumps({"seconds": res.seconds, "rounds": res.rounds,
                                       "v_first_over_v_last": vf, "sp_bytes_per_block": sp_bytes,
-                                      "tp_bytes_per_block": tp_bytes}, indent=2))
+                                      "tp_bytes_per_block": tp_bytes,
+                                      "diffusers_cp_seconds": cp["seconds"]}, indent=2))
     return 0
 
 

@@ -112,6 +112,20 @@ def test_v_major_sends_only_changed_rows(tiny, pools):
         SPPlan(2, attention="ring", v_major=0.1)
 
 
+def test_diffusers_context_parallel_ulysses_equals_ppdits(pools):
+    """diffusers' own ``ContextParallelConfig(ulysses_degree=2)`` on CPU ranks (its device
+    count patched: ``diffusers_cp``) and ppdit's Ulysses, one forward on the same weights:
+    both equal one device within SP_TOL (bitwise on this machine), and each is timed."""
+    from ppdit.parallel.sequence.diffusers_cp import compare_worker
+    from ppdit.runtime.launch import launch
+
+    out = launch(compare_worker, 2, args=("tiny", (1, 16, 2, 8, 8)), pool=pools(2))
+    for r in out:
+        torch.testing.assert_close(r["diffusers"], r["one"], **SP_TOL)
+        torch.testing.assert_close(r["ppdit"], r["one"], **SP_TOL)
+        assert all(len(v) == 3 for v in r["seconds"].values())
+
+
 def test_ring_merge_equals_full_attention_block_by_block():
     """The log-sum-exp merge of K/V blocks, in any order, equals attention over all keys."""
     from ppdit.attention import attend
