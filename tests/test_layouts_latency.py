@@ -6,7 +6,9 @@ import pytest
 
 from ppdit.analysis.hardware import LINKS, Layout, predict
 from ppdit.analysis.layouts_latency import one_request_rows, predict_cfg_parallel, predict_ulysses
+from ppdit.analysis.roofline import sp_traffic_per_block
 from ppdit.model import get_preset
+from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 
 
 def test_cfg_parallel_is_one_forward_plus_one_exchange():
@@ -31,8 +33,30 @@ def test_cfg_parallel_with_tp_adds_the_tp_all_reduces():
 def test_ulysses_splits_the_work_and_pays_all_to_alls():
     one = predict("wan2.1-14b", "H100 SXM")
     sp = predict_ulysses("wan2.1-14b", "H100 SXM", degree=4, link="NVLink 4")
-    assert sp.flop_s == pytest.approx(one.flop_s / 4)
+    # the text-side projections, the prologue and the epilogue run on every rank: within 1%
+    assert sp.flop_s == pytest.approx(one.flop_s / 4, rel=0.01) and sp.flop_s > one.flop_s / 4
     assert sp.comm_s > 0 and sp.latency_s < one.latency_s / 3
+
+
+def test_usp_and_cfg_compose_and_their_bytes_are_the_runtimes():
+    """USP 2 x 2 does Ulysses=4's work with fewer bytes on the all-to-alls and K/V hops instead;
+    CFG=2 on top halves the step again. The bytes per block are the formulas the runtime's
+    counters are tested against (``a2a_bytes_per_layer``; K and V of the other groups' tokens)."""
+    p = get_preset("wan2.1-14b")
+    usp = predict("wan2.1-14b", "H100 SXM", Layout(ulysses=2, ring=2), link="NVLink 4")
+    uly = predict("wan2.1-14b", "H100 SXM", Layout(ulysses=4), link="NVLink 4")
+    both = predict("wan2.1-14b", "H100 SXM", Layout(cfg=2, ulysses=2, ring=2), link="NVLink 4")
+    assert usp.gpus == 4 and both.gpus == 8
+    assert usp.flop_s == pytest.approx(uly.flop_s)
+    assert both.step_s == pytest.approx(usp.step_s / 2, rel=0.01)
+    tokens, nb = p.num_tokens(p.latent_shape), 2
+    assert sp_traffic_per_block("wan2.1-14b", ulysses=4) == a2a_bytes_per_layer(
+        batch=1, tokens=tokens, dim=p.dim, degree=4, bytes_per_element=nb)
+    assert sp_traffic_per_block("wan2.1-14b", ring=4) == 3 * 2 * tokens / 4 * p.dim * nb
+    with pytest.raises(ValueError, match="Ulysses degree 8 must divide the 12 heads"):
+        predict("wan2.1-1.3b", "H100 SXM", Layout(ulysses=8))
+    with pytest.raises(ValueError, match="neither with pipeline stages"):
+        Layout(ulysses=2, pp=2)
 
 
 def test_ulysses_needs_whole_heads():

@@ -38,14 +38,14 @@ def folder(tmp_path_factory):
     return build_tiny_pipeline(tmp_path_factory.mktemp("two_hosts") / "tiny")
 
 
-def agent(hosts: TwoHosts, host: int, port: int, token: str, argv: list[str]
-          ) -> subprocess.Popen:
+def agent(hosts: TwoHosts, host: int, port: int, token: str, argv: list[str],
+          job: str = "generate") -> subprocess.Popen:
     """One torchrun agent (1 rank) in namespace ``host``; rank 0 lives on host 0."""
     env = {**hosts.env(host), MARK: token, "PPDIT_DEVICE": "cpu", "OMP_NUM_THREADS": "1"}
     command = ["env", *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m",
                "torch.distributed.run", "--nnodes", "2", "--node-rank", str(host),
                "--nproc-per-node", "1", "--master-addr", hosts.address(0), "--master-port",
-               str(port), "-m", "ppdit", "generate", *argv]
+               str(port), "-m", "ppdit", job, *argv]
     return subprocess.Popen(hosts.command(host, command), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=os.getcwd())
 
@@ -70,15 +70,15 @@ def test_step_split_across_two_hosts_equals_one_host(hosts, folder, tmp_path):
         (tmp_path / "one" / "video.mp4").read_bytes()
 
 
-def test_a_killed_host_ends_the_other_naming_the_lost_rank(hosts, folder, tmp_path):
+def test_a_killed_host_ends_the_other_naming_the_lost_rank(hosts, tmp_path):
     """SIGKILL host 1's agent mid-run: its rank follows (it watches its parent); host 0's rank,
     busy with its own stage's steps (nothing to say to rank 1 until the handoff), hears no
     heartbeat (``runtime.hosts``), names rank 1 and its address and ends; every process of the
     run is gone within seconds."""
     token = uuid.uuid4().hex
-    argv = ["--checkpoint", str(folder), *GENERATE, "--steps", "4000"]
-    a = agent(hosts, 0, 29612, token, [*argv, "--out", str(tmp_path / "a")])
-    b = agent(hosts, 1, 29612, token, [*argv, "--out", str(tmp_path / "b")])
+    argv = ["--requests", "1", "--steps", "4000"]  # stage 0 computes 2,000 steps in silence
+    a = agent(hosts, 0, 29612, token, [*argv, "--out", str(tmp_path / "a")], "step-split")
+    b = agent(hosts, 1, 29612, token, [*argv, "--out", str(tmp_path / "b")], "step-split")
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(a.stdout), daemon=True)
     reader.start()

@@ -15,6 +15,7 @@ every rank, and a latency term per message (microseconds) is ignored next to the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from ppdit.analysis.roofline import (
     layer_handoff_bytes,
     model_ops,
     ring_allreduce_traffic,
+    sp_traffic_per_block,
     step_handoff_bytes,
     totals,
     tp_allreduce_bytes,
@@ -103,31 +105,53 @@ LINKS: dict[str, float] = {
 @dataclass(frozen=True)
 class Layout:
     """How a step is spread over GPUs: ``tp`` ranks per stage, ``pp`` stages split by layer
-    (blocks) or by step (each stage owns a contiguous slice of the denoising steps)."""
+    (blocks) or by step (each stage owns a contiguous slice of the denoising steps); or the
+    sequence axes (``ulysses`` x ``ring``: USP) inside ``cfg`` branches (2: the guided halves
+    on two branches). The sequence axes compose with CFG, CFG with TP (xDiT's), step split
+    with TP."""
 
     tp: int = 1
     pp: int = 1
     split: str = "layer"
+    ulysses: int = 1
+    ring: int = 1
+    cfg: int = 1
 
     def __post_init__(self) -> None:
-        if self.tp < 1 or self.pp < 1 or self.split not in ("layer", "step"):
-            raise ValueError(f"Layout(tp={self.tp}, pp={self.pp}, split={self.split!r}): "
-                             "tp and pp must be >= 1 and split 'layer' or 'step'")
+        if (min(self.tp, self.pp, self.ulysses, self.ring) < 1 or self.cfg not in (1, 2)
+                or self.split not in ("layer", "step")):
+            raise ValueError(f"{self}: tp, pp, ulysses and ring must be >= 1, cfg 1 or 2 and "
+                             "split 'layer' or 'step'")
+        if (self.sp > 1 and (self.tp > 1 or self.pp > 1)) or (self.cfg > 1 and self.pp > 1):
+            raise ValueError(f"{self}: the sequence axes compose with CFG, and CFG with TP; "
+                             "neither with pipeline stages")
+
+    @property
+    def sp(self) -> int:
+        """Ranks that share one forward's tokens."""
+        return self.ulysses * self.ring
 
     @property
     def gpus(self) -> int:
         """GPUs the layout uses."""
-        return self.tp * self.pp
+        return self.tp * self.pp * self.sp * self.cfg
 
     @property
     def name(self) -> str:
-        """A short label: "1 GPU", "TP=2", "layer-split P=4", "TP=2 x step-split P=2"."""
-        parts = ([f"TP={self.tp}"] if self.tp > 1 else []) + (
+        """A short label: "1 GPU", "TP=2", "layer-split P=4", "TP=2 x step-split P=2",
+        "CFG=2 x Ulysses=4 x ring=2"."""
+        parts = ([f"CFG={self.cfg}"] if self.cfg > 1 else []) + (
+            [f"Ulysses={self.ulysses}"] if self.ulysses > 1 else []) + (
+            [f"ring={self.ring}"] if self.ring > 1 else []) + (
+            [f"TP={self.tp}"] if self.tp > 1 else []) + (
             [f"{self.split}-split P={self.pp}"] if self.pp > 1 else [])
         return " x ".join(parts) or "1 GPU"
 
 
 LAYOUTS = (Layout(), Layout(pp=4, split="step"), Layout(pp=4), Layout(tp=2), Layout(tp=4))
+# the sequence axes and CFG (xDiT's USP x CFG): 8 GPUs on Wan's 12 or 40 heads
+SP_LAYOUTS = (Layout(ulysses=4), Layout(ring=4), Layout(ulysses=2, ring=2), Layout(cfg=2),
+              Layout(cfg=2, ulysses=2, ring=2))
 
 
 @dataclass(frozen=True)
@@ -194,7 +218,11 @@ def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None
       latent handoff (once per stage per request) / num_steps; one request alone gets no faster;
     * layer-split P: stage s runs its blocks (stage 0 the prologue, the last the epilogue) and
       sends h; kept busy, a step costs M (t_busiest + handoff); one request alone (its CFG halves
-      as M micro-batches, GPipe) costs sum_s (t_s + handoff) + (M - 1) max_s (t_s + handoff).
+      as M micro-batches, GPipe) costs sum_s (t_s + handoff) + (M - 1) max_s (t_s + handoff);
+    * sequence axes (Ulysses x ring = P): each GPU runs every op on S/P tokens (attention: S/P
+      queries over all S keys) and sends its all-to-alls and K/V hops per block; CFG=2: each
+      branch runs one of the M = 2 forwards and the two exchange their velocity (one fp32
+      latent) per step. Latency = step: one request alone keeps every GPU busy.
     """
     p, hw, m, dtype = get_preset(model), GPUS[gpu], 2 if cfg else 1, dtype_name(dtype)
     shape = tuple(latent_shape or p.latent_shape)
@@ -202,9 +230,11 @@ def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None
     if layout.pp > limit:
         raise ValueError(f"{layout.split}-split over pp={layout.pp} stages needs at least one "
                          f"{layout.split} per stage, but there are only {limit}")
+    if p.num_heads % layout.ulysses:
+        raise ValueError(f"Ulysses degree {layout.ulysses} must divide the {p.num_heads} heads")
     link = (link or hw.links[0]) if layout.gpus > 1 else "-"
     bw = LINKS.get(link, float("inf"))  # one GPU: nothing crosses a link
-    kw = dict(dtype=dtype, attention=attention, tp=layout.tp)
+    kw = dict(dtype=dtype, attention=attention, tp=layout.tp, sp=layout.sp)
     if layout.split == "layer" and layout.pp > 1:
         base, extra = divmod(p.num_layers, layout.pp)
         sizes = [base + (s < extra) for s in range(layout.pp)]
@@ -214,6 +244,11 @@ def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None
     else:
         sizes, stages, send_bytes = [p.num_layers], [model_ops(p, shape, **kw)], 0.0
     ar_bytes = ring_allreduce_traffic(tp_allreduce_bytes(p, shape, dtype=dtype), layout.tp)
+    ar_bytes += sp_traffic_per_block(p, shape, ulysses=layout.ulysses, ring=layout.ring,
+                                     dtype=dtype)  # one of the two is 0
+    if cfg and layout.cfg == 2:  # one forward per branch, then the predictions exchanged
+        m = 1  # (a 2-rank all-gather of the model output; a TP rank sends its 1/tp share)
+        send_bytes += math.prod(shape) * DTYPE_BYTES[dtype] / layout.tp
     # per forward and stage: (flop s, memory s, link s) and the bytes it sends
     per_stage = [(*_stage_seconds(ops, hw, dtype), (n * ar_bytes + send_bytes) / bw)
                  for ops, n in zip(stages, sizes, strict=True)]
@@ -252,10 +287,11 @@ def prediction_table(models: Sequence[str] = ("wan2.1-1.3b", "wan2.1-14b"),
 
 def format_predictions(rows: Sequence[Prediction]) -> str:
     """A fixed-width table of predictions, times in milliseconds."""
-    out = [f"{'model':<12}{'gpu':<10}{'layout':<17}{'link':<14}{'compute':>9}{'memory':>8}"
+    w = max([17] + [len(r.layout) + 1 for r in rows])
+    out = [f"{'model':<12}{'gpu':<10}{'layout':<{w}}{'link':<14}{'compute':>9}{'memory':>8}"
            f"{'comm':>8}{'step ms':>9}{'latency':>9}  {'bound':<10}{'GB/GPU':>7}"]
     for r in rows:
-        out.append(f"{r.model:<12}{r.gpu:<10}{r.layout:<17}{r.link:<14}{r.flop_s * 1e3:>9,.0f}"
+        out.append(f"{r.model:<12}{r.gpu:<10}{r.layout:<{w}}{r.link:<14}{r.flop_s * 1e3:>9,.0f}"
                    f"{r.memory_s * 1e3:>8,.0f}{r.comm_s * 1e3:>8,.1f}{r.step_s * 1e3:>9,.0f}"
                    f"{r.latency_s * 1e3:>9,.0f}  {r.bound:<10}{r.weights_gb:>6.1f}"
                    f"{'' if r.fits else '!'}")
@@ -272,6 +308,8 @@ def assumptions(num_steps: int = 50, cfg: bool = True) -> str:
         "links per direction, ring all-reduce sends 2(n-1)/n of the message, no latency term;",
         "  communication is not overlapped with compute",
         "TP: 3 all-reduces of (B,S,D) per block + the q/k RMSNorm statistics",
+        "Ulysses: 4 all-to-alls of (B,S/P,D) per block; ring: K and V of S/R tokens R - 1 hops "
+        "per block (USP: both); CFG=2: the model output (the latent's size) exchanged per step",
         "layer-split: h (B,S,D) per stage per forward (1/TP of it per TP rank); step-split: the "
         f"fp32 latent once per stage per request, amortised over {num_steps} steps",
         "step ms = the busiest GPU's time per step with the layout kept busy; latency = one "
@@ -281,6 +319,6 @@ def assumptions(num_steps: int = 50, cfg: bool = True) -> str:
 
 
 __all__ = [
-    "GPUS", "LAYOUTS", "LINKS", "Hardware", "Layout", "Prediction", "assumptions",
+    "GPUS", "LAYOUTS", "LINKS", "SP_LAYOUTS", "Hardware", "Layout", "Prediction", "assumptions",
     "format_op_times", "format_predictions", "op_seconds", "predict", "prediction_table",
 ]

@@ -148,20 +148,26 @@ def _shape(p: ModelPreset, latent_shape, batch) -> tuple[int, ...]:
 
 def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
               batch: int | None = None, dtype: str | torch.dtype = "bf16",
-              attention: str = "flash", tp: int = 1) -> list[Op]:
+              attention: str = "flash", tp: int = 1, sp: int = 1) -> list[Op]:
     """The ops of one ``WanTransformerBlock`` on one rank, in execution order.
 
     ``tp`` > 1 gives one tensor-parallel rank's share (Megatron split): q/k/v, cross-attention
     and FFN-up are column-parallel (each rank owns H/tp heads and ffn/tp hidden units), the
     output projections are row-parallel (they write full-width partial sums that an all-reduce
     adds); norms and residual adds run replicated on the full width D.
+
+    ``sp`` > 1 gives one sequence-parallel rank's share: every token-wise op on S/sp tokens
+    (all the weights still read), self-attention as S/sp queries over all S keys. Ulysses
+    (H/U heads of all S queries) and ring (S/R queries, all heads) do the same FLOPs; the bytes
+    are counted as the ring's.
     """
     p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
     if p.num_heads % tp or p.ffn_dim % tp:
         raise ValueError(f"tp={tp} must divide num_heads={p.num_heads} and "
                          f"ffn_dim={p.ffn_dim} (each rank owns whole heads)")
     shape = _shape(p, latent_shape, batch)
-    b, s, d, hd = shape[0], p.num_tokens(shape), p.dim, p.head_dim
+    b, s_all, d, hd = shape[0], p.num_tokens(shape), p.dim, p.head_dim
+    s = -(-s_all // sp)  # the longest slice
     m, mt, dl, hl, fl = b * s, b * p.text_len, p.dim // tp, p.num_heads // tp, p.ffn_dim // tp
     norm_mod = LAYERNORM_FLOPS + MODULATE_FLOPS
     return [
@@ -172,7 +178,7 @@ def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
         elementwise("attn1.norm_q", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
         elementwise("attn1.norm_k", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
         Op("attn1.rope", "rope", ROPE_FLOPS * 2 * m * dl, 4 * m * dl * nb, (b, s, hl, hd)),
-        *attention_ops("attn1", b, hl, s, s, hd, nb, attention),
+        *attention_ops("attn1", b, hl, s, s_all, hd, nb, attention),
         linear("attn1.to_out", m, dl, d, nb),
         elementwise("attn1.gate_residual", "add", m, d, 2, nb, reads=2),
         # 2. cross-attention: queries from the tokens, keys and values from the L text tokens
@@ -224,17 +230,19 @@ def epilogue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None
 
 def model_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
               batch: int | None = None, dtype: str | torch.dtype = "bf16",
-              attention: str = "flash", tp: int = 1, num_blocks: int | None = None,
-              prologue: bool = True, epilogue: bool = True) -> list[Op]:
+              attention: str = "flash", tp: int = 1, sp: int = 1,
+              num_blocks: int | None = None, prologue: bool = True,
+              epilogue: bool = True) -> list[Op]:
     """One forward: prologue, ``num_blocks`` blocks (default all; counted, not listed), epilogue.
 
-    ``num_blocks`` and the two flags describe one layer-split stage; ``tp`` one TP rank (the
-    prologue and epilogue are cheap and run replicated on every rank).
+    ``num_blocks`` and the two flags describe one layer-split stage; ``tp`` one TP rank and
+    ``sp`` one sequence-parallel rank (the prologue and epilogue are cheap and run replicated on
+    every rank).
     """
     p = _wan(preset)
     kw = dict(batch=batch, dtype=dtype)
     n = p.num_layers if num_blocks is None else num_blocks
-    blocks = block_ops(p, latent_shape, attention=attention, tp=tp, **kw)
+    blocks = block_ops(p, latent_shape, attention=attention, tp=tp, sp=sp, **kw)
     return ([*prologue_ops(p, latent_shape, **kw)] if prologue else []) + [
         replace(op, name=f"blocks.{op.name}").repeated(n) for op in blocks if n
     ] + ([*epilogue_ops(p, latent_shape, **kw)] if epilogue else [])
@@ -303,6 +311,23 @@ def tp_allreduce_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] 
     return 3 * b * s * p.dim * DTYPE_BYTES[dtype_name(dtype)] + (3 * b * s + b * p.text_len) * 4
 
 
+def sp_traffic_per_block(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
+                         *, ulysses: int = 1, ring: int = 1, batch: int | None = None,
+                         dtype: str | torch.dtype = "bf16") -> float:
+    """Bytes one sequence-parallel rank sends per block (``ulysses x ring`` ranks, USP).
+
+    Ulysses: 4 all-to-alls (Q, K, V to heads, the output back) of its (B, S/P, D) slice, each
+    keeping 1/U at home. Ring: K and V of its group's S/R tokens for H/U heads, passed on R - 1
+    times."""
+    p = _wan(preset)
+    shape = _shape(p, latent_shape, batch)
+    nb, tokens, d = DTYPE_BYTES[dtype_name(dtype)], shape[0] * p.num_tokens(shape), p.dim
+    degree = ulysses * ring
+    a2a = 4 * tokens / degree * d * nb * (ulysses - 1) / ulysses
+    hops = 2 * tokens / ring * d / ulysses * nb * (ring - 1)
+    return a2a + hops
+
+
 def ring_allreduce_traffic(message_bytes: int, degree: int) -> float:
     """Bytes each rank sends in a ring all-reduce: 2 (n - 1) / n times the message."""
     return 2 * (degree - 1) / degree * message_bytes
@@ -312,6 +337,6 @@ def ring_allreduce_traffic(message_bytes: int, degree: int) -> float:
 __all__ = [
     "DTYPE_BYTES", "GROUPS", "Op", "Totals", "attention_ops", "block_ops", "dtype_name",
     "elementwise", "epilogue_ops", "layer_handoff_bytes", "linear", "model_ops",
-    "prologue_ops", "ring_allreduce_traffic", "step_handoff_bytes", "step_ops", "totals",
-    "tp_allreduce_bytes",
+    "prologue_ops", "ring_allreduce_traffic", "sp_traffic_per_block", "step_handoff_bytes",
+    "step_ops", "totals", "tp_allreduce_bytes",
 ]
