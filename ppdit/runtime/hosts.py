@@ -7,6 +7,7 @@ loopback address makes gloo dial 127.0.0.1 and everyone waits silently for the g
 (minutes); a node that dies shows up as ``Connection reset by peer [192.168.77.2]`` with no
 rank in it. So:
 
+* ``agree_on_backend`` checks, before the group forms, that every node chose the same backend;
 * ``joining`` prints, after ``JOIN_HINT_S`` of waiting to form the group, what this rank is
   waiting for and the usual fixes (``GLOO_SOCKET_IFNAME``, ``--local-addr``, the same
   ``--master-addr``/``--master-port`` on every node);
@@ -101,6 +102,40 @@ def _lost_sentence(rank: int, far: list[Peer]) -> str:
             f"its network failed; this rank stops too")
 
 
+def _store(timeout_s: float) -> dist.TCPStore:
+    """A client of torchrun's rendezvous store (the agent on node 0 hosts it)."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                         is_master=False, timeout=timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
+
+
+def _key(name: str) -> str:
+    """A store key of this run and restart (the agent's store outlives a restart)."""
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return f"ppdit/{run}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{name}"
+
+
+def agree_on_backend(backend: str, rank: int, world: int, timeout_s: float = 60.0) -> None:
+    """Before the process group exists: every rank publishes its backend and host in the
+    rendezvous store and checks that all agree (a node with GPUs picks NCCL, one without
+    gloo: the group would then never form, or fail with a transport error naming nobody)."""
+    store = _store(timeout_s)
+    store.set(_key(f"backend/{rank}"), f"{backend} {socket.gethostname()}")
+    keys = [_key(f"backend/{r}") for r in range(world)]
+    store.wait(keys, timedelta(seconds=timeout_s))
+    check_backends([store.get(k).decode() for k in keys])
+
+
+def check_backends(entries: list[str]) -> None:
+    """``entries[rank]`` = "backend host": raise ``RuntimeError`` naming who differs."""
+    chosen = [e.split(" ", 1) for e in entries]
+    if len({b for b, _ in chosen}) > 1:
+        who = "; ".join(f"rank {r} on {h}: {b}" for r, (b, h) in enumerate(chosen))
+        raise RuntimeError(f"ppdit: the ranks chose different backends ({who}). Every node must "
+                           "agree: give PPDIT_DEVICE the same value on every host (cpu: gloo "
+                           "everywhere; cuda: NCCL, a GPU per rank on every host)")
+
+
 def watch_peers(peers: list[Peer], rank: int, beat_s: float = BEAT_S,
                 lost_after_s: float = LOST_AFTER_S) -> threading.Event | None:
     """Start the heartbeat thread on several hosts (None on one host: the local agent
@@ -115,10 +150,8 @@ def watch_peers(peers: list[Peer], rank: int, beat_s: float = BEAT_S,
 
 def _beat(peers: list[Peer], rank: int, beat_s: float, lost_after_s: float,
           stop: threading.Event) -> None:
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          is_master=False, timeout=timedelta(seconds=lost_after_s),
-                          wait_for_workers=False)
-    keys = {p.rank: f"ppdit/beat/{p.rank}" for p in peers}
+    store = _store(lost_after_s)
+    keys = {p.rank: _key(f"beat/{p.rank}") for p in peers}
     seen = {p.rank: (-1, time.monotonic()) for p in peers if p.rank != rank}
     while not stop.wait(beat_s):
         try:
@@ -171,5 +204,6 @@ def join_hint(rank: int, world: int, waited_s: float) -> str:
             f"--rdzv-conf is_host=1 and --local-addr its reachable address.")
 
 
-__all__ = ["BEAT_S", "JOIN_HINT_S", "LOST_AFTER_S", "Peer", "join_hint", "joining",
-           "local_address", "lost_peer", "me", "watch_peers", "who_is_where"]
+__all__ = ["BEAT_S", "JOIN_HINT_S", "LOST_AFTER_S", "Peer", "agree_on_backend", "check_backends",
+           "join_hint", "joining", "local_address", "lost_peer", "me", "watch_peers",
+           "who_is_where"]

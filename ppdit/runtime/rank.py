@@ -41,7 +41,14 @@ from ppdit.runtime.device import (
     decide_placement,
     local_world_size,
 )
-from ppdit.runtime.hosts import Peer, joining, lost_peer, watch_peers, who_is_where
+from ppdit.runtime.hosts import (
+    Peer,
+    agree_on_backend,
+    joining,
+    lost_peer,
+    watch_peers,
+    who_is_where,
+)
 from ppdit.runtime.nccl_rules import NcclRules
 from ppdit.runtime.p2p import communicator_aborted
 from ppdit.runtime.trace import Tracer
@@ -221,6 +228,8 @@ def run_under_torchrun(
     placement = decision.for_rank(local_rank)
     owns_group = not dist.is_initialized()
     with joining(rank, world):  # says what it waits for if the group takes long to form
+        if owns_group and local_world_size() < world:  # several hosts: one backend for all
+            agree_on_backend(placement.backend, rank, world)
         if owns_group:
             dist.init_process_group(placement.backend, init_method="env://", rank=rank,
                                     world_size=world, timeout=timedelta(seconds=timeout_s))
