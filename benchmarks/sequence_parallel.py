@@ -1,4 +1,4 @@
-"""Sequence parallelism (Ulysses, V-first on and off) vs tensor parallelism vs one device.
+"""Sequence parallelism (Ulysses, V-first on and off; ring attention) vs TP vs one device.
 
     python benchmarks/sequence_parallel.py           # ~1.5 min on 2 cores
     python benchmarks/sequence_parallel.py --quick
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ppdit.parallel.compare import LayoutCompare, run_compare
+from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 from ppdit.parallel.sequence.diffusers_cp import compare_worker
 from ppdit.parallel.tensor.comms import tp_comm_per_block
@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    spec = LayoutCompare(forwards=1 if a.quick else 2, rounds=3 if a.quick else 5)
+    spec = LayoutCompare(forwards=1 if a.quick else 2, rounds=3 if a.quick else 5,
+                         variants=(*VARIANTS, RING))
     res = run_compare(spec, echo=False)
     p = spec.source.spec
     tokens = p.num_tokens(spec.latent_shape)

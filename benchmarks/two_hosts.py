@@ -33,6 +33,7 @@ def worker(out: str) -> None:
     """One rank of the measurement (run by torchrun)."""
     import torch
     import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
 
     from ppdit.parallel.sequence.topology import build_hierarchy
 
@@ -48,9 +49,9 @@ def worker(out: str) -> None:
         flat_s, hier_s = [], []
         for _ in range(ROUNDS):
             dist.barrier()
-            t = time.perf_counter()
-            flat = torch.empty_like(x)
-            dist.all_to_all_single(flat, x)
+            t = time.perf_counter()  # both through funcol, as Ulysses calls them
+            flat = funcol.wait_tensor(funcol.all_to_all_single(x, [n] * world, [n] * world,
+                                                               dist.group.WORLD))
             flat_s.append(time.perf_counter() - t)
             dist.barrier()
             t = time.perf_counter()

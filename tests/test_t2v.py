@@ -309,9 +309,10 @@ def test_bf16_single_device_equals_wan_pipeline_on_cuda(folders):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("layout", ["step", "cfg"])
+@pytest.mark.parametrize("layout", ["step", "cfg", "ring", "ulysses=2"])
 def test_bf16_layouts_on_cuda(folders, layout):
-    """Two CUDA ranks (a GPU each, or sharing one over gloo) at bf16 vs one GPU."""
+    """Two CUDA ranks (a GPU each, or sharing one over gloo) at bf16 vs one GPU (ring: its
+    fp32 merge of bf16 blocks, inside the same bf16 tolerance)."""
     spec = spec_for(folders["unipc"], dtype="bf16", num_steps=4)
     embeds = encode(spec)
     reference = generate_latent(spec, embeds, device="cuda").cpu()

@@ -17,7 +17,7 @@ import traceback
 
 from ppdit.checkpoint.source import ModelSource
 from ppdit.gpu_check.sections import first_line, sig
-from ppdit.parallel.compare import LayoutCompare, run_compare
+from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.layer_split.run import run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.step_split.plan import make_plan
@@ -127,11 +127,11 @@ def _layer_split(pool) -> list[dict]:
 
 
 def _tp_sp(pool) -> list[dict]:
-    spec = LayoutCompare(source=ModelSource(PRESET), rounds=ROUNDS)
+    spec = LayoutCompare(source=ModelSource(PRESET), rounds=ROUNDS, variants=(*VARIANTS, RING))
     res = run_compare(spec, WORLD, pool=pool, echo=False, timeout_s=TIMEOUT_S)
     one = res.seconds["one device"] * 1e3
     names = {"TP": "TP=2", "SP, V-first": "SP (Ulysses, V-first)",
-             "SP, V last": "SP (Ulysses, V last)"}
+             "SP, V last": "SP (Ulysses, V last)", RING: "SP (ring attention)"}
     return [_row(f"{label}, latent {spec.latent_shape}", "forward", res.seconds[v] * 1e3, one)
             for v, label in names.items()]
 

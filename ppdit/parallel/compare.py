@@ -1,5 +1,6 @@
-"""One forward pass of the DiT three ways on the same ranks, timed side by side: one device,
-Ulysses sequence parallelism (with and without V-first), tensor parallelism.
+"""One forward pass of the DiT several ways on the same ranks, timed side by side: one device,
+Ulysses sequence parallelism (with and without V-first), tensor parallelism, and on request
+ring attention (``RING``: sequence parallelism for any head count).
 
 Every variant runs in the same launch, interleaved round by round, on identical weights and
 inputs, so their ratios mean something on a shared machine. Used by notebook 12 and
@@ -17,6 +18,7 @@ from ppdit.attention import use_diffusers_attention
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import forward_by_stages, torch_dtype
 from ppdit.parallel.sequence.comms import even_split
+from ppdit.parallel.sequence.ring import install_ring
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.mesh import ParallelDims, build_groups
@@ -26,6 +28,7 @@ from ppdit.runtime.timing import timed, warm_up_pairs
 from ppdit.runtime.trace import RankTrace, Tracer
 
 VARIANTS = ("one device", "SP, V-first", "SP, V last", "TP")
+RING = "SP, ring"  # opt in: LayoutCompare(variants=(*VARIANTS, RING))
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,13 @@ class LayoutCompare:
     latent_shape: tuple[int, ...] = (1, 16, 8, 32, 32)  # 2,048 tokens: attention matters
     forwards: int = 2
     rounds: int = 3
+    variants: tuple[str, ...] = VARIANTS  # a subset of VARIANTS + (RING,); "one device" first
+
+    def __post_init__(self) -> None:
+        unknown = set(self.variants) - {*VARIANTS, RING}
+        if unknown or not self.variants or self.variants[0] != "one device":
+            raise ValueError(f"variants={self.variants}: 'one device' first, then any of "
+                             f"{(*VARIANTS[1:], RING)} (unknown: {sorted(unknown)})")
 
 
 class LayoutRunner(Runner):
@@ -81,6 +91,10 @@ class LayoutRunner(Runner):
                 forward_by_stages(self.full, self.x, self.t, self.text)
         elif name == "TP":
             forward_by_stages(self.tp_model, self.x, self.t, self.text)
+        elif name == RING:
+            install_ring(self.full, self.world, self.split, rules=self.ctx.rules,
+                         staged=self.staged)
+            sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
         else:
             install_ulysses(self.full, self.world, self.split, v_first=name != "SP, V last",
                             staged=self.staged)
@@ -99,7 +113,7 @@ class LayoutRunner(Runner):
     def result(self, i: int):
         """For the two SP variants: one traced forward (every rank), to draw the timeline."""
         name = self.plans[i][1]
-        if not name.startswith("SP"):
+        if name not in ("SP, V-first", "SP, V last"):
             return None
         tracer = Tracer(self.ctx.rank, self.ctx.placement)
         install_ulysses(self.full, self.world, self.split, v_first=name == "SP, V-first",
@@ -125,9 +139,9 @@ class CompareResult:
 def run_compare(spec: LayoutCompare, world_size: int = 2, **launch_kwargs) -> CompareResult:
     """Launch ``world_size`` ranks (one thread each) and compare the layouts."""
     launch_kwargs.setdefault("timeout_s", 600)
-    runs = run_side_by_side({v: (spec, v) for v in VARIANTS}, runner=LayoutRunner,
+    runs = run_side_by_side({v: (spec, v) for v in spec.variants}, runner=LayoutRunner,
                             world_size=world_size, rounds=spec.rounds, **launch_kwargs)
-    rounds = {v: runs[v].outputs[0] for v in VARIANTS}
+    rounds = {v: runs[v].outputs[0] for v in spec.variants}
     traces = {vf: [runs[name].results[r] for r in range(world_size)]
-              for vf, name in ((True, "SP, V-first"), (False, "SP, V last"))}
+              for vf, name in ((True, "SP, V-first"), (False, "SP, V last")) if name in runs}
     return CompareResult({k: statistics.median(v) for k, v in rounds.items()}, rounds, traces)
