@@ -15,7 +15,7 @@ import torch
 
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import build_model
-from ppdit.parallel.compare import LayoutCompare, run_compare
+from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_splits
@@ -98,9 +98,9 @@ def test_sequence_parallel_on_cuda(pool2):
 
 def test_layouts_side_by_side_on_cuda(pool2):
     spec = LayoutCompare(source=ModelSource("tiny"), latent_shape=(1, 16, 4, 16, 16),
-                         forwards=1, rounds=1)
+                         forwards=1, rounds=1, variants=(*VARIANTS, RING))
     res = run_compare(spec, pool=pool2)
-    assert set(res.seconds) == {"one device", "SP, V-first", "SP, V last", "TP"}
+    assert set(res.seconds) == {"one device", "SP, V-first", "SP, V last", "TP", RING}
 
 
 def test_decode_overlap_on_cuda(pool2):

@@ -126,6 +126,20 @@ def test_diffusers_context_parallel_ulysses_equals_ppdits(pools):
         assert all(len(v) == 3 for v in r["seconds"].values())
 
 
+def test_ring_runs_in_the_layout_comparison(pools):
+    """``LayoutCompare`` times ring attention beside one device when asked (gpu-check's rows,
+    ``benchmarks/sequence_parallel.py``); a comparison without 'one device' first is refused."""
+    from ppdit.checkpoint.source import ModelSource
+    from ppdit.parallel.compare import RING, LayoutCompare, run_compare
+
+    spec = LayoutCompare(source=ModelSource("tiny"), latent_shape=(1, 16, 2, 8, 8), forwards=1,
+                         variants=("one device", RING))
+    res = run_compare(spec, pool=pools(2), echo=False)
+    assert set(res.rounds) == {"one device", RING} and len(res.rounds[RING]) == 3
+    with pytest.raises(ValueError, match="'one device' first"):
+        LayoutCompare(variants=(RING,))
+
+
 def test_ring_merge_equals_full_attention_block_by_block():
     """The log-sum-exp merge of K/V blocks, in any order, equals attention over all keys."""
     from ppdit.attention import attend
