@@ -40,8 +40,10 @@ def folder(tmp_path_factory):
 
 def agent(hosts: TwoHosts, host: int, port: int, token: str, argv: list[str],
           job: str = "generate") -> subprocess.Popen:
-    """One torchrun agent (1 rank) in namespace ``host``; rank 0 lives on host 0."""
-    env = {**hosts.env(host), MARK: token, "PPDIT_DEVICE": "cpu", "OMP_NUM_THREADS": "1"}
+    """One torchrun agent (1 rank) in namespace ``host``; rank 0 lives on host 0. A peer is
+    declared lost after 4 s without a heartbeat (10 s by default: the test need not wait)."""
+    env = {**hosts.env(host), MARK: token, "PPDIT_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
+           "PPDIT_LOST_AFTER_S": "4"}
     command = ["env", *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m",
                "torch.distributed.run", "--nnodes", "2", "--node-rank", str(host),
                "--nproc-per-node", "1", "--master-addr", hosts.address(0), "--master-port",

@@ -37,7 +37,8 @@ import torch.distributed as dist
 
 JOIN_HINT_S = 30.0  # a join slower than this on a LAN is stuck, not slow
 BEAT_S = 0.5
-LOST_AFTER_S = 10.0  # a busy rank still beats (the thread needs the GIL only briefly)
+# a busy rank still beats (the thread needs the GIL only briefly); PPDIT_LOST_AFTER_S overrides
+LOST_AFTER_S = float(os.environ.get("PPDIT_LOST_AFTER_S", "10"))
 _ADDRESS = re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3})\b")
 _LOST = ("Connection reset by peer", "Connection closed by peer", "Broken pipe",
          "Connection refused", "NCCL communicator was aborted", "Socket Timeout")
