@@ -246,7 +246,7 @@ def single_reference(folders):
 
 @pytest.mark.parametrize(("layout", "ranks"), [
     ("step", 2), ("step", 3), ("layer", 2), ("cfg", 2), ("tp", 2), ("sp", 2), ("ring", 3),
-    ("ulysses=2,ring=2", 4), ("cfg=2,ulysses=2", 4)])
+    ("ulysses=2,ring=2", 4), ("cfg=2,ulysses=2", 4), ("cfg=2,ulysses=2,fsdp=4", 4)])
 def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
     """Step split (UniPC state in the handoff), layer split and CFG-parallel run the single
     device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; Ulysses: ``SP_TOL``;
@@ -267,6 +267,27 @@ def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
     assert {s.rank for s in out.trace.spans} == set(range(ranks))
     if layout == "step":
         assert sum(out.handoff_bytes.values()) == 4 * reference.numel() * 4
+
+
+def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, single_reference):
+    """Wan's recipe on 2 ranks: Ulysses, and every block's weights sharded over the same ranks
+    (FSDP2). The all-gathers rebuild the exact weights: Ulysses' own tolerance. Each rank holds
+    the root (embedders, head) whole and half of every block (FSDP splits each tensor along its
+    first dimension: a (1, 6, D) table goes to one rank, so the halves differ by a little)."""
+    from ppdit.parallel.fsdp.shard import full_parameter_bytes
+    from ppdit.parallel.sequence.run import run_sp
+
+    spec, embeds, reference = single_reference
+    plan = plan_for(replace(spec, layout="ulysses=2,fsdp=2", ranks=2), reference.shape, embeds)
+    res = run_sp(plan, pool=pools(2), timeout_s=300, echo=False)
+    torch.testing.assert_close(res.latents[0], reference, **SP_TOL)
+    model = plan.source.dit()
+    blocks = full_parameter_bytes(model.blocks)
+    root = full_parameter_bytes(model) - blocks
+    assert sum(res.param_bytes) == 2 * root + blocks
+    assert all(abs(b - (root + blocks / 2)) < 0.01 * blocks for b in res.param_bytes)
+    with pytest.raises(ValueError, match="fsdp shards the weights over sequence-parallel"):
+        plan_for(replace(spec, layout="cfg=2,fsdp=2", ranks=2), reference.shape, embeds)
 
 
 def test_pp_tp_equals_single_device(pools, single_reference):

@@ -213,6 +213,7 @@ class SPGroups:
     ulysses_group: dist.ProcessGroup | None
     ring_group: dist.ProcessGroup | None
     cfg_group: dist.ProcessGroup | None  # my counterpart in the other branch and me
+    plan_group: dist.ProcessGroup | None  # every rank of the mesh (with cfg = 1: sp_group)
 
     @property
     def sp_index(self) -> int:
@@ -236,13 +237,15 @@ def build_sp_groups(dims: SPDims, rank: int) -> SPGroups | None:
             for c in range(c_n) for u in range(u_n)} if both else {}
     cfg = {(r, u): _group([dims.rank_of(c, r, u) for c in range(c_n)])
            for r in range(r_n) for u in range(u_n)}
+    whole = _group(list(range(dims.world_size))) if c_n > 1 else None
     coords = dims.coords(rank)
     if coords is None:
         return None
     c, r, u = coords
     return SPGroups(c, r, u, sp[c],
                     uly.get((c, r), sp[c] if u_n > 1 else None),
-                    ring.get((c, u), sp[c] if r_n > 1 else None), cfg[(r, u)])
+                    ring.get((c, u), sp[c] if r_n > 1 else None), cfg[(r, u)],
+                    whole if c_n > 1 else sp[c])
 
 
 def _group(ranks: list[int]) -> dist.ProcessGroup | None:

@@ -8,11 +8,13 @@ Each field is the degree of one axis (1: not split along it)::
     tp       tensor parallelism (the weights split, an all-reduce per block)
     step     step split: pipeline stages that each run a run of the steps
     layer    layer split: pipeline stages that each hold a run of the blocks
+    fsdp     the blocks' weights sharded over the same ranks (FSDP2): 1, or all of them
 
-The ranks are their product. ``--layout cfg=2,ulysses=2,ring=2`` is parsed by ``parse_layout``;
-the single names of earlier releases stay as shorthands (``sp`` on 4 ranks is ``ulysses=4``).
-Which axes compose is the rule of ``t2v.layouts.plan_for``: the sequence axes with CFG (xDiT's
-CFG x USP), step split with TP; a composition outside those is refused with the rule named.
+The ranks are the product of the others (``fsdp`` adds none: it shards over them).
+``--layout cfg=2,ulysses=2,ring=2`` is parsed by ``parse_layout``; the single names of earlier
+releases stay as shorthands (``sp`` on 4 ranks is ``ulysses=4``). Which axes compose is the
+rule of ``t2v.layouts.plan_for``: the sequence axes with CFG (xDiT's CFG x USP) and FSDP (Wan's
+recipe), step split with TP; a composition outside those is refused with the rule named.
 
 It imports nothing heavy: the CLI parses a layout without loading torch.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-AXES = ("cfg", "ulysses", "ring", "tp", "step", "layer")
+AXES = ("cfg", "ulysses", "ring", "tp", "step", "layer", "fsdp")
 # name -> the axes it sets, given the ranks (pp_tp: stages of 2 TP ranks)
 SHORTHANDS = ("single", "step", "layer", "tp", "sp", "ring", "usp", "pp_tp", "cfg")
 
@@ -36,6 +38,7 @@ class Layout:
     tp: int = 1
     step: int = 1
     layer: int = 1
+    fsdp: int = 1
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -45,12 +48,16 @@ class Layout:
         if self.cfg > 2:
             raise ValueError(f"layout cfg={self.cfg} must be 1 or 2 (a guided step has two "
                              "halves)")
+        if self.fsdp > 1 and self.fsdp != self.ranks:
+            raise ValueError(f"layout fsdp={self.fsdp} shards the weights over every rank of "
+                             f"the layout, so it must equal its {self.ranks} ranks (e.g. "
+                             "ulysses=2,fsdp=2)")
 
     @property
     def ranks(self) -> int:
-        """World size: the product of the degrees."""
+        """World size: the product of the degrees (fsdp shards over them, adding none)."""
         n = 1
-        for name in AXES:
+        for name in AXES[:-1]:
             n *= getattr(self, name)
         return n
 

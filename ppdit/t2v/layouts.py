@@ -58,7 +58,11 @@ def plan_for(spec: GenerateSpec, shape: tuple[int, ...], prompts: Conditioning |
     common = dict(sampling=sampling, source=source, latent_shape=shape, solver=spec.solver,
                   prompts=None if prompts is None else (prompts,), report_steps=True)
     m = spec.mesh
-    axes = set(m.split())
+    axes = set(m.split()) - {"fsdp"}
+    if m.fsdp > 1 and not (axes <= {"cfg", "ulysses", "ring"} and m.ulysses * m.ring > 1):
+        raise ValueError(f"layout {m}: fsdp shards the weights over sequence-parallel ranks "
+                         "(with or without cfg): every rank runs the same blocks in lockstep, "
+                         "which the all-gathers need")
     if axes and axes <= {"step", "tp"}:
         return make_plan(m.step, 1, tp=m.tp, first_seed=spec.seed, cfg="split", **common)
     if axes == {"layer"}:
@@ -69,7 +73,7 @@ def plan_for(spec: GenerateSpec, shape: tuple[int, ...], prompts: Conditioning |
     if axes and axes <= {"cfg", "ulysses", "ring"}:
         return SPPlan(m.ulysses * m.ring, requests, cfg="split", attention=_attention(m),
                       ring_degree=m.ring if m.ulysses > 1 and m.ring > 1 else None,
-                      cfg_parallel=m.cfg == 2, **common)
+                      cfg_parallel=m.cfg == 2, fsdp=m.fsdp > 1, **common)
     if not axes:
         raise ValueError("the single layout has no plan (it runs in the caller's process)")
     raise ValueError(f"layout {m} composes axes that do not compose here: the sequence axes "

@@ -20,6 +20,7 @@ import torch
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.cfg.halves import cfg_parallel_velocity
+from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks
 from ppdit.parallel.sequence.comms import A2ACounter, even_split
 from ppdit.parallel.sequence.ring import Ring, install_ring
 from ppdit.parallel.sequence.topology import Hierarchy, build_hierarchy
@@ -57,6 +58,9 @@ class SPPlan(ModelPlan):
     # Ulysses only: V's all-to-all sends only the token rows whose relative change since they
     # were last sent exceeds this (vmajor.py, CoCoDiff's V-Major); None: every row, every step
     v_major: float | None = None
+    # every block's weights sharded over all the plan's ranks (FSDP2, parallel/fsdp): each
+    # rank holds 1/world of them, gathered block by block (Wan's recipe: FSDP beside Ulysses)
+    fsdp: bool = False
     solver: str = "euler"  # or "folder": the source folder's scheduler
     cfg: str = "batched"  # or "split": WanPipeline's two forwards
     prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
@@ -117,7 +121,21 @@ class SPRunner(ReplicatedRunner):
         self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
         self.hierarchies = [_hierarchy(p, ctx.rank) for p in plans]
         self.vmajors = [None if p.v_major is None else VMajor(p.v_major) for p in plans]
+        if any(p.fsdp for p in plans):
+            self._shard(plans)
 
+    def _shard(self, plans: Sequence[SPPlan]) -> None:
+        """FSDP over the plan's ranks: every plan of the job must want it on the same mesh
+        (the one model of a rank is sharded in place)."""
+        if len({(p.fsdp, p.dims) for p in plans}) > 1:
+            raise ValueError("FSDP shards the rank's one model in place: every plan of a job "
+                             f"must ask for it on the same mesh, got {[p.dims for p in plans]}")
+        if self.ctx.placement.staged:
+            raise ValueError("FSDP gathers weights with the rank's own backend: ranks sharing a "
+                             "GPU over gloo (staged) cannot; give each rank its own GPU or "
+                             "run on the CPU")
+        if self.groups[0] is not None:
+            shard_blocks(self.model, self.groups[0].plan_group, self.ctx.device.type)
     def takes_part(self, i: int) -> bool:
         return self.groups[i] is not None
 
@@ -159,7 +177,8 @@ class SPRunner(ReplicatedRunner):
                 "hier": None if hier is None else (hier.intra_bytes, hier.inter_bytes,
                                                    hier.inter_messages),
                 "vmajor": None if vm is None else (vm.rows_sent, vm.rows_total, vm.bytes_sent,
-                                                   vm.bytes_full)}
+                                                   vm.bytes_full),
+                "param_bytes": local_parameter_bytes(self.model)}
 
     def _install(self, i: int, split: tuple[int, ...], tracer: Tracer
                  ) -> tuple[A2ACounter, Ring]:
@@ -245,6 +264,7 @@ class SPResult:
     hierarchy: tuple[int, int, int] | None = None
     # with v_major: rank 0's (V rows sent, rows a plain all-to-all sends, bytes sent, bytes)
     vmajor: tuple[int, int, int, int] | None = None
+    param_bytes: list[int] = field(default_factory=list)  # the weights each rank holds
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:
@@ -258,7 +278,7 @@ class SPResult:
         ranks = sorted(last)
         return cls(plan, [last[r]["latents"] for r in ranks], last[0]["a2a_calls"],
                    last[0]["a2a_bytes"], runs.traces, last[0]["ring_bytes"], last[0]["hier"],
-                   last[0]["vmajor"])
+                   last[0]["vmajor"], [last[r]["param_bytes"] for r in ranks])
 
 
 def run_sp(plan: SPPlan, rounds: int = 1, **launch_kwargs) -> SPResult | None:

@@ -1,0 +1,55 @@
+"""Each rank keeps 1/P of every block's weights; a block's are all-gathered just before it runs
+and freed after it, the next block's gather posted early (PyTorch's FSDP2, for inference).
+
+Wan's own multi-GPU recipe (``--dit_fsdp`` beside Ulysses) does this: the ranks that split
+the tokens also split the weights, so a 14B DiT (28.6 GB in bf16) needs 28.6 / P GB per GPU
+plus one or two blocks gathered at a time. The blocks hold nearly all the weights; the
+embedders and the output head at the root are small and stay whole on every rank (and
+``ppdit.model``'s stage functions call them outside the root module, where FSDP's root hooks
+would not run).
+
+The all-gather rebuilds the exact weights, so the forward is one device's bit for bit. What it
+costs: every block's weights cross the link once per forward (the whole model per forward), in
+the open unless hidden behind the previous block's compute, which the prefetch is for.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import fully_shard
+
+
+def shard_blocks(model, group, device_type: str, prefetch: bool = True) -> None:
+    """Shard every transformer block of ``model`` over ``group`` (in place)."""
+    mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
+    blocks = list(model.blocks)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, reshard_after_forward=True)
+    if prefetch:  # post block i + 1's all-gather when block i starts
+        for block, nxt in itertools.pairwise(blocks):
+            block.set_modules_to_forward_prefetch([nxt])
+    # Every block is an FSDP root of its own: the stage functions call the blocks, never the
+    # model's forward. A root sets itself up at its first forward, too late for the block
+    # before it to prefetch it: set them all up now (FSDP2's private lazy init).
+    for block in blocks:
+        block._get_fsdp_state()._lazy_init()
+
+
+def local_parameter_bytes(model) -> int:
+    """Bytes of the parameters this rank holds (its shards, and the unsharded root)."""
+    total = 0
+    for p in model.parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        total += local.numel() * local.element_size()
+    return total
+
+
+def full_parameter_bytes(model) -> int:
+    """Bytes of the whole model's parameters (what one device holds)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+__all__ = ["full_parameter_bytes", "local_parameter_bytes", "shard_blocks"]
