@@ -57,6 +57,13 @@ def parser() -> argparse.ArgumentParser:
                       default=["a red ball moves right", "a blue square moves up"],
                       help="toy model: the prompt before and after the hard cut")
     _placement_args(demo)
+    plan = sub.add_parser("plan", help="what a layout needs per GPU and a lower bound of its "
+                                       "step, for a real model and GPU (nothing runs)")
+    plan.add_argument("--model", default="wan2.1-14b", help="wan2.1-1.3b or wan2.1-14b")
+    plan.add_argument("--gpu", default="H100 SXM", help="a GPU of the hardware table")
+    plan.add_argument("--layout", default="ulysses=4,fsdp=4",
+                      help="a layout as for generate (e.g. cfg=2,ulysses=4,fsdp=8)")
+    plan.add_argument("--link", default=None, help="one link (default: every link of the GPU)")
     step = sub.add_parser("step-split", help="step-split PP with pipeline filling (lesson 01)")
     step.add_argument("--out", type=Path, default=Path("out/step_split"), help="artifact folder")
     step.add_argument("--stages", type=int, default=2, help="pipeline stages (ranks)")
@@ -153,6 +160,8 @@ def _run(jobs, args: argparse.Namespace) -> int:
                               tests_timeout_s=args.tests_timeout, skip=args.skip)
     if args.command == "generate":
         return _generate(jobs, args)
+    if args.command == "plan":
+        return _plan(args)
     if args.command == "demo":
         return jobs.demo(args.out, chunks=args.chunks,
                          cut_at=_cut_at(args.cut_at), tp=args.tp,
@@ -162,6 +171,18 @@ def _run(jobs, args: argparse.Namespace) -> int:
     return jobs.step_split(args.out, stages=args.stages, requests=args.requests,
                            num_steps=args.steps, preset=args.preset, mode=args.mode,
                            dtype=args.dtype, device=args.device, nccl_rules=_rules(args))
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from ppdit.analysis.plan import plan_report, plan_rows
+
+    try:
+        rows = plan_rows(args.model, args.gpu, args.layout, link=args.link)
+    except (ValueError, KeyError) as e:  # bad input: the rule it breaks, not a traceback
+        print(f"ppdit plan: {e}", file=sys.stderr)
+        return 2
+    print(plan_report(rows))
+    return 0
 
 
 def _rules(args: argparse.Namespace) -> bool | None:

@@ -24,6 +24,7 @@ import torch
 from ppdit.analysis.roofline import (
     DTYPE_BYTES,
     Op,
+    block_ops,
     dtype_name,
     layer_handoff_bytes,
     model_ops,
@@ -116,6 +117,7 @@ class Layout:
     ulysses: int = 1
     ring: int = 1
     cfg: int = 1
+    fsdp: bool = False  # the blocks' weights sharded over every GPU of the layout (FSDP2)
 
     def __post_init__(self) -> None:
         if (min(self.tp, self.pp, self.ulysses, self.ring) < 1 or self.cfg not in (1, 2)
@@ -125,6 +127,9 @@ class Layout:
         if (self.sp > 1 and (self.tp > 1 or self.pp > 1)) or (self.cfg > 1 and self.pp > 1):
             raise ValueError(f"{self}: the sequence axes compose with CFG, and CFG with TP; "
                              "neither with pipeline stages")
+        if self.fsdp and (self.sp == 1 or self.tp > 1 or self.pp > 1):
+            raise ValueError(f"{self}: FSDP shards over sequence-parallel GPUs (with or "
+                             "without CFG), which run the same blocks in lockstep")
 
     @property
     def sp(self) -> int:
@@ -144,14 +149,15 @@ class Layout:
             [f"Ulysses={self.ulysses}"] if self.ulysses > 1 else []) + (
             [f"ring={self.ring}"] if self.ring > 1 else []) + (
             [f"TP={self.tp}"] if self.tp > 1 else []) + (
-            [f"{self.split}-split P={self.pp}"] if self.pp > 1 else [])
+            [f"{self.split}-split P={self.pp}"] if self.pp > 1 else []) + (
+            ["FSDP"] if self.fsdp else [])
         return " x ".join(parts) or "1 GPU"
 
 
 LAYOUTS = (Layout(), Layout(pp=4, split="step"), Layout(pp=4), Layout(tp=2), Layout(tp=4))
 # the sequence axes and CFG (xDiT's USP x CFG): 8 GPUs on Wan's 12 or 40 heads
 SP_LAYOUTS = (Layout(ulysses=4), Layout(ring=4), Layout(ulysses=2, ring=2), Layout(cfg=2),
-              Layout(cfg=2, ulysses=2, ring=2))
+              Layout(cfg=2, ulysses=2, ring=2), Layout(ulysses=4, fsdp=True))
 
 
 @dataclass(frozen=True)
@@ -267,6 +273,14 @@ def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None
     else:
         latency = flop_s + mem_s + comm_s
     weights_gb = max(totals(ops).weights for ops in stages) * DTYPE_BYTES[dtype] / 1e9
+    if layout.fsdp:  # held: the root, 1/P of the blocks, and two blocks gathered (the one
+        # running, the next one prefetched); every block's other shards arrive once a forward
+        block = totals(block_ops(p, shape, **kw)).weights * DTYPE_BYTES[dtype]
+        gather = p.num_layers * block * (layout.gpus - 1) / layout.gpus
+        weights_gb += (p.num_layers * block * (1 / layout.gpus - 1) + 2 * block) / 1e9
+        comm_s += m * gather / bw
+        comm_bytes += m * gather
+        latency += m * gather / bw
     return Prediction(p.name, hw.name, layout.name, link, dtype, layout.gpus, flop_s, mem_s,
                       comm_s, comm_bytes, flop_s + mem_s + comm_s, latency, weights_gb,
                       weights_gb * 1e9 <= hw.mem_bytes)
@@ -314,7 +328,8 @@ def assumptions(num_steps: int = 50, cfg: bool = True) -> str:
         f"fp32 latent once per stage per request, amortised over {num_steps} steps",
         "step ms = the busiest GPU's time per step with the layout kept busy; latency = one "
         "request alone (layer-split: CFG halves as 2 micro-batches, GPipe)",
-        "GB/GPU = weights only ('!' = does not fit; activations, text encoder, VAE not counted)",
+        "GB/GPU = weights only ('!' = does not fit; activations, text encoder, VAE not counted);",
+        "  FSDP: the root, 1/P of the blocks and 2 gathered blocks; the gathers on the link",
     ])
 
 
