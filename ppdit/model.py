@@ -166,7 +166,7 @@ def build_model(
         return DummyDiT().to(device=device, dtype=dtype).eval().requires_grad_(False)
     model = build_seeded(WanTransformer3DModel, get_preset(preset).diffusers_config(), seed,
                          device)
-    return _cast(model, dtype).eval().requires_grad_(False)
+    return cast_like_from_pretrained(model, dtype).eval().requires_grad_(False)
 
 
 def own_memory(module: nn.Module) -> nn.Module:
@@ -198,7 +198,8 @@ def build_seeded(cls, config: dict, seed: int, device: str | torch.device) -> nn
     return module.to(device)
 
 
-def _cast(model: WanTransformer3DModel, dtype: torch.dtype) -> WanTransformer3DModel:
+def cast_like_from_pretrained(model: WanTransformer3DModel, dtype: torch.dtype
+                              ) -> WanTransformer3DModel:
     """Cast to ``dtype`` but keep the modules Wan needs in fp32 (rope, time embedder, norms...).
 
     This is what ``from_pretrained(torch_dtype=...)`` does; a plain ``model.to(bf16)`` would
@@ -356,7 +357,7 @@ def describe(preset: str | ModelPreset) -> str:
 
 __all__ = [
     "PRESETS", "DummyDiT", "ModelPreset", "StageContext", "build_model",
-    "condition", "describe",
+    "cast_like_from_pretrained", "condition", "describe",
     "embed_patches", "epilogue", "forward_by_stages", "get_preset", "num_params", "project_out",
     "prologue", "run_blocks", "unpatchify",
 ]

@@ -22,8 +22,10 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
 
-def shard_blocks(model, group, device_type: str, prefetch: bool = True) -> None:
-    """Shard every transformer block of ``model`` over ``group`` (in place)."""
+def shard_blocks(model, group, device_type: str, prefetch: bool = True,
+                 materialized: bool = True) -> None:
+    """Shard every transformer block of ``model`` over ``group`` (in place). A model on the
+    meta device (``materialized=False``) calls ``ready`` once its shards hold their values."""
     mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
     blocks = list(model.blocks)
     for block in blocks:
@@ -31,10 +33,16 @@ def shard_blocks(model, group, device_type: str, prefetch: bool = True) -> None:
     if prefetch:  # post block i + 1's all-gather when block i starts
         for block, nxt in itertools.pairwise(blocks):
             block.set_modules_to_forward_prefetch([nxt])
-    # Every block is an FSDP root of its own: the stage functions call the blocks, never the
-    # model's forward. A root sets itself up at its first forward, too late for the block
-    # before it to prefetch it: set them all up now (FSDP2's private lazy init).
-    for block in blocks:
+    if materialized:
+        ready(model)
+
+
+def ready(model) -> None:
+    """Set up every block's FSDP state now. Every block is an FSDP root of its own (the stage
+    functions call the blocks, never the model's forward), and a root sets itself up at its
+    first forward: too late for the block before it to prefetch it (FSDP2's private lazy
+    init, which also checks that no shard is left on the meta device)."""
+    for block in model.blocks:
         block._get_fsdp_state()._lazy_init()
 
 
@@ -52,4 +60,4 @@ def full_parameter_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-__all__ = ["full_parameter_bytes", "local_parameter_bytes", "shard_blocks"]
+__all__ = ["full_parameter_bytes", "local_parameter_bytes", "ready", "shard_blocks"]

@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.cfg.halves import cfg_parallel_velocity
+from ppdit.parallel.fsdp.load import load_sharded
 from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks
 from ppdit.parallel.sequence.comms import A2ACounter, even_split
 from ppdit.parallel.sequence.ring import Ring, install_ring
@@ -29,7 +31,7 @@ from ppdit.parallel.sequence.usp import install_usp
 from ppdit.parallel.sequence.vmajor import VMajor
 from ppdit.runtime.mesh import SPDims, SPGroups, build_sp_groups
 from ppdit.runtime.rank import RankContext
-from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
+from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, Runner, run_side_by_side
 from ppdit.runtime.trace import Trace, Tracer
 from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig, StepState
 
@@ -115,8 +117,20 @@ class SPPlan(ModelPlan):
 class SPRunner(ReplicatedRunner):
     """Every SP plan of a side-by-side job on one rank (each rank holds the whole model)."""
 
+    @staticmethod
+    def prepare(rank: int, world_size: int, plans: tuple) -> Any:
+        """The whole model, except where FSDP reads each rank's shards from a folder (once the
+        groups exist: ``_shard``)."""
+        if _loads_shards(plans):
+            return _SHARDS_LATER
+        return ReplicatedRunner.prepare(rank, world_size, plans)
+
     def __init__(self, ctx: RankContext, plans: Sequence[SPPlan]):
-        super().__init__(ctx, plans)
+        if ctx.prepared is _SHARDS_LATER or (ctx.prepared is None and _loads_shards(plans)):
+            Runner.__init__(self, ctx, plans)
+            self.model = None
+        else:
+            super().__init__(ctx, plans)
         # every plan's groups, every rank creating every group in order (runtime.mesh)
         self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
         self.hierarchies = [_hierarchy(p, ctx.rank) for p in plans]
@@ -134,8 +148,13 @@ class SPRunner(ReplicatedRunner):
             raise ValueError("FSDP gathers weights with the rank's own backend: ranks sharing a "
                              "GPU over gloo (staged) cannot; give each rank its own GPU or "
                              "run on the CPU")
-        if self.groups[0] is not None:
-            shard_blocks(self.model, self.groups[0].plan_group, self.ctx.device.type)
+        if self.groups[0] is None:
+            return
+        group = self.groups[0].plan_group
+        if self.model is None:  # a folder: read this rank's shards, never the whole model
+            self.model = load_sharded(plans[0].source, group, self.ctx.device)
+        else:
+            shard_blocks(self.model, group, self.ctx.device.type)
     def takes_part(self, i: int) -> bool:
         return self.groups[i] is not None
 
@@ -201,6 +220,14 @@ class SPRunner(ReplicatedRunner):
         counter = install_ulysses(self.model, groups.sp_group, split, v_first=plan.v_first,
                                   tracer=tracer, staged=staged, hier=hier, vmajor=vm)
         return counter, Ring(None, split, 0)
+
+
+_SHARDS_LATER = "fsdp: the shards are read once the groups exist"
+
+
+def _loads_shards(plans) -> bool:
+    """Every plan shards the weights of a folder's model (FSDP), so no rank loads it whole."""
+    return all(p.fsdp and p.source.folder is not None for p in plans)
 
 
 class _KeyedByText:
