@@ -271,7 +271,8 @@ def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
 
 def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, single_reference):
     """Wan's recipe on 2 ranks: Ulysses, and every block's weights sharded over the same ranks
-    (FSDP2). The all-gathers rebuild the exact weights: Ulysses' own tolerance. Each rank holds
+    (FSDP2), read from the folder shard by shard. The all-gathers rebuild the exact weights:
+    Ulysses' own tolerance. Each rank holds
     the root (embedders, head) whole and half of every block (FSDP splits each tensor along its
     first dimension: a (1, 6, D) table goes to one rank, so the halves differ by a little)."""
     from ppdit.parallel.fsdp.shard import full_parameter_bytes
@@ -286,6 +287,9 @@ def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, si
     root = full_parameter_bytes(model) - blocks
     assert sum(res.param_bytes) == 2 * root + blocks
     assert all(abs(b - (root + blocks / 2)) < 0.01 * blocks for b in res.param_bytes)
+    # read shard by shard from the folder: no rank ever held the whole model while loading
+    # (its shards and the root, plus one tensor in flight: on the tiny model the root's largest)
+    assert all(0 < peak < 0.75 * (root + blocks) for peak in res.load_peak_bytes)
     with pytest.raises(ValueError, match="fsdp shards the weights over sequence-parallel"):
         plan_for(replace(spec, layout="cfg=2,fsdp=2", ranks=2), reference.shape, embeds)
 

@@ -24,11 +24,13 @@ from safetensors import safe_open
 
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import cast_like_from_pretrained, torch_dtype
-from ppdit.parallel.fsdp.shard import ready, shard_blocks
+from ppdit.parallel.fsdp.shard import local_parameter_bytes, ready, shard_blocks
 
 
-def load_sharded(source: ModelSource, group, device: torch.device):
-    """The folder's transformer with its blocks sharded over ``group``, read shard by shard."""
+def load_sharded(source: ModelSource, group, device: torch.device) -> tuple[object, int]:
+    """The folder's transformer with its blocks sharded over ``group``, read shard by shard;
+    and the most tensor bytes the rank held while loading: its allocated shards and root, plus
+    the one slice being copied in (slices are read one at a time and dropped after the copy)."""
     folder = Path(source.folder) / "transformer"
     model = source.dit(device="meta")
     cast_like_from_pretrained(model, torch_dtype(source.dtype))
@@ -38,24 +40,25 @@ def load_sharded(source: ModelSource, group, device: torch.device):
     rank = dist.get_rank(group) if group is not None else dist.get_rank()
     world = dist.get_world_size(group) if group is not None else dist.get_world_size()
     files = _files(folder)
+    largest = 0
     with torch.no_grad():
         for name, param in model.named_parameters():
             with safe_open(files[name], framework="pt") as f:
-                _read_into(param, f.get_slice(name), rank, world)
+                largest = max(largest, _read_into(param, f.get_slice(name), rank, world))
     ready(model)
-    return model.eval().requires_grad_(False)
+    return model.eval().requires_grad_(False), local_parameter_bytes(model) + largest
 
 
-def _read_into(param, stored, rank: int, world: int) -> None:
-    """Copy this rank's rows of a stored tensor into its (local) parameter."""
+def _read_into(param, stored, rank: int, world: int) -> int:
+    """Copy this rank's rows of a stored tensor into its (local) parameter; the bytes read."""
     local = param.to_local() if hasattr(param, "to_local") else param
     if local is param:  # whole on every rank (the root)
-        local.copy_(stored[:])
-        return
-    rows = stored.get_shape()[0]
-    start = rank * math.ceil(rows / world)  # FSDP2 splits dim 0 as torch.chunk does
-    if local.shape[0]:
-        local.copy_(stored[start:start + local.shape[0]])
+        rows = stored[:]
+    else:
+        start = rank * math.ceil(stored.get_shape()[0] / world)  # FSDP2 chunks dim 0
+        rows = stored[start:start + local.shape[0]]
+    local.copy_(rows)
+    return rows.numel() * rows.element_size()
 
 
 def _fresh_rope(model, device: torch.device) -> None:

@@ -135,6 +135,7 @@ class SPRunner(ReplicatedRunner):
         self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
         self.hierarchies = [_hierarchy(p, ctx.rank) for p in plans]
         self.vmajors = [None if p.v_major is None else VMajor(p.v_major) for p in plans]
+        self.load_peak_bytes = 0  # tensor bytes live at once while reading the shards
         if any(p.fsdp for p in plans):
             self._shard(plans)
 
@@ -152,7 +153,8 @@ class SPRunner(ReplicatedRunner):
             return
         group = self.groups[0].plan_group
         if self.model is None:  # a folder: read this rank's shards, never the whole model
-            self.model = load_sharded(plans[0].source, group, self.ctx.device)
+            self.model, self.load_peak_bytes = load_sharded(plans[0].source, group,
+                                                            self.ctx.device)
         else:
             shard_blocks(self.model, group, self.ctx.device.type)
     def takes_part(self, i: int) -> bool:
@@ -197,7 +199,8 @@ class SPRunner(ReplicatedRunner):
                                                    hier.inter_messages),
                 "vmajor": None if vm is None else (vm.rows_sent, vm.rows_total, vm.bytes_sent,
                                                    vm.bytes_full),
-                "param_bytes": local_parameter_bytes(self.model)}
+                "param_bytes": local_parameter_bytes(self.model),
+                "load_peak_bytes": self.load_peak_bytes}
 
     def _install(self, i: int, split: tuple[int, ...], tracer: Tracer
                  ) -> tuple[A2ACounter, Ring]:
@@ -292,6 +295,8 @@ class SPResult:
     # with v_major: rank 0's (V rows sent, rows a plain all-to-all sends, bytes sent, bytes)
     vmajor: tuple[int, int, int, int] | None = None
     param_bytes: list[int] = field(default_factory=list)  # the weights each rank holds
+    # FSDP from a folder: the most tensor bytes each rank held while loading (load_sharded)
+    load_peak_bytes: list[int] = field(default_factory=list)
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:
@@ -305,7 +310,8 @@ class SPResult:
         ranks = sorted(last)
         return cls(plan, [last[r]["latents"] for r in ranks], last[0]["a2a_calls"],
                    last[0]["a2a_bytes"], runs.traces, last[0]["ring_bytes"], last[0]["hier"],
-                   last[0]["vmajor"], [last[r]["param_bytes"] for r in ranks])
+                   last[0]["vmajor"], [last[r]["param_bytes"] for r in ranks],
+                   [last[r]["load_peak_bytes"] for r in ranks])
 
 
 def run_sp(plan: SPPlan, rounds: int = 1, **launch_kwargs) -> SPResult | None:
