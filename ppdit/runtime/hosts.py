@@ -162,6 +162,8 @@ def _beat(peers: list[Peer], rank: int, beat_s: float, lost_after_s: float,
                 if count != seen[r][0]:
                     seen[r] = (count, time.monotonic())
         except Exception as e:  # the store's host (node 0) is gone
+            if stop.is_set():  # ... after this rank's work ended: node 0 finished first
+                return
             _give_up(f"{_lost_sentence(rank, [p for p in peers if p.rank == 0])} (the "
                      f"rendezvous store on it stopped answering: {e})")
         lost = [p for p in peers if p.rank in seen
