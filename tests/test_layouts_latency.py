@@ -60,7 +60,7 @@ def test_usp_and_cfg_compose_and_their_bytes_are_the_runtimes():
 
 
 def test_ulysses_needs_whole_heads():
-    with pytest.raises(ValueError, match="num_heads=12"):
+    with pytest.raises(ValueError, match="Ulysses degree 8 must divide the 12 heads"):
         predict_ulysses("wan2.1-1.3b", "H100 SXM", degree=8)
 
 

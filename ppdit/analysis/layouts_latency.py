@@ -35,10 +35,6 @@ def predict_ulysses(model: str, gpu: str, *, degree: int, link: str | None = Non
                     dtype: str = "bf16", cfg: bool = True,
                     latent_shape: tuple[int, ...] | None = None) -> Prediction:
     """Lower bound per denoising step with Ulysses SP over ``degree`` ranks."""
-    p = get_preset(model)
-    if p.num_heads % degree:
-        raise ValueError(f"Ulysses over degree={degree} ranks splits whole heads, but "
-                         f"{model} has num_heads={p.num_heads} ({p.num_heads} % {degree} != 0)")
     out = predict(model, gpu, Layout(ulysses=degree), link=link, dtype=dtype, cfg=cfg,
                   latent_shape=latent_shape)
     return replace(out, layout=f"Ulysses SP={degree}")

@@ -95,12 +95,30 @@ def lost_peer(error: BaseException, peers: list[Peer], rank: int) -> str | None:
 
 
 def _lost_sentence(rank: int, far: list[Peer]) -> str:
-    hosts = sorted({(p.host, p.address, p.node) for p in far})
-    where = "; ".join(f"host {h} ({a}{f', node {n}' if n >= 0 else ''}): rank(s) "
-                      f"{', '.join(str(p.rank) for p in far if p.address == a)}"
-                      for h, a, n in hosts)
-    return (f"ppdit: rank {rank} lost contact with {where}. That node's processes ended or "
-            f"its network failed; this rank stops too")
+    return (f"ppdit: rank {rank} lost contact with {_where(far)}. That node's processes ended "
+            f"or its network failed; this rank stops too")
+
+
+def several_hosts(peers: list[Peer]) -> bool:
+    """Whether the ranks span more than one host (address)."""
+    return len({p.address for p in peers}) > 1
+
+
+def where_sentence(peers: list[Peer]) -> str | None:
+    """Where every rank is and where rank 0 (the outputs) is; None on one host."""
+    if not several_hosts(peers):
+        return None
+    hosts = len({p.address for p in peers})
+    return (f"ppdit: {len(peers)} ranks on {hosts} hosts: {_where(peers)}. Rank 0 writes the "
+            f"outputs on {peers[0].host} ({peers[0].address}).")
+
+
+def _where(peers: list[Peer]) -> str:
+    """ "host h (address, node n): rank(s) 0, 1; ..." by host."""
+    hosts = sorted({(p.node, p.host, p.address) for p in peers})
+    return "; ".join(f"host {h} ({a}{f', node {n}' if n >= 0 else ''}): rank(s) "
+                     f"{', '.join(str(p.rank) for p in peers if p.address == a)}"
+                     for n, h, a in hosts)
 
 
 def _store(timeout_s: float) -> dist.TCPStore:
@@ -141,7 +159,7 @@ def watch_peers(peers: list[Peer], rank: int, beat_s: float = BEAT_S,
                 lost_after_s: float = LOST_AFTER_S) -> threading.Event | None:
     """Start the heartbeat thread on several hosts (None on one host: the local agent
     watches its own workers). Set the returned event to stop it."""
-    if len({p.address for p in peers}) < 2:
+    if not several_hosts(peers):
         return None
     stop = threading.Event()
     threading.Thread(target=_beat, args=(peers, rank, beat_s, lost_after_s, stop),

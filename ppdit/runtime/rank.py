@@ -42,11 +42,11 @@ from ppdit.runtime.device import (
     local_world_size,
 )
 from ppdit.runtime.hosts import (
-    Peer,
     agree_on_backend,
     joining,
     lost_peer,
     watch_peers,
+    where_sentence,
     who_is_where,
 )
 from ppdit.runtime.nccl_rules import NcclRules
@@ -234,8 +234,9 @@ def run_under_torchrun(
             dist.init_process_group(placement.backend, init_method="env://", rank=rank,
                                     world_size=world, timeout=timedelta(seconds=timeout_s))
         peers = who_is_where(rank, world)
-    if rank == 0:
-        _say_where(peers)
+    where = where_sentence(peers)
+    if rank == 0 and where is not None:
+        print(where, flush=True)
     heartbeat = watch_peers(peers, rank)  # a host that dies while we compute: named, we exit
     events = _Direct(on_event) if on_event is not None and rank == 0 else None
     ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared,
@@ -265,17 +266,6 @@ class _Direct:
 
     def put(self, item: tuple[int, Any]) -> None:
         self.on_event(*item)
-
-
-def _say_where(peers: list[Peer]) -> None:
-    """On several hosts, print where the ranks are and where rank 0 (the outputs) is."""
-    hosts = sorted({(p.node, p.host, p.address) for p in peers})
-    if len({p.address for p in peers}) < 2:
-        return
-    where = "; ".join(f"{h} ({a}): ranks {', '.join(str(p.rank) for p in peers if p.address == a)}"
-                      for _, h, a in hosts)
-    print(f"ppdit: {len(peers)} ranks on {len(hosts)} hosts: {where}. Rank 0 writes the outputs "
-          f"on {peers[0].host} ({peers[0].address}).", flush=True)
 
 
 def in_torchrun() -> bool:

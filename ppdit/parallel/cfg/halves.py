@@ -48,4 +48,13 @@ def cfg_parallel_velocity(forward, latent: torch.Tensor, timestep: torch.Tensor,
     return guide(v_cond, v_uncond, guidance_scale)
 
 
-__all__ = ["cfg_parallel_velocity", "exchange_halves"]
+def cfg_parallel_step(den, state, cond, half: int, group=None, staged: bool = False):
+    """One step of a ``Denoiser``'s request with this rank's half of the guided forward: the
+    velocities exchanged, then the solver update every rank applies alike."""
+    t = den.timesteps[state.step_index].expand(state.latent.shape[0])
+    v = cfg_parallel_velocity(den.forward, state.latent, t, (cond.text, cond.null_text),
+                              den.sampling.guidance_scale, half, group, staged)
+    return den.update([state], v)[0]
+
+
+__all__ = ["cfg_parallel_step", "cfg_parallel_velocity", "exchange_halves"]

@@ -15,12 +15,12 @@ import torch
 
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
-from ppdit.parallel.cfg.halves import cfg_parallel_velocity
+from ppdit.parallel.cfg.halves import cfg_parallel_step
 from ppdit.runtime.mesh import ParallelDims, build_groups
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import ReplicatedRunner, run_side_by_side
 from ppdit.runtime.trace import Trace, Tracer
-from ppdit.sampler import Conditioning, Request, SamplingConfig, StepState
+from ppdit.sampler import Conditioning, Request, SamplingConfig
 
 
 @dataclass(frozen=True)
@@ -72,19 +72,12 @@ class CFGRunner(ReplicatedRunner):
             for step in range(plan.sampling.num_steps):
                 with tracer.span("compute", f"r{r.request_id} step {step}",
                                  request=r.request_id, step=step):
-                    state = self._step(den, state, cond, half)
+                    state = cfg_parallel_step(den, state, cond, half, self.group,
+                                              self.ctx.placement.staged)
                 if plan.report_steps and half == 0:
                     self.ctx.emit(("step", step))
             out[r.request_id] = state.latent
         return out
-
-    def _step(self, den, state: StepState, cond: Conditioning, half: int) -> StepState:
-        """My half of the forward, the exchange, then the shared update."""
-        t = den.timesteps[state.step_index].expand(state.latent.shape[0])
-        v = cfg_parallel_velocity(den.forward, state.latent, t, (cond.text, cond.null_text),
-                                  den.sampling.guidance_scale, half, group=self.group,
-                                  staged=self.ctx.placement.staged)
-        return den.update([state], v)[0]
 
 
 @dataclass

@@ -23,7 +23,7 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 
-from ppdit.model import build_model
+from ppdit.model import build_model, get_preset
 from ppdit.parallel.sequence.comms import even_split
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.runtime.rank import RankContext
@@ -57,7 +57,7 @@ def compare_worker(ctx: RankContext, preset: str, latent_shape: tuple[int, ...],
     t = torch.tensor([500.0], device=ctx.device)
     one = theirs(latent, t, text, return_dict=False)[0]  # one device, before any hook
     enable_diffusers_cp(theirs, ulysses=world)
-    split = even_split(_tokens(ours, latent_shape), world)
+    split = even_split(get_preset(preset).num_tokens(latent_shape), world)
     group = dist.group.WORLD
     install_ulysses(ours, group, split, v_first=True)
 
@@ -78,12 +78,6 @@ def compare_worker(ctx: RankContext, preset: str, latent_shape: tuple[int, ...],
             times[name].append(clock.seconds)
     return {"one": one.cpu(), "diffusers": diffusers_step().cpu(), "ppdit": ppdit_step().cpu(),
             "seconds": times}
-
-
-def _tokens(model, latent_shape: tuple[int, ...]) -> int:
-    p_t, p_h, p_w = model.config.patch_size
-    _, _, f, h, w = latent_shape
-    return (f // p_t) * (h // p_h) * (w // p_w)
 
 
 __all__ = ["compare_worker", "enable_diffusers_cp"]

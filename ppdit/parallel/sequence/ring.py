@@ -136,8 +136,11 @@ class RingAttnProcessor:
         with self.ring.span("compute", "q, k, v: project, norm, rope"):
             q, k = project_qk(attn, hidden_states, rotary_emb)
             v = project_v(attn, hidden_states)
-        out = ring_attention(q, k, v, self.ring)
-        return attention_out(attn, out, q)
+        return attention_out(attn, self.attend(q, k, v), q)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """This rank's queries over every rank's keys and values (USP wraps it: usp.py)."""
+        return ring_attention(q, k, v, self.ring)
 
 
 def install_ring(model, group, split: tuple[int, ...], *, rules: NcclRules | None = None,

@@ -20,7 +20,7 @@ import torch
 
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
-from ppdit.parallel.cfg.halves import cfg_parallel_velocity
+from ppdit.parallel.cfg.halves import cfg_parallel_step
 from ppdit.parallel.fsdp.load import load_sharded
 from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks
 from ppdit.parallel.sequence.comms import A2ACounter, even_split
@@ -267,13 +267,8 @@ def cfg_parallel_steps(den, state: StepState, request: Request, groups: SPGroups
     """Every step with this branch's half of the guided forward (``cfg.halves``): the
     velocities exchanged with the other branch, the same update on every rank."""
     cond = den.conditioning(request)
-    half = groups.cfg_index
     for step in range(den.sampling.num_steps):
-        t = den.timesteps[state.step_index].expand(state.latent.shape[0])
-        v = cfg_parallel_velocity(den.forward, state.latent, t, (cond.text, cond.null_text),
-                                  den.sampling.guidance_scale, half, group=groups.cfg_group,
-                                  staged=staged)
-        state = den.update([state], v)[0]
+        state = cfg_parallel_step(den, state, cond, groups.cfg_index, groups.cfg_group, staged)
         if report is not None:
             report(step)
     return state

@@ -18,37 +18,34 @@ move values.
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
-from ppdit.attention import attention_out, install, project_qk, project_v
+from ppdit.attention import install
 from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
-from ppdit.parallel.sequence.ring import Ring, ring_attention
+from ppdit.parallel.sequence.ring import Ring, RingAttnProcessor, ring_attention
 from ppdit.parallel.sequence.ulysses import check_sp_degree
 from ppdit.runtime.mesh import SPDims, SPGroups
 from ppdit.runtime.nccl_rules import NcclRules
 from ppdit.runtime.trace import Tracer
 
 
-class USPAttnProcessor:
-    """Wan's self-attention on a token slice: Ulysses all-to-alls around ring attention."""
+class USPAttnProcessor(RingAttnProcessor):
+    """Wan's self-attention on a token slice: ring attention inside Ulysses' all-to-alls."""
 
     def __init__(self, ulysses_group, ulysses_split: tuple[int, ...], ulysses_rank: int,
                  ring: Ring, counter: A2ACounter, staged: bool = False):
+        super().__init__(ring)
         self.a2a = dict(split=ulysses_split, group=ulysses_group, rank=ulysses_rank,
                         counter=counter, staged=staged)
-        self.ring = ring
 
-    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
-                 rotary_emb=None):
-        with self.ring.span("compute", "q, k, v: project, norm, rope"):
-            q, k = project_qk(attn, hidden_states, rotary_emb)
-            v = project_v(attn, hidden_states)
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """To the head split over the Ulysses group, around the ring, back to my tokens."""
         with self.ring.span("wait", "all-to-all q, k, v"):
             far = [seq_to_heads(x, **self.a2a).wait() for x in (q, k, v)]
         out = ring_attention(*far, self.ring).type_as(q)  # my heads, the group's tokens
         with self.ring.span("wait", "all-to-all out"):
-            out = heads_to_seq(out.contiguous(), **self.a2a)
-        return attention_out(attn, out, q)
+            return heads_to_seq(out.contiguous(), **self.a2a)
 
 
 def usp_splits(split: tuple[int, ...], dims: SPDims) -> tuple[tuple[int, ...], ...]:
