@@ -105,10 +105,13 @@ def _medians(per_rank: list[dict]) -> dict:
 
 
 def predict(size: int, rate_bit_s: float) -> dict[str, float]:
-    """α-β for 2 nodes x 2 ranks: each host sends 4 chunks across (2 ranks x 2 far ranks) in
-    both designs; flat as 4 messages, hierarchical as 2 (each twice the size)."""
-    link = 4 * size * 8 / rate_bit_s
-    return {"flat": link + 4 * ALPHA_S, "hierarchical": link + 2 * ALPHA_S}
+    """α-β (``ppdit.analysis.alltoall``) for 2 nodes x 2 ranks: the two ranks of a host share
+    its link (half the rate each); inside a host the copies are taken as free."""
+    from ppdit.analysis.alltoall import Link, flat_seconds, two_phase_seconds
+
+    intra, inter = Link(0.0, float("inf")), Link(ALPHA_S, rate_bit_s / 8 / 2)
+    return {"flat": flat_seconds(size, 2, 2, intra, inter),
+            "hierarchical": two_phase_seconds(size, 2, 2, intra, inter)}
 
 
 def main(argv: list[str] | None = None) -> int:

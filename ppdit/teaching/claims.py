@@ -78,6 +78,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("cocodiff-v-first", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
           "Issuing V's all-to-all first hides it behind Q/K normalisation and RoPE.",
           "12_sequence_parallel", "4. V-first on a timeline"),
+    Claim("cocodiff-tapa", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
+          "Tile-Aware Parallel All-to-all decomposes the all-to-all into topology-aligned "
+          "phases (intra-node first, then one inter-node exchange), speeding it up across "
+          "nodes.", "14_context_parallel", "5. Across nodes: the all-to-all in two phases"),
+    Claim("cocodiff-v-major", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
+          "V-Major sends only the V projections that changed since the previous step; with "
+          "TAPA and V-First, 3.6x average and 8.4x peak speedup over 1-8 nodes (no quality "
+          "ablation given).", "14_context_parallel", "6. V-Major: bytes saved against quality"),
 )
 
 
