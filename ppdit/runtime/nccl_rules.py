@@ -53,7 +53,7 @@ class Op:
     """One queued send or receive."""
 
     kind: str  # "send" or "recv"
-    tensor: torch.Tensor
+    tensor: torch.Tensor | None  # let go once done: NCCL holds no buffer past its operation
     peer: int  # global rank
     group: object
     posted: float = field(default_factory=time.monotonic)
@@ -61,10 +61,14 @@ class Op:
     started: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    nbytes: int = 0
+
+    def __post_init__(self) -> None:
+        self.nbytes = self.tensor.numel() * self.tensor.element_size()
 
     def describe(self) -> str:
         """"recv 1.05 MB from rank 1 (rendezvous, posted 2.1 s ago, running)"."""
-        size = self.tensor.numel() * self.tensor.element_size()
+        size = self.nbytes
         way = "to" if self.kind == "send" else "from"
         state = "done" if self.done.is_set() else "running" if self.started else "queued"
         return (f"{self.kind} {_bytes(size)} {way} rank {self.peer} "
@@ -106,33 +110,43 @@ class _Channel:
         self.rules, self.group, self.peer = rules, group, peer
         self.tag = zlib.crc32(group.encode()) % (1 << 20)  # its control messages' tag
         self.pending: deque[Op] = deque()  # posted, not yet done, in order (for the dump)
+        self.lock = threading.Lock()
         self.work: queue.SimpleQueue = queue.SimpleQueue()  # batches of Op
         threading.Thread(target=self._run, name=f"nccl-rules-{peer}", daemon=True).start()
 
     def post(self, ops: list[Op]) -> None:
-        self.pending.extend(ops)
+        self.head()  # drop what is done: a done op would otherwise keep its tensor alive
+        with self.lock:
+            self.pending.extend(ops)
         self.work.put(ops)
 
     def head(self) -> Op | None:
         """The first operation not yet done: what holds the queue."""
-        while self.pending and self.pending[0].done.is_set():
-            self.pending.popleft()
-        return self.pending[0] if self.pending else None
+        with self.lock:  # the poster and a waiter's deadlock check both trim the queue
+            while self.pending and self.pending[0].done.is_set():
+                self.pending.popleft()
+            return self.pending[0] if self.pending else None
 
     def _run(self) -> None:
         while True:
             ops = self.work.get()
             try:
-                works = [self._start(op) for op in ops]
-                for op, started in zip(ops, works, strict=True):
-                    for w in started:
-                        w.wait()
-                    op.done.set()
+                self._run_batch(ops)
             except BaseException as err:  # the waiter reports it; the queue is dead anyway
                 for op in ops:
                     op.error = err
                     op.done.set()
                 return
+
+    def _run_batch(self, ops: list[Op]) -> None:
+        """Start a batch, then finish its operations in order. Its gloo works (and the
+        tensors they hold) die with this call: NCCL holds no buffer past its operation."""
+        works = [self._start(op) for op in ops]
+        for op, started in zip(ops, works, strict=True):
+            for w in started:
+                w.wait()
+            op.tensor = None  # the caller holds it if it still needs it
+            op.done.set()
 
     def _start(self, op: Op) -> list:
         """Post ``op`` to gloo; the work to wait for before it counts as done."""
@@ -163,6 +177,7 @@ class NcclRules:
         self.store = dist.distributed_c10d._get_default_store()
         self.channels: dict[tuple, _Channel] = {}
         self._kept: deque = deque(maxlen=4096)  # eager sends' work and tensors, kept alive
+        self._kept_lock = threading.Lock()
 
     # -- posting -----------------------------------------------------------------------------
 
@@ -180,7 +195,7 @@ class NcclRules:
         made = [Op(kind, t, peer, group) for kind, t, peer, group in ops]
         by_channel: dict[tuple, list[Op]] = {}
         for op in made:
-            op.large = op.tensor.numel() * op.tensor.element_size() > self.eager_bytes
+            op.large = op.nbytes > self.eager_bytes
             by_channel.setdefault(self._key(op), []).append(op)
         for key, channel_ops in by_channel.items():
             if key not in self.channels:
@@ -198,8 +213,12 @@ class NcclRules:
         return f"group {op.group.group_name} {ranks}", op.peer
 
     def keep(self, work, tensor: torch.Tensor) -> None:
-        """Hold a posted eager send (and what it reads) until gloo is surely done with it."""
-        self._kept.append((work, tensor))
+        """Hold a posted eager send (and what it reads) until gloo is done with it; the sends
+        gloo has finished are let go here, so a long run does not pile up their copies."""
+        with self._kept_lock:  # every peer's queue thread keeps its sends here
+            while self._kept and self._kept[0][0].is_completed():
+                self._kept.popleft()
+            self._kept.append((work, tensor))
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -252,9 +271,11 @@ class NcclRules:
         lines = [f"rank {self.rank}'s queues:"]
         for (group, peer), channel in self.channels.items():
             channel.head()
-            if channel.pending:
+            with channel.lock:
+                ops = list(channel.pending)
+            if ops:
                 lines.append(f"  to/from rank {peer} ({group}): "
-                             + "; ".join(op.describe() for op in channel.pending))
+                             + "; ".join(op.describe() for op in ops))
         return "\n".join(lines if len(lines) > 1 else [lines[0] + " empty"])
 
 
