@@ -6,9 +6,10 @@ prompt ("" by default, as diffusers) is encoded the same way.
 
 Where it runs: once, in the process that launches the ranks (``ppdit.t2v.generate``), and
 the two (1, 512, 4096) embeddings travel to every rank with the job: 4 MB each in bf16. The
-alternative, encoding on every rank, sends nothing but puts umT5-XXL (5.7 GB in bf16, 11 GB in
-fp32) beside the DiT on every GPU, for a computation that runs once per video. The encoder is
-dropped as soon as the embeddings exist, so it never shares memory with the denoising.
+alternative, encoding on every rank, sends nothing but puts umT5-XXL (5.7 B parameters: 11.4 GB
+in bf16, 23 GB in fp32) beside the DiT on every GPU, for a computation that runs once per video.
+The encoder is dropped as soon as the embeddings exist, so it never shares memory with the
+denoising.
 (Under ``torchrun`` there is no launching process: each rank is a caller and encodes itself —
 the every-rank choice, paid only there.)
 """

@@ -6,8 +6,11 @@ On a GPU the caching allocator keeps the answer: ``torch.cuda.max_memory_allocat
 process's peak RSS cannot be reset and includes whatever malloc keeps cached. So on the CPU
 ppdit counts *live tensor bytes* itself: a ``TorchDispatchMode`` sees every tensor an operator
 returns, adds its storage's size, and a ``weakref.finalize`` on the storage subtracts it when
-the storage is freed. The peak of that running sum is the CPU analogue of
-``max_memory_allocated`` (minus kernel-internal workspaces, which no operator returns).
+the storage is freed; a storage resized in place (``UntypedStorage.resize_``, which no
+operator sees: FSDP2 frees and regrows gathered weights that way) counts its change in size.
+The peak of that running sum is the CPU analogue of ``max_memory_allocated`` (minus
+kernel-internal workspaces, which no operator returns). Wrapper subclasses (``DTensor``,
+functional collectives' ``AsyncCollectiveTensor``) own no storage: their inner tensors count.
 
 Both count only what is allocated *inside* the block: weights and inputs made before it are
 the baseline, not part of the peak.
@@ -21,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 from ppdit.runtime.device import Placement
@@ -40,45 +43,78 @@ class PeakMemory:
         return self.peak_bytes / 2**20
 
 
+def _storage(t) -> torch.UntypedStorage | None:
+    """The storage whose bytes ``t`` occupies, or None where it has none of its own to count:
+    a meta tensor, or a wrapper subclass (FSDP's ``DTensor``, the ``AsyncCollectiveTensor``
+    that functional collectives return): its bytes live in an inner plain tensor, which an
+    operator returned and which is counted itself."""
+    if (not isinstance(t, torch.Tensor) or t.device.type == "meta"
+            or is_traceable_wrapper_subclass(t)):
+        return None
+    return t.untyped_storage()
+
+
 class _LiveTensorBytes(TorchDispatchMode):
-    """Running sum of the storages that operators return, while they are alive."""
+    """Running sum of the storages that operators return, while they are alive.
+
+    Storages are keyed by their C++ object (``_cdata``): every view of a storage shares it, and
+    it survives a resize (a data pointer does neither: a resized storage moves, an empty one
+    has none)."""
 
     def __init__(self):
         super().__init__()
         self.current = 0
         self.peak = 0
         self._live: dict[int, weakref.finalize] = {}  # storages allocated inside the block
+        self._nbytes: dict[int, int] = {}  # what each of them counts for now
         self._outside: dict[int, weakref.ref] = {}  # storages that existed before it
 
-    def _freed(self, key: int, nbytes: int) -> None:
+    def _count(self, key: int, storage, nbytes: int) -> None:
+        self._live[key] = weakref.finalize(storage, self._freed, key)
+        self._nbytes[key] = nbytes
+        self._add(nbytes)
+
+    def _add(self, nbytes: int) -> None:
+        self.current += nbytes
+        self.peak = max(self.peak, self.current)
+
+    def _freed(self, key: int) -> None:
         self._live.pop(key, None)
-        self.current -= nbytes
+        self.current -= self._nbytes.pop(key, 0)
 
     def _known_outside(self, storage) -> bool:
-        ref = self._outside.get(storage.data_ptr())
+        ref = self._outside.get(storage._cdata)
         return ref is not None and ref() is storage
+
+    def resized(self, storage, before: int) -> None:
+        """A storage changed size in place (FSDP2 frees a gathered block's weights with
+        ``storage.resize_(0)`` and regrows them for the next gather; no operator sees it):
+        the change counts, whoever allocated the storage."""
+        key, delta = storage._cdata, storage.nbytes() - before
+        if key in self._live:
+            self._nbytes[key] += delta
+            self._add(delta)
+        elif delta:
+            self._count(key, storage, delta)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         for t in tree_flatten((args, kwargs))[0]:
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":
-                storage = t.untyped_storage()
-                if storage.data_ptr() not in self._live:  # an input the block did not allocate
-                    self._outside[storage.data_ptr()] = weakref.ref(storage)
+            storage = _storage(t)
+            if storage is not None and storage._cdata not in self._live:
+                self._outside[storage._cdata] = weakref.ref(storage)  # not the block's
         out = func(*args, **kwargs)
         for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            storage = _storage(t)
+            if storage is None:
                 continue
-            storage = t.untyped_storage()
-            key, nbytes = storage.data_ptr(), storage.nbytes()
+            key, nbytes = storage._cdata, storage.nbytes()
             # Views, in-place results and out= results reuse a storage: count each one once,
             # and never one that existed before the block (weights, inputs).
             if nbytes == 0 or key in self._live or self._known_outside(storage):
                 continue
             self._outside.pop(key, None)
-            self._live[key] = weakref.finalize(storage, self._freed, key, nbytes)
-            self.current += nbytes
-            self.peak = max(self.peak, self.current)
+            self._count(key, storage, nbytes)
         return out
 
     def detach(self) -> None:
@@ -86,7 +122,35 @@ class _LiveTensorBytes(TorchDispatchMode):
         for fin in self._live.values():
             fin.detach()
         self._live.clear()
+        self._nbytes.clear()
         self._outside.clear()
+
+
+_TRACKERS: list[_LiveTensorBytes] = []  # the blocks being tracked now (they may nest)
+_RESIZE = torch.UntypedStorage.resize_
+
+
+def _tracked_resize(storage, size):
+    """``UntypedStorage.resize_`` that tells every active tracker (resizes bypass dispatch)."""
+    before = storage.nbytes()
+    out = _RESIZE(storage, size)
+    for tracker in _TRACKERS:
+        tracker.resized(storage, before)
+    return out
+
+
+@contextmanager
+def _counting(mode: _LiveTensorBytes) -> Iterator[None]:
+    """The dispatch mode on, and storage resizes reported to it, for the block."""
+    _TRACKERS.append(mode)
+    torch.UntypedStorage.resize_ = _tracked_resize
+    try:
+        with mode:
+            yield
+    finally:
+        _TRACKERS.remove(mode)
+        if not _TRACKERS:
+            torch.UntypedStorage.resize_ = _RESIZE
 
 
 @contextmanager
@@ -111,7 +175,7 @@ def track_peak_memory(placement: Placement | None = None) -> Iterator[PeakMemory
         return
     mode = _LiveTensorBytes()
     try:
-        with mode:
+        with _counting(mode):
             yield result
     finally:
         result.peak_bytes, result.how = mode.peak, "cpu live tensor bytes"
