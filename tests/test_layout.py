@@ -140,7 +140,8 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_each_layout_is_a_folder():
-    for layout in ("step_split", "layer_split", "tensor", "sequence", "cfg", "decode_overlap"):
+    for layout in ("step_split", "layer_split", "tensor", "sequence", "cfg", "decode_overlap",
+                   "fsdp", "vae_patch"):
         assert (ROOT / "parallel" / layout / "__init__.py").exists(), layout
     flat = sorted(p.name for p in (ROOT / "parallel").glob("*.py"))
     assert flat == ["__init__.py", "compare.py", "partition.py"]  # PP x TP is step split
