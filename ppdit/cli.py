@@ -181,7 +181,7 @@ def _plan(args: argparse.Namespace) -> int:
     except (ValueError, KeyError) as e:  # bad input: the rule it breaks, not a traceback
         print(f"ppdit plan: {e}", file=sys.stderr)
         return 2
-    print(plan_report(rows))
+    print(plan_report(rows, layout=args.layout))
     return 0
 
 

@@ -2,14 +2,17 @@
 
 A composed layout (``t2v.layout``, e.g. ``cfg=2,ulysses=4,fsdp=8``) becomes the roofline's
 ``hardware.Layout``, and ``hardware.predict`` bounds it for a model and GPU (per GPU: the
-weights it holds, the lower bound of a step, the bytes on the link), next to one GPU. The
-memory column counts weights only; activations, the text encoder and the VAE come on top
-(issue 26's memory model will add them).
+weights it holds, the lower bound of a step, the bytes on the link), next to one GPU. That
+table's memory column counts weights only; ``memory_report`` adds the whole per-GPU memory
+(``memory_model``: activations, handoff buffers, solver state, prompts, the VAE's decode) for
+the real configurations, and says whether the layout fits the GPU.
 """
 
 from __future__ import annotations
 
 from ppdit.analysis.hardware import GPUS, Layout, Prediction, format_predictions, predict
+from ppdit.analysis.memory_model import MemoryBreakdown, rank_memory_model
+from ppdit.analysis.roofline import latent_for
 from ppdit.t2v.layout import parse_layout
 
 
@@ -36,8 +39,54 @@ def plan_rows(model: str, gpu: str, layout: str, link: str | None = None,
                    for lk in links)]
 
 
-def plan_report(rows: list[Prediction]) -> str:
-    """The table and one sentence per layout row: does it fit, and at what speed."""
+# the real configurations the memory table covers: (model, resolution), 81 frames each
+REAL_CONFIGS = (("wan2.1-1.3b", "480p"), ("wan2.1-1.3b", "720p"), ("wan2.1-14b", "480p"),
+                ("wan2.1-14b", "720p"))
+_COLUMNS = ("weights", "gathered", "activations", "handoff", "solver", "text_embeddings",
+            "vae_peak", "total")
+
+
+def memory_rows(layout: str, **kwargs) -> dict[tuple[str, str], MemoryBreakdown | str]:
+    """``memory_model`` for each real configuration (or why the layout cannot run it)."""
+    hw, out = hardware_layout(layout), {}
+    for model, res in REAL_CONFIGS:
+        try:
+            out[(model, res)] = rank_memory_model(model, hw, latent_shape=latent_for(res),
+                                                  **kwargs)
+        except ValueError as e:
+            out[(model, res)] = str(e)
+    return out
+
+
+def memory_report(layout: str, gpu: str, model: str = "wan2.1-14b", **kwargs) -> str:
+    """Per-GPU bytes of ``layout`` for every real configuration, and the verdict for ``model``
+    at 480p: "this layout needs N GB per GPU; your GPUs (gpu) have M GB"."""
+    mem = GPUS[gpu].mem_bytes
+    head = f"{'model':<12}{'video':<6}" + "".join(f"{c[:8]:>9}" for c in _COLUMNS) + "  GB/GPU"
+    lines = [f"memory per GPU of {hardware_layout(layout).name} (bf16, CFG batched, Euler, one "
+             "request; total = weights + max(denoising, VAE decode)):", head]
+    rows = memory_rows(layout, **kwargs)
+    for (name, res), m in rows.items():
+        if isinstance(m, str):
+            lines.append(f"{name:<12}{res:<6}  cannot run: {m}")
+            continue
+        verdict = "fits" if m.total <= mem else "does NOT fit"
+        lines.append(f"{name:<12}{res:<6}" + "".join(f"{getattr(m, c) / 1e9:>9.2f}"
+                                                     for c in _COLUMNS) + f"  {verdict}")
+    mine = rows.get((model, "480p"))
+    if isinstance(mine, MemoryBreakdown):
+        verdict = "fits" if mine.total <= mem else "does NOT fit"
+        lines.append(f"{model} at 480p: this layout needs {mine.total / 1e9:.1f} GB per GPU; "
+                     f"your GPUs ({gpu}) have {mem / 1e9:.0f} GB: {verdict}")
+    lines.append("(umT5-XXL's weights, "
+                 f"{rank_memory_model(model, text_encoder=True).text_encoder / 1e9:.1f} GB, "
+                 "come on top only if the text encoder stays on the GPU)")
+    return "\n".join(lines)
+
+
+def plan_report(rows: list[Prediction], layout: str | None = None) -> str:
+    """The table and one sentence per layout row: does it fit, and at what speed; with
+    ``layout``, the whole per-GPU memory of the real configurations below."""
     one, lines = rows[0], [format_predictions(rows), ""]
     mem = GPUS[one.gpu].mem_bytes / 1e9
     for r in rows[1:]:
@@ -45,7 +94,10 @@ def plan_report(rows: list[Prediction]) -> str:
         lines.append(f"{r.layout} over {r.link}: needs {r.weights_gb:.1f} GB of weights per GPU "
                      f"({verdict} in the {one.gpu}'s {mem:.0f} GB); a step >= {r.step_s:.2f} s, "
                      f"{one.step_s / r.step_s:.2f}x one GPU's {one.step_s:.2f} s")
+    if layout is not None:
+        lines += ["", memory_report(layout, one.gpu, one.model)]
     return "\n".join(lines)
 
 
-__all__ = ["hardware_layout", "plan_report", "plan_rows"]
+__all__ = ["REAL_CONFIGS", "hardware_layout", "memory_report", "memory_rows", "plan_report",
+           "plan_rows"]

@@ -1,0 +1,223 @@
+"""How many bytes one GPU of a layout holds, term by term, from the model's shapes alone.
+
+``rank_memory_model(preset, layout)`` answers "does this layout fit?" before anything runs; it
+is checked against the live-tensor peaks that ``memory_measure`` records on CPU ranks (within
+15% on the small preset, ``tests/test_memory_model.py``). Every term is a count of tensors that
+are alive at the same moment, times their shape:
+
+* **weights** — what the rank keeps for the whole run: ``hardware.predict``'s weights per GPU
+  (every linear and conv weight of the blocks and stages it owns, 1/tp of the split layers;
+  biases and norm scales, < 1%, are left out). FSDP: the root and 1/P of the blocks.
+* **gathered** (FSDP only) — blocks whose weights are whole at once: the running block, and
+  the next one's all-gather in flight (its output, a whole block, and its input, 1/P of one).
+  On CPU ranks (gloo) about 3 blocks are measured, 12% above this: not yet explained (a copy
+  in gloo's all-gather is a guess), so the term is the GPU's count, not fitted to the CPU.
+* **activations** — the high point of one forward. Units of u = m x D x (dtype bytes), m = b x s
+  the rows the rank computes (b samples per forward, s = S / sp tokens). Two u are held through
+  every block (the block's input, and the stream's start: the patch embedding's output, held
+  by the caller of the blocks; under SP the whole (b, S, D) embedding plus this rank's slice,
+  sp + 1 u). On top, at each of a block's high points (f = ffn / D, t = tp, r = 4 / dtype
+  bytes: Wan upcasts norms, rope and the residual adds to fp32):
+
+  - rope of q: the norm's output, q, k, v, rope's output and its fp32 halves: 1 + (4 + 1.5 r) / t
+  - attention's output projection: norm, q, k, v, output, projection (+ partial sum and
+    all-reduced copy under TP): 1 + 4 / t + (1 or 3)
+  - Ulysses attention: the head-split copies of q, k, v and of the output as well: 1 + 7 / t + 1
+  - FFN at its GELU: the residual, cross-attention's output, the norm, and the FFN's hidden
+    input and output: 3 + 2 f / t; at its down projection: 3 + f / t + (1 or 3)
+  - the fp32 residual add (bf16 only): 4 + r (2 + 1)
+
+  plus the conditioning (rope tables of all S tokens in fp32, projected text, timestep
+  projections). Attention is one fused kernel: no S x S scores (CPU and GPU flash kernels
+  keep their tiles in workspace no operator returns, so that is not counted, nor measured).
+* **latents** — the sampler's fp32 latents: the state in and out, and a batched step's
+  concatenated input.
+* **handoff** — receive and send buffers: step split, 3 receive frames (2 deep + 1 posted
+  ahead, ``runtime.p2p.FrameReceiver``) on a later stage of (1 + solver slots) fp32 latents
+  (``roofline.step_handoff_bytes``); layer split, the last stage 3 frames of h
+  (``roofline.layer_handoff_bytes``: 2 receives posted + 1 copy), the others one frame per
+  micro-batch in flight; CFG-parallel, the two halves' velocities.
+* **solver** — Euler keeps nothing; UniPC keeps 3 fp32 latents per request (2 model outputs
+  and the last sample: with the latent, the 4 latents lesson 13 hands over).
+* **text_embeddings** — each request's prompt and negative prompt (L x text_dim), and their
+  concatenation when the halves run as one batch.
+* **vae_peak** — decoding the video on one rank (fp32, as Wan runs its VAE; ``vae_peak_bytes``).
+* **text_encoder** — umT5-XXL's weights, only if they stay on the GPU (``ppdit.checkpoint.text``
+  encodes once and drops the encoder, so by default 0).
+
+``total = weights + text_encoder + max(run_peak, vae_peak)``: the decode runs after the last
+step, when the forward's activations are gone but the DiT's weights are still there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from ppdit.analysis.hardware import Layout, predict
+from ppdit.analysis.roofline import (
+    DTYPE_BYTES,
+    block_ops,
+    dtype_name,
+    layer_handoff_bytes,
+    step_handoff_bytes,
+    totals,
+)
+from ppdit.analysis.roofline_vae import vae_decoder_ops
+from ppdit.model import ModelPreset, get_preset
+
+SOLVER_SLOTS = {"euler": 0, "unipc": 3}  # fp32 latents of memory per request
+RECEIVE_FRAMES = 3  # a FrameReceiver's ring: depth 2 + 1 receive posted ahead
+UMT5_XXL_PARAMS = 5.68e9  # encoder only: 256k x 4096 embedding + 24 layers of 4096 / 10240
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes one GPU (the busiest rank) of a layout holds, by what holds them."""
+
+    layout: str
+    weights: float
+    gathered: float
+    activations: float
+    latents: float
+    handoff: float
+    solver: float
+    text_embeddings: float
+    vae_peak: float
+    text_encoder: float
+
+    @property
+    def run_peak(self) -> float:
+        """Allocated while denoising, above the weights (what ``memory_measure`` measures)."""
+        return (self.gathered + self.activations + self.latents + self.handoff + self.solver
+                + self.text_embeddings)
+
+    @property
+    def total(self) -> float:
+        """The rank's high-water mark: weights, then the larger of denoising and decoding."""
+        return self.weights + self.text_encoder + max(self.run_peak, self.vae_peak)
+
+    def as_dict(self) -> dict[str, float]:
+        """Every term by name, and the total."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name != "layout"} | {"total": self.total}
+
+
+def block_peak_units(preset: ModelPreset, layout: Layout, dtype: str) -> float:
+    """The highest of a block's high points, in u = m x D x dtype bytes (module docstring)."""
+    t, f, r = layout.tp, preset.ffn_dim / preset.dim, 4 / DTYPE_BYTES[dtype]
+    row = 1 if t == 1 else 3  # a row-parallel output: partial sum, all-reduced, + bias
+    phases = [1 + (4 + 1.5 * r) / t, 1 + 4 / t + row, 3 + 2 * f / t, 3 + f / t + row]
+    if layout.ulysses > 1:
+        phases.append(1 + 7 / t + 1)
+    if r > 1:
+        phases.append(4 + r * 3)
+    return max(phases)
+
+
+def _shape(preset: ModelPreset, latent_shape) -> tuple[int, ...]:
+    return tuple(latent_shape or preset.latent_shape)
+
+
+def _batch(layout: Layout, cfg: bool, cfg_mode: str, requests: int) -> int:
+    """Samples in one forward on a rank: both halves batched, or one (split, CFG-parallel, or
+    layer split's micro-batches of one sample)."""
+    halves = 2 if cfg and cfg_mode == "batched" and layout.cfg == 1 else 1
+    if layout.pp > 1 and layout.split == "layer":
+        return 1
+    return halves * requests
+
+
+def activation_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], dtype: str,
+                     b: int) -> float:
+    """One forward's high point: the held stream, the block's peak, the conditioning."""
+    nb, s_all = DTYPE_BYTES[dtype], preset.num_tokens(shape)
+    m = b * math.ceil(s_all / layout.sp)
+    stream = 2 + (layout.sp if layout.sp > 1 else 0)
+    units = stream + block_peak_units(preset, layout, dtype)
+    conditioning = (2 * s_all * preset.head_dim * 4 + b * preset.text_len * preset.dim * nb
+                    + b * 13 * preset.dim * 4)  # rope cos + sin; text; temb, 6 + 6 modulations
+    return units * m * preset.dim * nb + conditioning
+
+
+def handoff_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], dtype: str,
+                  solver: str, requests: int, micro_batches: int) -> float:
+    """Receive and send buffers of the busiest rank (module docstring)."""
+    if layout.pp > 1 and layout.split == "step":
+        return RECEIVE_FRAMES * (1 + SOLVER_SLOTS[solver]) * step_handoff_bytes(shape)
+    if layout.pp > 1:
+        h = layer_handoff_bytes(preset, shape, batch=1, dtype=dtype) / layout.tp
+        middle = RECEIVE_FRAMES + (micro_batches if layout.pp > 2 else 0)
+        return max(middle, micro_batches) * h
+    if layout.cfg > 1:
+        return 2 * math.prod(shape) * DTYPE_BYTES[dtype] * requests
+    return 0.0
+
+
+def vae_peak_bytes(latent_shape: tuple[int, ...]) -> float:
+    """Peak of decoding one latent video with Wan 2.1's VAE in fp32, one latent frame at a time.
+
+    Alive at once: the video so far and the next chunk concatenated to it (2 x the output);
+    every causal conv's cache of its last 2 input frames; and the widest conv of one chunk:
+    its input padded with the 2 cached frames, its output, and the resnet's residual input.
+    """
+    ops = [op for op in vae_decoder_ops(latent_shape, dtype="fp32") if op.kind == "conv"]
+    b, _, frames = latent_shape[:3]
+    out_t, out_h, out_w = ops[-1].dims[2:5]
+    video = b * 3 * out_t * out_h * out_w * 4
+    caches, widest = 0, 0
+    for op in ops:
+        _, cin, t, h, w, cout, kt = op.dims[:7]
+        chunk = max(1, round(t / frames))  # frames of one latent frame at this level
+        if kt == 3:
+            caches += 2 * b * cin * h * w * 4
+        widest = max(widest, b * h * w * 4 * (cin * (chunk + 2) + cout * chunk + cin * chunk))
+    return 2 * video + caches + widest
+
+
+ONE_GPU = Layout()
+
+
+def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
+                      latent_shape: tuple[int, ...] | None = None, dtype: str = "bf16",
+                      cfg: bool = True, cfg_mode: str = "batched", solver: str = "euler",
+                      requests_in_flight: int = 1, micro_batches: int | None = None,
+                      text_encoder: bool = False) -> MemoryBreakdown:
+    """Per-GPU bytes of ``layout`` for ``preset`` (the busiest rank), term by term.
+
+    ``cfg``: guidance on (two halves per step), run as one batch (``cfg_mode="batched"``) or as
+    two forwards (``"split"``, WanPipeline's); CFG-parallel runs one half per rank whatever the
+    mode. ``micro_batches`` (layer split): default one per sample (requests x halves).
+    ``requests_in_flight``: requests a rank holds at once (a filled step-split pipeline batches
+    none of them; their latents and solver memory add up). See the module docstring for every
+    term's formula.
+    """
+    p, dtype = get_preset(preset), dtype_name(dtype)
+    if solver not in SOLVER_SLOTS:
+        raise ValueError(f"solver={solver!r} is not one of {tuple(SOLVER_SLOTS)}")
+    shape = _shape(p, latent_shape)
+    latent = step_handoff_bytes(shape)  # one request's fp32 latent
+    halves, r = 2 if cfg else 1, requests_in_flight
+    b = _batch(layout, cfg, cfg_mode, r)
+    mb = micro_batches or halves * r
+    pred = predict(p, "H100 SXM", layout, latent_shape=shape, dtype=dtype, cfg=cfg)
+    weights, gathered = pred.weights_gb * 1e9, 0.0
+    if layout.fsdp:  # predict counts 2 gathered blocks as held; here they are the run's
+        block = totals(block_ops(p, shape, dtype=dtype)).weights * DTYPE_BYTES[dtype]
+        weights -= 2 * block
+        gathered = (2 + 1 / layout.gpus) * block
+    text_rows = halves * r * p.text_len * p.text_dim * DTYPE_BYTES[dtype]
+    return MemoryBreakdown(
+        layout=layout.name, weights=weights, gathered=gathered,
+        activations=activation_bytes(p, layout, shape, dtype, b),
+        latents=(2 * r + (b if b > 1 else 0)) * latent,
+        handoff=handoff_bytes(p, layout, shape, dtype, solver, r, mb),
+        solver=SOLVER_SLOTS[solver] * r * latent,
+        text_embeddings=text_rows * (2 if b > 1 else 1),
+        vae_peak=vae_peak_bytes((1, *shape[1:])),
+        text_encoder=UMT5_XXL_PARAMS * DTYPE_BYTES[dtype] if text_encoder else 0.0)
+
+
+__all__ = ["ONE_GPU", "RECEIVE_FRAMES", "SOLVER_SLOTS", "UMT5_XXL_PARAMS", "MemoryBreakdown",
+           "activation_bytes", "block_peak_units", "handoff_bytes", "rank_memory_model",
+           "vae_peak_bytes"]
