@@ -4,6 +4,7 @@ to ``Denoiser``; the overhead tools; the compile cache. Capture and replay need 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -160,6 +161,42 @@ def test_compile_cache_key_names_the_cpu_capability():
                             text=True, check=True).stdout.strip()
     assert theirs != cache_key() and f"-{other}-" in theirs
     assert torch.__version__ in cache_key() and cache_key().count("/") == 0
+
+
+_COMPILE_UNDER = """
+import json, torch
+from ppdit.runtime.compile_cache import cache_key, use_project_compile_cache
+folder = use_project_compile_cache()
+g = torch.Generator().manual_seed(0)
+x, w = torch.randn(64, 64, generator=g), torch.randn(64, 64, generator=g)
+def f(x, w):
+    return torch.nn.functional.gelu(x @ w, approximate="tanh").softmax(-1)
+ok = torch.allclose(torch.compile(f)(x, w), f(x, w), rtol=1e-5, atol=1e-6)
+print(json.dumps({"ok": ok, "key": cache_key(), "folder": str(folder)}))
+"""
+
+
+@pytest.mark.slow
+def test_code_compiled_under_another_cpu_capability_is_right_and_cached_apart():
+    """A process running another vector ISA (as another machine sharing the checkout would)
+    compiles into its own folder and gets the right answer: with one unkeyed folder it was
+    served this machine's kernels (two TP ranks even disagreed)."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    other = "default" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "avx2"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": other}
+    env.pop(ENV, None)
+    out = json.loads(subprocess.run([sys.executable, "-c", _COMPILE_UNDER], env=env,
+                                    capture_output=True, text=True, check=True,
+                                    timeout=300).stdout.strip().splitlines()[-1])
+    assert out["ok"], "compiled code under another ISA differs from eager"
+    folder = Path(out["folder"])
+    assert out["key"] != cache_key() and folder.name == out["key"] and f"-{other}-" in folder.name
+    assert folder.parent == cache_root() and any(folder.rglob("*.py")), "nothing compiled there"
 
 
 # -- GPU only: real capture and replay -----------------------------------------------------------
