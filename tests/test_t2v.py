@@ -385,3 +385,30 @@ def test_cli_help_shows_every_default(capsys):
             cli.main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert all(s in text for s in shown), (command, text)
+
+
+def test_a_layer_split_rank_reads_only_its_blocks_from_the_folder(folders):
+    """Each stage of a 2-stage layer split is read from the folder tensor by tensor
+    (``checkpoint.partial``): its weights equal the whole loaded model's bit for bit, and the
+    most it holds while loading (live tensor bytes, measured) is its own share plus one tensor
+    in flight, far from the whole model."""
+    from ppdit.analysis.rank_memory import module_bytes
+    from ppdit.checkpoint.source import ModelSource
+    from ppdit.parallel.layer_split.ranks import build_stage_model, expected_param_count
+    from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+    from ppdit.runtime.memory import track_peak_memory
+
+    source = ModelSource(folder=str(folders["unipc"]))
+    plan = LayerSplitPlan((Request(0, 0),), 2, 1, source=source)
+    whole = dict(source.dit().named_parameters())
+    full_bytes = sum(p.numel() * p.element_size() for p in whole.values())
+    for rank in range(2):
+        with track_peak_memory() as mem:
+            stage = build_stage_model(plan, rank)
+        params = dict(stage.named_parameters())
+        assert sum(p.numel() for p in params.values()) == expected_param_count(plan, rank)
+        assert all(torch.equal(p, whole[name]) for name, p in params.items())
+        held = module_bytes(stage)
+        largest = max(p.numel() * p.element_size() for p in params.values())
+        assert held <= mem.peak_bytes <= held + largest, (rank, held, mem.peak_bytes)
+        assert mem.peak_bytes < 0.75 * full_bytes

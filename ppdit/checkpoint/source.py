@@ -82,7 +82,9 @@ class ModelSource:
         only)."""
         if self.folder is None or str(device) == "meta":
             if self.folder is not None:
-                return _meta_from_config(Path(self.folder) / "transformer")
+                from ppdit.checkpoint.partial import meta_transformer
+
+                return meta_transformer(self.folder, self.dtype)
             return build_model(self.preset, seed=self.seed, dtype=self.dtype, device=device)
         return build_model(checkpoint=Path(self.folder) / "transformer", dtype=self.dtype,
                            device=device)
@@ -148,15 +150,6 @@ class ModelPlan:
         if self.prompts is not None and len(self.prompts) != len(self.requests):
             raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
                              "give one per request (or None for seeded stand-ins)")
-
-
-def _meta_from_config(path: Path):
-    """A transformer with the folder's shapes and no weights."""
-    from diffusers import WanTransformer3DModel
-
-    with torch.device("meta"):
-        return WanTransformer3DModel.from_config(
-            WanTransformer3DModel.load_config(path, local_files_only=True))
 
 
 __all__ = ["ModelPlan", "ModelSource"]

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ppdit.checkpoint.partial import fill_from_folder, meta_transformer
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.model import condition, embed_patches, epilogue, get_preset, run_blocks
 from ppdit.parallel.layer_split.comms import Mailbox, encode, message_spec
@@ -55,11 +56,22 @@ def build_stage_model(plan: LayerSplitPlan, rank: int):
     """The model with only rank ``rank``'s blocks (plus the prologue on rank 0, the epilogue on
     the last rank, and the small condition embedder everywhere).
 
-    The full model is built from the seed first so that weights are identical to the
-    single-device reference; the other blocks are then dropped. (With real checkpoints one
-    would load only the owned tensors; peak host memory here is one full model, briefly.)
+    From a folder, only those tensors are read (``checkpoint.partial``): the rank never holds
+    another rank's blocks, not even while loading. A seeded preset is built whole from its seed
+    first, so that its weights are identical to the single-device reference, and the other
+    blocks are dropped (peak host memory: one full model, briefly).
     """
-    model = plan.source.dit()
+    folder = plan.source.folder
+    model = meta_transformer(folder, plan.source.dtype) if folder else plan.source.dit()
+    _keep_stage(model, plan, rank)
+    if folder:
+        fill_from_folder(model, folder, torch.device("cpu"))
+        model.eval().requires_grad_(False)
+    return model
+
+
+def _keep_stage(model, plan: LayerSplitPlan, rank: int) -> None:
+    """Drop (in place) every block and end of the model that ``rank`` does not run."""
     owned = {i for chunk in plan.chunks()[rank] for i in chunk}
     for i in range(len(model.blocks)):
         if i not in owned:
@@ -69,7 +81,6 @@ def build_stage_model(plan: LayerSplitPlan, rank: int):
     if rank != plan.num_stages - 1:
         model.proj_out = None
         model.scale_shift_table = None
-    return model
 
 
 def expected_param_count(plan: LayerSplitPlan, rank: int) -> int:
