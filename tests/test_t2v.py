@@ -19,7 +19,7 @@ from ppdit import cli
 from ppdit.checkpoint.folder import PipelineFolderError, load_folder
 from ppdit.checkpoint.solver import make_denoiser, state_nbytes
 from ppdit.checkpoint.tiny import build_tiny_pipeline, word_tokenizer
-from ppdit.model import ModelPreset, own_memory
+from ppdit.model import ModelPreset, build_model, own_memory
 from ppdit.parallel.sequence.ring import RING_TOL
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
@@ -412,3 +412,39 @@ def test_a_layer_split_rank_reads_only_its_blocks_from_the_folder(folders):
         largest = max(p.numel() * p.element_size() for p in params.values())
         assert held <= mem.peak_bytes <= held + largest, (rank, held, mem.peak_bytes)
         assert mem.peak_bytes < 0.75 * full_bytes
+
+
+def test_shard_index_cuts_the_one_split_dimension():
+    from ppdit.parallel.tensor.load import shard_index
+
+    assert shard_index(torch.Size([32, 64]), [64, 64], 1) == (slice(32, 64), slice(None))
+    assert shard_index(torch.Size([64, 16]), [64, 64], 2) == (slice(None), slice(32, 48))
+    assert shard_index(torch.Size([64]), [64], 0) == (slice(None),)  # replicated
+    with pytest.raises(ValueError, match="more than one dimension"):
+        shard_index(torch.Size([32, 32]), [64, 64], 0)
+
+
+@pytest.mark.slow
+def test_a_tp_rank_reads_only_its_shards_from_the_folder(pools, folders):
+    """TP over 2 ranks from the folder (``parallel.tensor.load``): each rank's parameters equal
+    what ``parallelize_wan`` cuts from the whole loaded model, bit for bit, and the most it held
+    while loading (live tensor bytes, measured) is its shards and the replicated rest plus one
+    tensor in flight: below the whole model."""
+    from ppdit.analysis.rank_memory import module_bytes
+    from ppdit.parallel.tensor.layers import _shard
+    from ppdit.runtime import launch
+    from tests import tp_workers
+
+    folder = str(folders["unipc"])
+    got = launch(tp_workers.load_tp_from_folder, 2, args=(folder,), pool=pools(2),
+                 timeout_s=300, echo=False)
+    whole_model = build_model(checkpoint=f"{folder}/transformer")
+    whole = dict(whole_model.named_parameters())
+    for rank, r in enumerate(got):
+        for name, p in r["params"].items():
+            full = whole[name]
+            dim = next((d for d in range(p.ndim) if p.shape[d] != full.shape[d]), None)
+            expected = full if dim is None else _shard(full, dim, rank, 2)
+            assert torch.equal(p, expected), (rank, name)
+        assert r["held"] <= r["peak"] <= r["held"] + r["largest"], r
+        assert r["peak"] < 0.75 * module_bytes(whole_model)

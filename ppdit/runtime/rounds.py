@@ -92,19 +92,31 @@ class Runner:
         """Release what must go before the process group does (CUDA graphs, groups)."""
 
 
+_LOADS_LATER = "the rank reads its share of the weights once its groups exist"
+
+
 class ReplicatedRunner(Runner):
     """A layout whose every rank holds the whole model: built from the plans' one ``source``
-    before the process group exists, then moved to the rank's device (``self.model``)."""
+    before the process group exists, then moved to the rank's device (``self.model``).
+
+    Unless ``loads_shards(plans)``: then every plan reads only this rank's share of a folder's
+    weights once the groups exist (FSDP, TP), and no rank builds the whole model
+    (``self.model`` is ``None``)."""
 
     @staticmethod
-    def prepare(rank: int, world_size: int, plans: tuple) -> Any:
+    def loads_shards(plans: tuple) -> bool:
+        """Whether every plan reads its own share of the weights later (subclasses say)."""
+        return False
+
+    @classmethod
+    def prepare(cls, rank: int, world_size: int, plans: tuple) -> Any:
         """The whole model (every plan shares one source: ``check_one_model``)."""
-        return _source(plans[0]).dit()
+        return _LOADS_LATER if cls.loads_shards(plans) else _source(plans[0]).dit()
 
     def __init__(self, ctx: RankContext, plans: tuple):
         super().__init__(ctx, plans)
         model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
-        self.model = model.to(ctx.device)
+        self.model = None if model is _LOADS_LATER else model.to(ctx.device)
 
 
 @dataclass(frozen=True)

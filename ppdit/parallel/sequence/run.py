@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import torch
 
@@ -31,7 +30,7 @@ from ppdit.parallel.sequence.usp import install_usp
 from ppdit.parallel.sequence.vmajor import VMajor
 from ppdit.runtime.mesh import SPDims, SPGroups, build_sp_groups
 from ppdit.runtime.rank import RankContext
-from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, Runner, run_side_by_side
+from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
 from ppdit.runtime.trace import Trace, Tracer
 from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig, StepState
 
@@ -118,19 +117,12 @@ class SPRunner(ReplicatedRunner):
     """Every SP plan of a side-by-side job on one rank (each rank holds the whole model)."""
 
     @staticmethod
-    def prepare(rank: int, world_size: int, plans: tuple) -> Any:
-        """The whole model, except where FSDP reads each rank's shards from a folder (once the
-        groups exist: ``_shard``)."""
-        if _loads_shards(plans):
-            return _SHARDS_LATER
-        return ReplicatedRunner.prepare(rank, world_size, plans)
+    def loads_shards(plans: tuple) -> bool:
+        """Every plan shards a folder's weights (FSDP): they are read once the groups exist."""
+        return all(p.fsdp and p.source.folder is not None for p in plans)
 
     def __init__(self, ctx: RankContext, plans: Sequence[SPPlan]):
-        if ctx.prepared is _SHARDS_LATER or (ctx.prepared is None and _loads_shards(plans)):
-            Runner.__init__(self, ctx, plans)
-            self.model = None
-        else:
-            super().__init__(ctx, plans)
+        super().__init__(ctx, plans)
         # every plan's groups, every rank creating every group in order (runtime.mesh)
         self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
         self.hierarchies = [_hierarchy(p, ctx.rank) for p in plans]
@@ -223,14 +215,6 @@ class SPRunner(ReplicatedRunner):
         counter = install_ulysses(self.model, groups.sp_group, split, v_first=plan.v_first,
                                   tracer=tracer, staged=staged, hier=hier, vmajor=vm)
         return counter, Ring(None, split, 0)
-
-
-_SHARDS_LATER = "fsdp: the shards are read once the groups exist"
-
-
-def _loads_shards(plans) -> bool:
-    """Every plan shards the weights of a folder's model (FSDP), so no rank loads it whole."""
-    return all(p.fsdp and p.source.folder is not None for p in plans)
 
 
 class _KeyedByText:

@@ -19,6 +19,7 @@ import torch
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.step_split import handoff
 from ppdit.parallel.step_split.plan import StepSplitPlan
+from ppdit.parallel.tensor.load import load_tp
 from ppdit.parallel.tensor.parallelize import (
     compile_blocks,
     local_param_count,
@@ -48,7 +49,8 @@ class StageInfo:
 
 class StepStageRunner(ReplicatedRunner):
     """Every plan of a side-by-side job on one rank (see ``ppdit.runtime.rounds``); every stage
-    holds the whole model (a TP stage then shards a fresh copy of it)."""
+    holds the whole model (a TP stage then shards a fresh copy of it), except where every plan
+    is TP from a folder: then a rank reads its shards only."""
 
     def __init__(self, ctx: RankContext, plans: Sequence[StepSplitPlan]):
         super().__init__(ctx, plans)
@@ -64,13 +66,22 @@ class StepStageRunner(ReplicatedRunner):
         self.warmup_s = [0.0] * len(plans)
         self.step_s = [0.0] * len(plans)  # one step's time, measured in warm-up (0: none)
 
+    @staticmethod
+    def loads_shards(plans: tuple) -> bool:
+        """Every plan is TP from a folder: each rank reads only its shards (``tensor.load``)."""
+        return all(p.tp > 1 and p.source.folder is not None for p in plans)
+
     def _model(self, base, plan: StepSplitPlan, groups: RankGroups):
-        """The plain model, or a fresh copy sharded over the stage's TP group (and compiled)."""
+        """The plain model, or one sharded over the stage's TP group (and compiled): read shard
+        by shard from a folder, else a fresh copy of the seeded model, then sharded."""
         if plan.tp == 1:
             return compile_blocks(base) if plan.compiled else base
-        model = plan.source.dit(self.ctx.device)
-        model = parallelize_wan(model, tp_group=groups.tp_group, collectives=plan.collectives,
-                                staged=self.ctx.placement.staged)
+        kw = dict(collectives=plan.collectives, staged=self.ctx.placement.staged)
+        if plan.source.folder is not None:
+            model, _ = load_tp(plan.source, groups.tp_group, self.ctx.device, **kw)
+        else:
+            model = parallelize_wan(plan.source.dit(self.ctx.device), tp_group=groups.tp_group,
+                                    **kw)
         return compile_blocks(model) if plan.compiled else model
 
     def takes_part(self, i: int) -> bool:
