@@ -432,12 +432,11 @@ def test_a_tp_rank_reads_only_its_shards_from_the_folder(pools, folders):
     tensor in flight: below the whole model."""
     from ppdit.analysis.rank_memory import module_bytes
     from ppdit.parallel.tensor.layers import _shard
+    from ppdit.parallel.tensor.load import loading_worker
     from ppdit.runtime import launch
-    from tests import tp_workers
 
     folder = str(folders["unipc"])
-    got = launch(tp_workers.load_tp_from_folder, 2, args=(folder,), pool=pools(2),
-                 timeout_s=300, echo=False)
+    got = launch(loading_worker, 2, args=(folder,), pool=pools(2), timeout_s=300, echo=False)
     whole_model = build_model(checkpoint=f"{folder}/transformer")
     whole = dict(whole_model.named_parameters())
     for rank, r in enumerate(got):

@@ -37,15 +37,3 @@ def _error(fn) -> str | None:
         return str(e)
     return None
 
-
-def load_tp_from_folder(ctx: RankContext, folder: str) -> dict:
-    """Read this rank's TP shards of a folder's transformer, measuring the bytes held."""
-    from ppdit.analysis.rank_memory import module_bytes
-    from ppdit.checkpoint.source import ModelSource
-    from ppdit.parallel.tensor.load import load_tp
-    from ppdit.runtime.memory import track_peak_memory
-
-    with track_peak_memory() as mem:
-        model, largest = load_tp(ModelSource(folder=folder), None, ctx.device)
-    return {"held": module_bytes(model), "peak": mem.peak_bytes, "largest": largest,
-            "params": {n: p.clone() for n, p in model.named_parameters()}}

@@ -16,6 +16,8 @@ import torch.distributed as dist
 from ppdit.checkpoint.partial import fill_from_folder, meta_transformer
 from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.tensor.parallelize import parallelize_wan
+from ppdit.runtime.memory import track_peak_memory
+from ppdit.runtime.rank import RankContext
 
 
 def shard_index(local: torch.Size, stored: list[int], rank: int) -> tuple[slice, ...]:
@@ -46,4 +48,15 @@ def load_tp(source: ModelSource, group, device: torch.device, **parallel_kwargs
     return model.eval().requires_grad_(False), largest
 
 
-__all__ = ["load_tp", "shard_index"]
+def loading_worker(ctx: RankContext, folder: str) -> dict:
+    """One rank of a TP group over every rank: read its shards from ``folder`` and report the
+    bytes it holds, the most it held while loading (measured: ``runtime.memory``), the largest
+    single read, and its parameters (for a comparison with the whole model)."""
+    with track_peak_memory(ctx.placement) as mem:
+        model, largest = load_tp(ModelSource(folder=folder), None, ctx.device)
+    held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    return {"held": held, "peak": mem.peak_bytes, "largest": largest,
+            "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters()}}
+
+
+__all__ = ["load_tp", "loading_worker", "shard_index"]
