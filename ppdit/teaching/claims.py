@@ -86,6 +86,10 @@ CLAIMS: tuple[Claim, ...] = (
           "V-Major sends only the V projections that changed since the previous step; with "
           "TAPA and V-First, 3.6x average and 8.4x peak speedup over 1-8 nodes (no quality "
           "ablation given).", "14_context_parallel", "6. V-Major: bytes saved against quality"),
+    Claim("report-oom", REPORT,
+          "One 24 GB GPU runs out of memory part-way through the steps (memory accumulates "
+          "over steps); splitting the work over GPUs makes it fit.", "15_memory",
+          "3. The report's out-of-memory, in miniature"),
 )
 
 
