@@ -122,6 +122,9 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--solver", default="folder", choices=["folder", "euler"],
                    help="the folder's scheduler, or ppdit's Euler (the teaching baseline)")
     g.add_argument("--out", type=Path, default=Path("out/generate"), help="artifact folder")
+    g.add_argument("--text-encoder", default="device", choices=["device", "cpu"],
+                   help="where umT5 encodes the prompts before the DiT loads: the ranks' device "
+                        "(then freed) or the CPU (offloaded: never on a GPU, slower)")
     g.add_argument("--streaming-decode", action="store_true",
                    help="decode one latent frame at a time (same pixels, a fraction of the "
                         "memory: for long videos on a small GPU)")
@@ -207,7 +210,7 @@ def _generate(jobs, args: argparse.Namespace) -> int:
         spec = GenerateSpec(str(args.checkpoint), args.prompt, args.negative_prompt,
                             args.layout, ranks, args.dtype, args.steps, args.frames,
                             args.height, args.width, args.seed, args.guidance,
-                            solver=args.solver)
+                            solver=args.solver, text_encoder=args.text_encoder)
         validate(spec)  # folder and request checked before anything loads or launches
     except ValueError as e:  # bad input: the rule it breaks, not a traceback
         print(f"ppdit generate: {e}", file=sys.stderr)

@@ -173,6 +173,8 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
                               streaming_decode=streaming_decode, nccl_rules=nccl_rules)
     if result is None:
         return 0
+    if result.text is not None:
+        print(result.text.sentence(), flush=True)
     _write_generate(result, out, time.perf_counter() - start)
     return 0
 
@@ -190,6 +192,9 @@ def _write_generate(result, out: Path, seconds: float) -> None:
                "video": video.name, "frames": int(result.video.shape[1]),
                "latent_shape": list(result.latent.shape),
                "handoff_bytes": result.handoff_bytes,
+               "text_encoder": None if result.text is None else {
+                   "device": result.text.device, "weight_bytes": result.text.weight_bytes,
+                   "seconds": result.text.seconds},
                # per rank, above its weights (GPU ranks; empty on CPU ranks, where counting
                # live tensors would slow the run: runtime.rounds)
                "peak_memory_bytes": peak_memory(result.trace)}

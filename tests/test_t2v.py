@@ -156,14 +156,19 @@ def test_cli_generate_writes_the_video_and_artifacts(folders, tmp_path, capsys):
     out = tmp_path / "gen"
     code = cli.main(["generate", "--checkpoint", str(folders["unipc"]), "--prompt", PROMPT,
                      "--steps", "2", "--frames", "5", "--height", "32", "--width", "32",
-                     "--out", str(out)])
+                     "--text-encoder", "cpu", "--out", str(out)])
     assert code == 0
     names = {p.name for p in out.iterdir()}
     assert {"frames.png", "timeline.png", "trace.json", "summary.json"} <= names
     assert names & {"video.mp4", "video.gif"}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["frames"] == 5 and summary["latent_shape"] == [1, 16, 2, 8, 8]
-    assert str(out) in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert str(out) in printed
+    # the text encoder's place and cost, printed and kept (offloaded to the CPU here)
+    encoder = summary["text_encoder"]
+    assert encoder["device"] == "cpu" and encoder["weight_bytes"] > 0
+    assert f"GB of weights on cpu for {encoder['seconds']:.1f} s, freed before" in printed
 
 
 @pytest.mark.parametrize(("change", "rule"), [
@@ -184,6 +189,7 @@ def test_cli_generate_writes_the_video_and_artifacts(folders, tmp_path, capsys):
     ({"layout": "cfg=3", "ranks": 3}, "must be 1 or 2"),
     ({"layout": "cfg=2,ring=2", "ranks": 4, "guidance_scale": 1.0}, "needs guidance"),
     ({"layout": "pipeline=2", "ranks": 2}, "axis 'pipeline' is not one of"),
+    ({"text_encoder": "gpu"}, "text_encoder='gpu' is not one of"),
 ])
 def test_bad_requests_name_the_rule(folders, change, rule):
     with pytest.raises(ValueError, match=rule):

@@ -33,6 +33,9 @@ class GenerateSpec:
     max_sequence_length: int | None = None
     solver: str = "folder"  # "folder": the pipeline's scheduler; "euler": ppdit's baseline
     timeout_s: float = 600
+    # where umT5 encodes the prompts, once, before any DiT weight loads: "device" (where rank 0
+    # computes, then freed) or "cpu" (offloaded: never on a GPU, slower)
+    text_encoder: str = "device"
 
     @property
     def mesh(self) -> Layout:
@@ -43,6 +46,9 @@ class GenerateSpec:
     def uses_cfg(self) -> bool:
         """Whether the negative prompt is run too (WanPipeline: guidance_scale > 1)."""
         return self.guidance_scale > 1.0
+
+
+TEXT_ENCODER_PLACES = ("device", "cpu")
 
 
 def latent_shape(spec: GenerateSpec, vae_factors: tuple[int, int], channels: int = 16
@@ -63,6 +69,9 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
     t, s = vae_factors
     patch = transformer_config.get("patch_size", (1, 2, 2))
     spec.mesh  # noqa: B018 -- parsing is the check: the layout's name or axes, and the ranks
+    if spec.text_encoder not in TEXT_ENCODER_PLACES:
+        raise ValueError(f"text_encoder={spec.text_encoder!r} is not one of "
+                         f"{TEXT_ENCODER_PLACES}")
     if spec.num_steps < 1:
         raise ValueError(f"steps={spec.num_steps} must be >= 1")
     if spec.num_frames < 1 or (spec.num_frames - 1) % t:
@@ -74,4 +83,4 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
                              f"(VAE factor {s} x patch {patch[1]})")
 
 
-__all__ = ["LAYOUTS", "GenerateSpec", "check_spec", "latent_shape"]
+__all__ = ["LAYOUTS", "TEXT_ENCODER_PLACES", "GenerateSpec", "check_spec", "latent_shape"]
