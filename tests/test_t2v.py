@@ -296,6 +296,12 @@ def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, si
     # read shard by shard from the folder: no rank ever held the whole model while loading
     # (its shards and the root, plus one tensor in flight: on the tiny model the root's largest)
     assert all(0 < peak < 0.75 * (root + blocks) for peak in res.load_peak_bytes)
+    # the timeline shows every block, what its gather made it wait, and the prefetch in flight
+    names = {(s.rank, s.kind, s.name) for s in res.traces[0].spans}
+    for rank in (0, 1):
+        assert {(rank, "compute", f"block {i}") for i in range(len(model.blocks))} <= names
+        assert (rank, "send", "all-gather block 1: in flight") in names
+        assert (rank, "wait", "all-gather block 0: waited") in names
     with pytest.raises(ValueError, match="fsdp shards the weights over sequence-parallel"):
         plan_for(replace(spec, layout="cfg=2,fsdp=2", ranks=2), reference.shape, embeds)
 

@@ -94,6 +94,11 @@ class Tracer:
                 events[1].record()
                 self._gpu_pending.append((s, *events))
 
+    def record(self, kind: str, name: str, start_ns: int, end_ns: int, **meta) -> None:
+        """A span timed elsewhere: by hooks that open it in one call and close it in another."""
+        if self.enabled:
+            self._spans.append(Span(self.rank, kind, name, start_ns, end_ns, meta))
+
     def counter(self, name: str, value: float) -> None:
         """Sample a counter now (drawn as a step plot in Perfetto)."""
         if self.enabled:

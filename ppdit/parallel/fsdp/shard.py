@@ -16,10 +16,13 @@ the open unless hidden behind the previous block's compute, which the prefetch i
 from __future__ import annotations
 
 import itertools
+import time
 
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
+
+from ppdit.runtime.trace import Tracer
 
 
 def shard_blocks(model, group, device_type: str, prefetch: bool = True,
@@ -46,6 +49,48 @@ def ready(model) -> None:
         block._get_fsdp_state()._lazy_init()
 
 
+GATHER_PREFIX = "all-gather"  # the names of the spans trace_gathers draws start with it
+
+
+def trace_gathers(model, tracer: Tracer) -> list:
+    """Draw each sharded block's gathers on ``tracer``; returns the hooks' handles (remove them
+    after the round).
+
+    Three hooks per block, around FSDP's own pre-forward (which waits for this block's
+    all-gather, then posts the next block's: the prefetch):
+
+    * ``wait``    from before FSDP's pre-forward until the block's weights are whole: the part
+                  of the gather the previous block's compute did not hide;
+    * ``compute`` the block itself, named "block i";
+    * ``send``    (drawn thin, beside the compute) the next block's gather, from when it was
+                  posted until its block found it: the part that travels behind compute.
+    """
+    marks: dict[str, int] = {}
+    handles = []
+    last = len(model.blocks) - 1
+    for i, block in enumerate(model.blocks):
+        def before(module, args, i=i):
+            marks["asked"] = time.perf_counter_ns()
+
+        def whole(module, args, i=i):
+            now = time.perf_counter_ns()
+            tracer.record("wait", f"{GATHER_PREFIX} block {i}: waited", marks["asked"], now)
+            if "posted" in marks:  # posted by the previous block's pre-forward
+                tracer.record("send", f"{GATHER_PREFIX} block {i}: in flight",
+                              marks.pop("posted"), now)
+            marks["start"] = now
+            if i < last:  # the last block prefetches nothing
+                marks["posted"] = now
+
+        def done(module, args, output, i=i):
+            tracer.record("compute", f"block {i}", marks["start"], time.perf_counter_ns())
+
+        handles += [block.register_forward_pre_hook(before, prepend=True),
+                    block.register_forward_pre_hook(whole),
+                    block.register_forward_hook(done)]
+    return handles
+
+
 def local_parameter_bytes(model) -> int:
     """Bytes of the parameters this rank holds (its shards, and the unsharded root)."""
     total = 0
@@ -60,4 +105,5 @@ def full_parameter_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-__all__ = ["full_parameter_bytes", "local_parameter_bytes", "ready", "shard_blocks"]
+__all__ = ["GATHER_PREFIX", "full_parameter_bytes", "local_parameter_bytes", "ready",
+           "shard_blocks", "trace_gathers"]

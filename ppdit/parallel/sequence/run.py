@@ -21,7 +21,7 @@ from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.cfg.halves import cfg_parallel_step
 from ppdit.parallel.fsdp.load import load_sharded
-from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks
+from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks, trace_gathers
 from ppdit.parallel.sequence.comms import A2ACounter, even_split
 from ppdit.parallel.sequence.ring import Ring, install_ring
 from ppdit.parallel.sequence.topology import Hierarchy, build_hierarchy
@@ -167,6 +167,18 @@ class SPRunner(ReplicatedRunner):
         den = plan_denoiser(self.model, plan, forward=forward)
         report = (lambda step: self.ctx.emit(("step", step))) if (
             plan.report_steps and self.ctx.rank == 0) else None
+        gathers = trace_gathers(self.model, tracer) if plan.fsdp else []  # FSDP's all-gathers
+        try:
+            latents = self._requests(plan, groups, den, forward, report, vm)
+        finally:
+            for handle in gathers:
+                handle.remove()
+        return {"latents": latents, **self._counts(i, a2a, ring)}
+
+    def _requests(self, plan: SPPlan, groups: SPGroups, den, forward, report,
+                  vm: VMajor | None) -> dict:
+        """Every request of the plan, start to end; the final latents by request id."""
+        staged = self.ctx.placement.staged
         latents = {}
         for r in plan.requests:
             # no span per step: the processors draw their own (compute, all-to-all waits)
@@ -179,7 +191,7 @@ class SPRunner(ReplicatedRunner):
             else:
                 [state] = den.run([state], [r], range(plan.sampling.num_steps), on_step=report)
             latents[r.request_id] = state.latent
-        return {"latents": latents, **self._counts(i, a2a, ring)}
+        return latents
 
     def _counts(self, i: int, a2a: A2ACounter, ring: Ring) -> dict:
         """What plan ``i``'s traffic counters say after a round."""
