@@ -4,6 +4,7 @@ against the live-tensor peaks of every layout on real CPU ranks (``analysis.memo
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ppdit import cli
 from ppdit.analysis.hardware import Layout
@@ -71,3 +72,19 @@ def test_model_within_15_percent_of_every_layouts_measured_peak(measured):
         assert abs(model.run_peak / peak - 1) < MODEL_TOL, (name, model.run_peak, peak)
         weights = max(m.weight_bytes for m in got.ranks.values())
         assert abs(model.weights / weights - 1) < MODEL_TOL, (name, model.weights, weights)
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 3, 7, 8), (1, 16, 9, 8, 8), (1, 16, 2, 12, 12)])
+def test_vae_peak_within_15_percent_of_the_tiny_vaes_measured_decode(shape):
+    """The VAE term against one process's measured decode (live tensor bytes), short and long
+    videos: the final concatenation or the last frame's widest conv sets the peak."""
+    from ppdit.analysis.memory_model import vae_peak_bytes
+    from ppdit.parallel.vae_patch.run import one_process_decode
+    from ppdit.vae.presets import build_vae
+
+    torch.set_num_threads(1)
+    vae = build_vae("tiny", seed=0)
+    latent = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    _, measured = one_process_decode(vae, latent)
+    predicted = vae_peak_bytes(shape, dict(vae.config))
+    assert abs(predicted / measured - 1) < MODEL_TOL, (shape, predicted, measured)
