@@ -9,7 +9,6 @@ arithmetic (``ppdit.checkpoint.solver.make_denoiser``). A layout runs its own pl
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from ppdit.checkpoint.solver import make_denoiser
 from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
 from ppdit.runtime.device import cpu_share, decide_placement
+from ppdit.runtime.timing import timed
 from ppdit.runtime.trace import Trace, Tracer, merge
 from ppdit.sampler import Conditioning, Request
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
@@ -74,17 +74,17 @@ def encode_with_cost(spec: GenerateSpec, device: str | torch.device = "cpu") -> 
     """Load the tokenizer and text encoder on ``device``, encode, and let the encoder go
     before the DiT loads (umT5-XXL is 11.4 GB in bf16: it must not sit beside a 14B DiT). The
     embeddings come back on the CPU, from where every rank takes them."""
-    start = time.perf_counter()
-    parts = load_folder(spec.checkpoint, dtype=spec.dtype, device=device,
-                        parts=("tokenizer", "text_encoder"))
-    weights = sum(t.numel() * t.element_size() for t in parts.text_encoder.parameters())
-    length = text_length(parts.tokenizer, spec.max_sequence_length)
-    out = encode_prompts(parts.tokenizer, parts.text_encoder, spec.prompt,
-                         spec.negative_prompt, spec.guidance_scale, torch_dtype(spec.dtype),
-                         length)
-    del parts
-    _free(device)
-    return TextEncoding(out.to("cpu"), str(device), weights, time.perf_counter() - start)
+    with timed() as clock:  # the host's clock: the copy to the CPU waits for the device
+        parts = load_folder(spec.checkpoint, dtype=spec.dtype, device=device,
+                            parts=("tokenizer", "text_encoder"))
+        weights = sum(t.numel() * t.element_size() for t in parts.text_encoder.parameters())
+        length = text_length(parts.tokenizer, spec.max_sequence_length)
+        out = encode_prompts(parts.tokenizer, parts.text_encoder, spec.prompt,
+                             spec.negative_prompt, spec.guidance_scale,
+                             torch_dtype(spec.dtype), length).to("cpu")
+        del parts
+        _free(device)
+    return TextEncoding(out, str(device), weights, clock.seconds)
 
 
 def encode(spec: GenerateSpec, device: str | torch.device = "cpu") -> Conditioning:

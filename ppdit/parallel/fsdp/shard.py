@@ -16,12 +16,12 @@ the open unless hidden behind the previous block's compute, which the prefetch i
 from __future__ import annotations
 
 import itertools
-import time
 
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
+from ppdit.runtime.timing import now_ns
 from ppdit.runtime.trace import Tracer
 
 
@@ -64,16 +64,20 @@ def trace_gathers(model, tracer: Tracer) -> list:
     * ``compute`` the block itself, named "block i";
     * ``send``    (drawn thin, beside the compute) the next block's gather, from when it was
                   posted until its block found it: the part that travels behind compute.
+
+    The stamps are when the host reached each point (``now_ns``). On CPU ranks that is when
+    the work ran; on a GPU it is the order the host issued it in (kernels run later): read a
+    GPU run's overlap in a ``torch.profiler`` trace, not here.
     """
     marks: dict[str, int] = {}
     handles = []
     last = len(model.blocks) - 1
     for i, block in enumerate(model.blocks):
         def before(module, args, i=i):
-            marks["asked"] = time.perf_counter_ns()
+            marks["asked"] = now_ns()
 
         def whole(module, args, i=i):
-            now = time.perf_counter_ns()
+            now = now_ns()
             tracer.record("wait", f"{GATHER_PREFIX} block {i}: waited", marks["asked"], now)
             if "posted" in marks:  # posted by the previous block's pre-forward
                 tracer.record("send", f"{GATHER_PREFIX} block {i}: in flight",
@@ -83,7 +87,7 @@ def trace_gathers(model, tracer: Tracer) -> list:
                 marks["posted"] = now
 
         def done(module, args, output, i=i):
-            tracer.record("compute", f"block {i}", marks["start"], time.perf_counter_ns())
+            tracer.record("compute", f"block {i}", marks["start"], now_ns())
 
         handles += [block.register_forward_pre_hook(before, prepend=True),
                     block.register_forward_pre_hook(whole),
