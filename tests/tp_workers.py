@@ -36,4 +36,3 @@ def _error(fn) -> str | None:
     except ValueError as e:
         return str(e)
     return None
-
