@@ -128,6 +128,9 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--streaming-decode", action="store_true",
                    help="decode one latent frame at a time (same pixels, a fraction of the "
                         "memory: for long videos on a small GPU)")
+    g.add_argument("--vae-ranks", type=int, default=1,
+                   help="ranks that decode the latent split by rows, after the denoising ranks "
+                        "end (patch-parallel VAE: each holds ~1/N of the activations)")
     _placement_args(g)
 
 
@@ -210,7 +213,8 @@ def _generate(jobs, args: argparse.Namespace) -> int:
         spec = GenerateSpec(str(args.checkpoint), args.prompt, args.negative_prompt,
                             args.layout, ranks, args.dtype, args.steps, args.frames,
                             args.height, args.width, args.seed, args.guidance,
-                            solver=args.solver, text_encoder=args.text_encoder)
+                            solver=args.solver, text_encoder=args.text_encoder,
+                            vae_ranks=args.vae_ranks)
         validate(spec)  # folder and request checked before anything loads or launches
     except ValueError as e:  # bad input: the rule it breaks, not a traceback
         print(f"ppdit generate: {e}", file=sys.stderr)

@@ -173,8 +173,9 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
                               streaming_decode=streaming_decode, nccl_rules=nccl_rules)
     if result is None:
         return 0
-    if result.text is not None:
-        print(result.text.sentence(), flush=True)
+    for cost in (result.text, result.vae):
+        if cost is not None:
+            print(cost.sentence(), flush=True)
     _write_generate(result, out, time.perf_counter() - start)
     return 0
 
@@ -195,6 +196,7 @@ def _write_generate(result, out: Path, seconds: float) -> None:
                "text_encoder": None if result.text is None else {
                    "device": result.text.device, "weight_bytes": result.text.weight_bytes,
                    "seconds": result.text.seconds},
+               "vae_decode": None if result.vae is None else asdict(result.vae),
                # per rank, above its weights (GPU ranks; empty on CPU ranks, where counting
                # live tensors would slow the run: runtime.rounds)
                "peak_memory_bytes": peak_memory(result.trace)}

@@ -14,6 +14,7 @@ from ppdit.analysis.memory_model import (
     rank_memory_model,
     vae_peak_bytes,
 )
+from ppdit.analysis.memory_opts import measure_scores, optimisation_ladder, scores_bytes
 from ppdit.analysis.roofline import latent_for, step_handoff_bytes
 from ppdit.model import get_preset
 
@@ -88,3 +89,21 @@ def test_vae_peak_within_15_percent_of_the_tiny_vaes_measured_decode(shape):
     _, measured = one_process_decode(vae, latent)
     predicted = vae_peak_bytes(shape, dict(vae.config))
     assert abs(predicted / measured - 1) < MODEL_TOL, (shape, predicted, measured)
+
+
+def test_unfused_attention_holds_the_scores_and_softmax_output():
+    """The math kernel's extra peak on tiny (S = 320, where the scores dominate) is the two
+    (b, H, S, S) matrices within 15%; the fused kernel holds none of them."""
+    got = measure_scores("tiny")
+    assert got["math"] > got["fused"]
+    assert (got["math"] - got["fused"]) == pytest.approx(got["predicted"], rel=0.15)
+
+
+def test_the_ladder_fused_attention_dominates_and_checkpointing_saves_nothing():
+    ladder = optimisation_ladder("wan2.1-14b")
+    needs = [r.bytes for r in ladder]
+    assert needs[0] > needs[1] > needs[2] == needs[3]  # checkpointing: no backward, no saving
+    assert 1 - needs[1] / needs[0] > 0.8  # flash attention: far from modest at 480p
+    assert not ladder[-1].fits(24) and ladder[-1].fits(80)
+    assert optimisation_ladder("wan2.1-1.3b")[-1].fits(24)  # 1.3B fits once both are on
+    assert scores_bytes("wan2.1-14b") == 2 * 2 * 40 * 32760 ** 2 * 2

@@ -19,6 +19,7 @@ from ppdit.checkpoint.solver import make_denoiser
 from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
 from ppdit.runtime.device import cpu_share, decide_placement
+from ppdit.runtime.rank import in_torchrun
 from ppdit.runtime.timing import timed
 from ppdit.runtime.trace import Trace, Tracer, merge
 from ppdit.sampler import Conditioning, Request
@@ -37,6 +38,7 @@ class Generated:
     trace: Trace | None = None
     handoff_bytes: dict[str, int] = field(default_factory=dict)  # step split: what one carries
     text: TextEncoding | None = None  # where the prompts were encoded, and the cost
+    vae: VaeCost | None = None  # a split decode's ranks and per-rank cost (None: one device)
 
 
 def validate(spec: GenerateSpec) -> WanFolder:
@@ -125,23 +127,68 @@ def decode(vae, latent: torch.Tensor, *, streaming: bool = False) -> torch.Tenso
     Wan's causal cache (``ppdit.vae.streaming``): the same pixels, a peak of one frame's
     activations instead of the whole video's (a 480p x 81-frame decode is 275 TFLOP and
     tens of GB of activations at once)."""
-    from diffusers.video_processor import VideoProcessor
-
-    z = vae.config.z_dim
-    latent = latent.to(next(vae.parameters()).device, vae.dtype)
-    mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(latent.device,
-                                                                         latent.dtype)
-    inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(latent.device,
-                                                                                 latent.dtype)
-    latent = latent / inv_std + mean  # WanPipeline's arithmetic, so its pixels bit for bit
+    latent = denormalize(latent.to(next(vae.parameters()).device, vae.dtype), vae.config)
     if streaming:
         with StreamingDecoder(vae) as decoder:
             video = torch.cat([decoder.push(latent[:, :, i:i + 1])
                                for i in range(latent.shape[2])], dim=2)
     else:
         video = vae.decode(latent, return_dict=False)[0]
-    processor = VideoProcessor(vae_scale_factor=vae.config.scale_factor_spatial)
+    return postprocess(video, vae.config)
+
+
+def denormalize(latent: torch.Tensor, config) -> torch.Tensor:
+    """The DiT's latent as the VAE reads it: ``WanPipeline``'s arithmetic (divide by the
+    inverse std, add the mean), so its pixels bit for bit."""
+    z = config.z_dim
+    mean = torch.tensor(config.latents_mean).view(1, z, 1, 1, 1).to(latent.device, latent.dtype)
+    inv_std = 1.0 / torch.tensor(config.latents_std).view(1, z, 1, 1, 1).to(latent.device,
+                                                                            latent.dtype)
+    return latent / inv_std + mean
+
+
+def postprocess(video: torch.Tensor, config) -> torch.Tensor:
+    """The decoder's (1, 3, F, H, W) in [-1, 1] -> (1, F, 3, H, W) in [0, 1] on the CPU."""
+    from diffusers.video_processor import VideoProcessor
+
+    processor = VideoProcessor(vae_scale_factor=config.scale_factor_spatial)
     return processor.postprocess_video(video, output_type="pt").cpu()
+
+
+@dataclass(frozen=True)
+class VaeCost:
+    """Where the decode ran and what it held: one device, or ``ranks`` split by rows."""
+
+    ranks: int
+    peak_bytes: list[int]  # per rank, above weights and latent (measured on split decodes)
+    seconds: list[float]
+
+    def sentence(self) -> str:
+        """"VAE decode: 2 ranks by rows, peak 0.66 / 0.50 MB per rank, 1.2 s"."""
+        peaks = " / ".join(f"{p / 1e6:.3g}" for p in self.peak_bytes)
+        return (f"VAE decode: {self.ranks} ranks split by rows, peak {peaks} MB of "
+                f"activations per rank, {max(self.seconds):.1f} s")
+
+
+def vae_config(folder: str):
+    """The folder's VAE config with diffusers' defaults filled in, no weights read (the model
+    is built on the meta device)."""
+    from diffusers import AutoencoderKLWan
+
+    with torch.device("meta"):
+        return AutoencoderKLWan.from_config(AutoencoderKLWan.load_config(f"{folder}/vae")).config
+
+
+def decode_split(spec: GenerateSpec, latent: torch.Tensor, **launch_kwargs
+                 ) -> tuple[torch.Tensor, VaeCost]:
+    """``decode`` over ``spec.vae_ranks`` ranks, the latent split by rows
+    (``parallel.vae_patch``): equal to the one-device decode within ``PATCH_TOL``."""
+    from ppdit.parallel.vae_patch.folder import decode_on_ranks
+
+    config = vae_config(spec.checkpoint)
+    out = decode_on_ranks(spec.checkpoint, denormalize(latent.float(), config), spec.vae_ranks,
+                          **launch_kwargs)
+    return postprocess(out.video, config), VaeCost(spec.vae_ranks, out.peak_bytes, out.seconds)
 
 
 def generate(spec: GenerateSpec, *, decode_video: bool = True,
@@ -152,6 +199,9 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     text encoder and the VAE run there too. ``streaming_decode``: see ``decode``.
     ``None`` on torchrun ranks other than 0."""
     folder = validate(spec)
+    if spec.vae_ranks > 1 and in_torchrun():
+        raise ValueError(f"vae_ranks={spec.vae_ranks}: a split decode launches its own ranks, "
+                         "which torchrun's fixed world cannot; run it without torchrun")
     # Encode and decode where the ranks compute (the first GPU with --device cuda): on one
     # core a 480p decode takes hours, and under torchrun a rank has one thread.
     place = decide_placement(1, device=device).for_rank(0)
@@ -169,15 +219,17 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
         if out is None:
             return None
         latent, trace, handoff = out.latent, out.trace, out.handoff_bytes
-    video = None
-    if decode_video:
+    video, vae_cost = None, None
+    if decode_video and spec.vae_ranks > 1:
+        video, vae_cost = decode_split(spec, latent, device=device, **launch_kwargs)
+    elif decode_video:
         vae = load_folder(spec.checkpoint, parts=("vae",), device=place.device).vae
         with cpu_share(place):
             video = decode(vae, latent, streaming=streaming_decode)
         del vae
         _free(place.device)
-    return Generated(spec, latent, video, trace, handoff, text)
+    return Generated(spec, latent, video, trace, handoff, text, vae_cost)
 
 
-__all__ = ["Generated", "decode", "encode", "generate", "generate_latent", "shape_of",
-           "validate"]
+__all__ = ["Generated", "VaeCost", "decode", "decode_split", "denormalize", "encode",
+           "generate", "generate_latent", "postprocess", "shape_of", "vae_config", "validate"]

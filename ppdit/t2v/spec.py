@@ -36,6 +36,9 @@ class GenerateSpec:
     # where umT5 encodes the prompts, once, before any DiT weight loads: "device" (where rank 0
     # computes, then freed) or "cpu" (offloaded: never on a GPU, slower)
     text_encoder: str = "device"
+    # ranks that decode the latent, split by rows (``parallel.vae_patch``; 1: one device). A
+    # second launch after the denoising ranks end: each holds the VAE and its own rows' pixels.
+    vae_ranks: int = 1
 
     @property
     def mesh(self) -> Layout:
@@ -81,6 +84,11 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
         if size < 1 or size % (s * patch[1]):
             raise ValueError(f"{name}={size} must be a positive multiple of {s * patch[1]} "
                              f"(VAE factor {s} x patch {patch[1]})")
+    latent_rows = spec.height // s
+    if not 1 <= spec.vae_ranks <= max(1, latent_rows):
+        raise ValueError(f"vae_ranks={spec.vae_ranks} must lie in 1..{latent_rows}: the decode "
+                         f"splits the latent's {latent_rows} rows (height {spec.height} / VAE "
+                         f"factor {s}) and each rank needs at least one")
 
 
 __all__ = ["LAYOUTS", "TEXT_ENCODER_PLACES", "GenerateSpec", "check_spec", "latent_shape"]

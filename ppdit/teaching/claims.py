@@ -90,6 +90,10 @@ CLAIMS: tuple[Claim, ...] = (
           "One 24 GB GPU runs out of memory part-way through the steps (memory accumulates "
           "over steps); splitting the work over GPUs makes it fit.", "15_memory",
           "3. The report's out-of-memory, in miniature"),
+    Claim("report-memory-opts", REPORT,
+          "Memory optimisations (flash attention, fp16, gradient checkpointing) give modest "
+          "improvements but cannot fit the model on a single 24 GB GPU.", "15_memory",
+          "4. The report's memory optimisations, one at a time"),
 )
 
 
