@@ -317,8 +317,23 @@ def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, si
         assert {(rank, "compute", f"block {i}") for i in range(len(model.blocks))} <= names
         assert (rank, "send", "all-gather block 1: in flight") in names
         assert (rank, "wait", "all-gather block 0: waited") in names
-    with pytest.raises(ValueError, match="fsdp shards the weights over sequence-parallel"):
-        plan_for(replace(spec, layout="cfg=2,fsdp=2", ranks=2), reference.shape, embeds)
+
+
+def test_fsdp_beside_cfg_parallel_equals_one_device_bit_for_bit(pools, single_reference):
+    """FSDP with no sequence split: each rank runs one guidance half with diffusers' own
+    attention, every block gathered from the two ranks' shards: the same arithmetic as one
+    device, so the same bits. FSDP alone (every rank the same video) is refused."""
+    from ppdit.parallel.fsdp.shard import full_parameter_bytes
+    from ppdit.parallel.sequence.run import run_sp
+
+    spec, embeds, reference = single_reference
+    plan = plan_for(replace(spec, layout="cfg=2,fsdp=2", ranks=2), reference.shape, embeds)
+    res = run_sp(plan, pool=pools(2), timeout_s=300, echo=False)
+    assert torch.equal(res.latents[0], reference)
+    blocks = full_parameter_bytes(plan.source.dit().blocks)
+    assert all(b < full_parameter_bytes(plan.source.dit()) - blocks / 3 for b in res.param_bytes)
+    with pytest.raises(ValueError, match="fsdp=2 alone: every rank would compute the same"):
+        validate(replace(spec, layout="fsdp=2", ranks=2))
 
 
 def test_pp_tp_equals_single_device(pools, single_reference):

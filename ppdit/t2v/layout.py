@@ -13,8 +13,9 @@ Each field is the degree of one axis (1: not split along it)::
 The ranks are the product of the others (``fsdp`` adds none: it shards over them).
 ``--layout cfg=2,ulysses=2,ring=2`` is parsed by ``parse_layout``; the single names of earlier
 releases stay as shorthands (``sp`` on 4 ranks is ``ulysses=4``). Which axes compose is the
-rule of ``t2v.layouts.plan_for``: the sequence axes with CFG (xDiT's CFG x USP) and FSDP (Wan's
-recipe), step split with TP; a composition outside those is refused with the rule named.
+rule of ``t2v.layouts.plan_for``: the sequence axes with CFG (xDiT's CFG x USP), FSDP beside
+them or beside CFG alone (Wan's recipe), step split with TP; a composition outside those is
+refused with the rule named.
 
 It imports nothing heavy: the CLI parses a layout without loading torch.
 """
@@ -48,6 +49,11 @@ class Layout:
         if self.cfg > 2:
             raise ValueError(f"layout cfg={self.cfg} must be 1 or 2 (a guided step has two "
                              "halves)")
+        if self.fsdp > 1 and self.ranks == 1:
+            raise ValueError(f"layout fsdp={self.fsdp} alone: every rank would compute the same "
+                             "video. Shard beside the axes that split the work, e.g. "
+                             f"cfg=2,fsdp=2 (a guidance half each) or ulysses={self.fsdp},"
+                             f"fsdp={self.fsdp}")
         if self.fsdp > 1 and self.fsdp != self.ranks:
             raise ValueError(f"layout fsdp={self.fsdp} shards the weights over every rank of "
                              f"the layout, so it must equal its {self.ranks} ranks (e.g. "

@@ -59,16 +59,18 @@ def plan_for(spec: GenerateSpec, shape: tuple[int, ...], prompts: Conditioning |
                   prompts=None if prompts is None else (prompts,), report_steps=True)
     m = spec.mesh
     axes = set(m.split()) - {"fsdp"}
-    if m.fsdp > 1 and not (axes <= {"cfg", "ulysses", "ring"} and m.ulysses * m.ring > 1):
-        raise ValueError(f"layout {m}: fsdp shards the weights over sequence-parallel ranks "
-                         "(with or without cfg): every rank runs the same blocks in lockstep, "
-                         "which the all-gathers need")
+    if m.fsdp > 1 and not (axes and axes <= {"cfg", "ulysses", "ring"}):
+        raise ValueError(f"layout {m}: fsdp shards the weights over ranks that each run their "
+                         "own part of the same forward, block by block in lockstep (the "
+                         "all-gathers need it): the sequence axes, the guidance halves, or "
+                         "both, e.g. cfg=2,fsdp=2 or ulysses=2,fsdp=2; alone every rank would "
+                         "compute the same video")
     if axes and axes <= {"step", "tp"}:
         return make_plan(m.step, 1, tp=m.tp, first_seed=spec.seed, cfg="split", **common)
     if axes == {"layer"}:
         halves = 2 if sampling.uses_cfg else 1  # one sample per micro-batch: batch-1 forwards
         return LayerSplitPlan(requests, m.layer, halves, **common)
-    if axes == {"cfg"}:
+    if axes == {"cfg"} and m.fsdp == 1:
         return CFGPlan(requests, **common)
     if axes and axes <= {"cfg", "ulysses", "ring"}:
         return SPPlan(m.ulysses * m.ring, requests, cfg="split", attention=_attention(m),

@@ -17,6 +17,7 @@ from functools import partial
 
 import torch
 
+from ppdit.attention import use_diffusers_attention
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.cfg.halves import cfg_parallel_step
@@ -159,8 +160,8 @@ class SPRunner(ReplicatedRunner):
         staged = self.ctx.placement.staged
         split = even_split(plan.preset.num_tokens(plan.shape), plan.degree)
         a2a, ring = self._install(i, split, tracer)
-        forward = partial(sp_forward, self.model, group=groups.sp_group, split=split,
-                          staged=staged)
+        forward = None if plan.degree == 1 else partial(  # degree 1: each rank a whole half
+            sp_forward, self.model, group=groups.sp_group, split=split, staged=staged)
         vm = self.vmajors[i]
         if vm is not None:
             forward = _KeyedByText(forward, vm)
@@ -211,6 +212,9 @@ class SPRunner(ReplicatedRunner):
         """Route the model's self-attention for plan ``i``; the counters it fills."""
         plan, groups = self.plans[i], self.groups[i]
         staged, rules = self.ctx.placement.staged, self.ctx.rules
+        if plan.degree == 1:  # CFG-parallel with FSDP and no sequence split: diffusers' own
+            use_diffusers_attention(self.model)
+            return A2ACounter(), Ring(None, split, 0)
         if plan.attention == "usp":
             return install_usp(self.model, groups, plan.dims, split, rules=rules,
                                staged=staged, tracer=tracer)
