@@ -289,7 +289,7 @@ def test_one_failing_model_leaves_the_others_measured(monkeypatch):
     def fake_forward(model, placement):
         if model == "wan2.1-14b":
             raise RuntimeError("kernel failed")
-        return 600.04
+        return 600.04, int(1.9e9)  # ms, the allocator's peak above the weights
 
     monkeypatch.setattr(forwards, "free_gb", lambda: 1000.0)
     monkeypatch.setattr(forwards, "_time_forward", fake_forward)
@@ -300,6 +300,9 @@ def test_one_failing_model_leaves_the_others_measured(monkeypatch):
     assert ok["bound_ms"] is None  # no datasheet row for a CPU
     assert ok["ceiling_bound_ms"] == pytest.approx(sig(ceiling_bound_ms("wan2.1-1.3b", 746, 2.93)))
     assert failed["status"] == "error" and failed["measured_ms"] is None
+    # the memory model's activations beside the allocator's peak (1.71 GB for 1.3B at 480p)
+    assert ok["activation_peak_gb"] == 1.9 and ok["activation_model_gb"] == pytest.approx(1.713)
+    assert ok["activation_ratio"] == pytest.approx(1.9 / 1.7125, rel=1e-3)
 
 
 def test_datasheet_rows_only_for_exact_parts():

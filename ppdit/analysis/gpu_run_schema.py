@@ -81,7 +81,8 @@ FORWARDS = {**_SECTION, "rows": [{
     "model": "str", "dtype": "str", "latent_shape": "shape?", "tokens": "int?",
     "status": "status", "reason": "str?", "measured_ms": "num?", "bound_ms": "num?",
     "bound_hardware": "str?", "ratio": "num?", "ceiling_bound_ms": "num?",
-    "compiled_ms": "num?", "compile_s": "num?", "compiled_speedup": "num?"}]}
+    "compiled_ms": "num?", "compile_s": "num?", "compiled_speedup": "num?",
+    "activation_peak_gb": "num?", "activation_model_gb": "num?", "activation_ratio": "num?"}]}
 MEASUREMENTS = {"launch": LAUNCH, "layouts": LAYOUTS, "device": DEVICE,
                 "cuda_graphs": CUDA_GRAPHS, "vae": VAE, "forwards": FORWARDS}
 REPORT = {"schema": "str", "provenance": PROVENANCE, "tests": TESTS,

@@ -295,6 +295,10 @@ def _forwards(s: dict) -> list[str]:
             out.append(f"{r['model']} forward under torch.compile: {fmt(r['compiled_ms'])} ms "
                        f"({fmt(r['compiled_speedup'])}x faster) after a "
                        f"{fmt(r['compile_s'])} s cold compile")
+        if r.get("activation_peak_gb") is not None:
+            out.append(f"{r['model']} forward's allocator peak above its weights: "
+                       f"{fmt(r['activation_peak_gb'])} GB vs the memory model's activations "
+                       f"{fmt(r['activation_model_gb'])} GB ({fmt(r['activation_ratio'])}x)")
     return out
 
 

@@ -22,6 +22,7 @@ from diffusers import WanTransformer3DModel
 
 from ppdit.analysis.gpu_runs import ceiling_bound_ms
 from ppdit.analysis.hardware import predict
+from ppdit.analysis.memory_model import rank_memory_model
 from ppdit.analysis.roofline import DTYPE_BYTES, model_ops, totals
 from ppdit.gpu_check.sections import first_line, free_gb, release, sig
 from ppdit.model import get_preset
@@ -97,7 +98,8 @@ def forward_row(model: str, placement: Placement, ceilings: dict | None) -> dict
     row = {"model": model, "dtype": "bf16", "latent_shape": list(shape),
            "tokens": p.num_tokens(shape), "status": "ok", "reason": None, "measured_ms": None,
            "bound_ms": None, "bound_hardware": None, "ratio": None, "ceiling_bound_ms": None,
-           "compiled_ms": None, "compile_s": None, "compiled_speedup": None}
+           "compiled_ms": None, "compile_s": None, "compiled_speedup": None,
+           "activation_peak_gb": None, "activation_model_gb": None, "activation_ratio": None}
     need, free = weights_gb(model) + HEADROOM_GB, free_gb()
     if free < need:
         return {**row, "status": "skipped",
@@ -105,7 +107,7 @@ def forward_row(model: str, placement: Placement, ceilings: dict | None) -> dict
                           f" GB of bf16 weights + {HEADROOM_GB:.0f} GB for activations); "
                           f"{free:.1f} GB free"}
     try:
-        ms = _time_forward(model, placement)
+        ms, peak = _time_forward(model, placement)
     except torch.cuda.OutOfMemoryError as err:
         return {**row, "status": "skipped", "reason": f"out of GPU memory: {first_line(err)}"}
     except Exception as err:  # recorded in the row; the next model still runs
@@ -114,6 +116,10 @@ def forward_row(model: str, placement: Placement, ceilings: dict | None) -> dict
     finally:
         release()
     row["measured_ms"] = sig(ms)
+    if peak is not None:  # the allocator's peak above the weights and inputs, against the model
+        predicted = rank_memory_model(model, latent_shape=shape, cfg=False).activations
+        row.update(activation_peak_gb=sig(peak / 1e9), activation_model_gb=sig(predicted / 1e9),
+                   activation_ratio=sig(peak / predicted, 3))
     hw = datasheet_row(torch.cuda.get_device_name(placement.device)) if placement.is_cuda else None
     if hw is not None:
         bound = predict(model, hw, cfg=False, latent_shape=shape).step_s * 1e3
@@ -125,8 +131,10 @@ def forward_row(model: str, placement: Placement, ceilings: dict | None) -> dict
 
 
 @torch.inference_mode()
-def _time_forward(model: str, placement: Placement) -> float:
-    """Median ms of ``REPEATS`` forwards after one warm-up."""
+def _time_forward(model: str, placement: Placement) -> tuple[float, int | None]:
+    """Median ms of ``REPEATS`` forwards after one warm-up, and one more forward's allocator
+    peak above what was allocated before it (on a GPU; ``None`` elsewhere): what
+    ``analysis.memory_model`` calls the activations."""
     p, dev = get_preset(model), placement.device
     net = build_direct(model, dev)
     g = torch.Generator(device=dev).manual_seed(0)
@@ -137,7 +145,15 @@ def _time_forward(model: str, placement: Placement) -> float:
     def once() -> None:
         net(hidden_states=latent, timestep=t, encoder_hidden_states=text, return_dict=False)
 
-    return repeat(once, placement, rounds=REPEATS, warmup=1).median * 1e3
+    ms = repeat(once, placement, rounds=REPEATS, warmup=1).median * 1e3
+    if not placement.is_cuda:
+        return ms, None
+    placement.synchronize()
+    before = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    once()
+    placement.synchronize()
+    return ms, torch.cuda.max_memory_allocated(dev) - before
 
 
 __all__ = ["DATASHEET_ROWS", "MODELS", "build_direct", "datasheet_row", "forward_row",
