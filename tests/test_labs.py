@@ -13,7 +13,8 @@ LABS = Path(__file__).resolve().parents[1] / "labs"
 VARIANTS = Path(__file__).resolve().parent / "lab_variants"
 CASES = [("lab01_split_steps", "check_lab01"), ("lab02_handoff", "check_lab02"),
          ("lab03_bubble", "check_lab03"), ("lab04_tp_linear", "check_lab04"),
-         ("lab05_ulysses", "check_lab05"), ("lab06_hang", "check_lab06")]
+         ("lab05_ulysses", "check_lab05"), ("lab06_hang", "check_lab06"),
+         ("lab07_filling", "check_lab07")]
 CHECKERS = dict(CASES)
 # Labs whose checkers run on the suite's live ranks. Lab 06 starts its own: NCCL's rules and
 # their eager limit are fixed when a rank starts, and its checker needs them at 16 KiB.
@@ -30,6 +31,12 @@ BROKEN = [
     ("lab06_hang", "lab06_no_flow_control", "window"),
     ("lab06_hang", "lab06_receives_on_demand", "must be posted ahead"),
     ("lab06_hang", "lab06_outside_the_rules", "outside NCCL's rules"),
+    ("lab07_filling", "lab07_hop_free_makespan", "with hops your makespan"),
+    ("lab07_filling", "lab07_blocking_send", "once full"),
+    ("lab07_filling", "lab07_speedup_as_throughput", "your throughput"),
+    ("lab07_filling", "lab07_makespan_as_latency", "Little's law on the simulated trace"),
+    ("lab07_filling", "lab07_requests_rounded_down", "reaches only"),
+    ("lab07_filling", "lab07_requests_naive_ceil", "already reaches"),
 ]
 
 
