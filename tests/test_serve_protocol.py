@@ -95,6 +95,12 @@ def test_bad_magic_and_field_count_are_errors():
         decode(broken, payloads)
     with pytest.raises(ProtocolError, match="lists 1 payload fields but 0 arrived"):
         decode(header, [])
+    for slot, what in ((2, "type"), (3, "kind")):  # -1 would have read the tuple's last name
+        for code in (-1, 9):
+            broken = header.clone()
+            broken[slot] = code
+            with pytest.raises(ProtocolError, match=f"header {what} code {code} is not one of"):
+                decode(broken, payloads)
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -147,6 +147,9 @@ def _parse_header(h: torch.Tensor, src: int) -> tuple[tuple[int, ...], torch.dty
         raise RuntimeError(f"message from rank {src} is not a ppdit header (magic {vals[0]:#x}); "
                            "sender and receiver disagree on the order of messages")
     ndim = vals[2]
+    if not 0 <= vals[1] < len(DTYPES) or not 0 <= ndim <= MAX_NDIM:
+        raise RuntimeError(f"message from rank {src}: dtype code {vals[1]} or ndim {ndim} out of "
+                           f"range (0..{len(DTYPES) - 1}, 0..{MAX_NDIM}): a corrupt header")
     return tuple(vals[4:4 + ndim]), DTYPES[vals[1]], vals[3]
 
 

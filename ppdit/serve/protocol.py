@@ -5,7 +5,7 @@ Framing. A message is one fixed-size int64 *header* followed by its payload tens
 with ``send_tensor`` (which describes its own shape and dtype). The header says what follows::
 
     [MAGIC, version, type, kind, request_id, epoch, seq, chunk_index, num_steps, seed,
-     n_fields, field_id_0, ..., field_id_7, n_scalars, scalar_0, ..., scalar_7]
+     n_fields, field_id_0, ..., field_id_7, (unused slots, written 0)]
 
 Each payload tensor is a named *field* (``FIELD_IDS``); a field id the receiver does not know
 is received (to stay in step with the sender) and ignored: that is forward compatibility — a
@@ -124,11 +124,20 @@ def decode(header: torch.Tensor, payloads: list[torch.Tensor]) -> Message:
     known = {FIELD_NAMES[i]: t for i, t in zip(ids, payloads, strict=True) if i in FIELD_NAMES}
     extra = {i: t for i, t in zip(ids, payloads, strict=True) if i not in FIELD_NAMES}
     base = dict(request_id=h[4], epoch=h[5], seq=h[6], chunk_index=h[7], extra=extra)
-    if TYPES[h[2]] == "envelope":
-        return PPEnvelopeV1(**base, kind=KINDS[h[3]], num_steps=h[8], seed=h[9],
+    if TYPES[_code(h[2], TYPES, "type")] == "envelope":
+        return PPEnvelopeV1(**base, kind=KINDS[_code(h[3], KINDS, "kind")], num_steps=h[8],
+                            seed=h[9],
                             conditioning=known.get("conditioning"), noise=known.get("noise"),
                             context_frames_override=known.get("context_frames_override"))
     return PPResultV1(**base, latent=known.get("latent"), timings=known.get("timings"))
+
+
+def _code(value: int, names: tuple[str, ...], what: str) -> int:
+    """A header's code, checked: -1 would silently read the last name of a Python tuple."""
+    if not 0 <= value < len(names):
+        raise ProtocolError(f"header {what} code {value} is not one of 0..{len(names) - 1} "
+                            f"({', '.join(names)}): a corrupt or foreign header")
+    return value
 
 
 def send_message(msg: Message, dst: int, *, device: torch.device | str = "cpu", group=None,
