@@ -56,7 +56,8 @@ def _draw_lane(ax, lane: int, spans: list[Span], label: bool) -> None:
         height = 0.8 if kind != "send" else 0.3  # sends overlap compute: draw them thin
         y = lane if kind != "send" else lane + 0.25
         ax.barh(y, (end - start) / 1e6, left=start / 1e6, height=height, color=color,
-                alpha=alpha, edgecolor="white", linewidth=0.3)
+                alpha=alpha, edgecolor="white", linewidth=0.3,
+                zorder=3 if kind == "send" else 2)  # in flight: drawn over what it overlaps
         if label and kind == "compute" and name:
             ax.text((start + end) / 2e6, lane, name, ha="center", va="center", fontsize=7,
                     color="white", clip_on=True)
