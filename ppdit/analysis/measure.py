@@ -148,6 +148,18 @@ def time_ops(ops: Sequence[Op], *, threads: int = 1, dtype: torch.dtype = torch.
         return [Timed(op, best_time(op_runner(op, dtype), min_time_s)) for op in ops]
 
 
+def ping_pong(x: torch.Tensor, rank: int, peer: int, k: int) -> None:
+    """``k`` round trips of ``x`` between two ranks: the lower rank sends first, the other
+    answers (a round trip is two one-way messages)."""
+    for _ in range(k):
+        if rank < peer:
+            dist.send(x, peer)
+            dist.recv(x, peer)
+        else:
+            dist.recv(x, peer)
+            dist.send(x, peer)
+
+
 def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
     """A 2-rank worker (for ``ppdit.runtime.launch``): one-way P2P and all-reduce seconds.
 
@@ -166,13 +178,7 @@ def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
         iters = max(2, min(30, int(3e7 // size)))
 
         def pingpong(x=x, iters=iters):
-            for _ in range(iters):
-                if ctx.rank == 0:
-                    dist.send(x, peer)
-                    dist.recv(x, peer)
-                else:
-                    dist.recv(x, peer)
-                    dist.send(x, peer)
+            ping_pong(x, ctx.rank, peer, iters)
 
         def allreduce(x=x, iters=iters):
             for _ in range(iters):
