@@ -315,3 +315,17 @@ def test_comm_sweep_on_two_ranks(pools):
     latency, bandwidth = link_from_sweep(sweep)
     assert 0 < latency < 1 and bandwidth > 0
     assert all(t > 0 for t in sweep["allreduce_s"])
+
+
+def test_the_bandwidth_bound_line_in_tokens_per_gpu():
+    """The crossing is where a projection's intensity m D / (2 m + D) (bf16) meets the ridge;
+    a 480p video is far above it, one 480p frame over 8 GPUs far below (lesson 07)."""
+    from ppdit.analysis.hardware import GPUS, bandwidth_bound_share, bandwidth_bound_tokens
+
+    h100 = GPUS["H100 SXM"]
+    m = bandwidth_bound_tokens(5120, h100.ridge("bf16"))
+    assert m * 5120 / (2 * m + 5120) == pytest.approx(h100.ridge("bf16"))
+    assert round(m) == 334 and round(bandwidth_bound_tokens(1536, h100.ridge("bf16"))) == 480
+    full = bandwidth_bound_share("wan2.1-1.3b", (1, 16, 21, 60, 104), h100)
+    frame = bandwidth_bound_share("wan2.1-1.3b", (1, 16, 1, 60, 104), h100, sp=8)
+    assert full < 0.2 < 0.8 < frame

@@ -196,6 +196,22 @@ def op_seconds(op: Op, hw: Hardware, dtype: str | torch.dtype = "bf16") -> tuple
     return (op.count * flop_t, 0.0) if flop_t >= byte_t else (0.0, op.count * byte_t)
 
 
+def bandwidth_bound_tokens(dim: int, ridge: float, nbytes: int = 2) -> float:
+    """Tokens m below which a (m, D) x (D, D) projection is bandwidth-bound: its intensity,
+    2 m D^2 FLOPs over nbytes (2 m D + D^2) bytes, equals ``ridge`` there. About the ridge
+    itself while m << D: the weights' bytes dominate and each one is used m times."""
+    return ridge * nbytes * dim / (2 * dim - 2 * nbytes * ridge)
+
+
+def bandwidth_bound_share(model: str, latent_shape: tuple[int, ...], hw: Hardware, *,
+                          sp: int = 1, dtype: str = "bf16") -> float:
+    """Share of one block's lower bound on ``hw`` spent in bandwidth-bound ops, with the
+    tokens split ``sp`` ways: the regime of a workload per GPU, not of the model."""
+    ops = block_ops(model, latent_shape, sp=sp, dtype=dtype)
+    compute, memory = (sum(op_seconds(o, hw, dtype)[k] for o in ops) for k in (0, 1))
+    return memory / (compute + memory)
+
+
 def format_op_times(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16") -> str:
     """Per op: calls, GFLOP, MB, FLOP/byte, microseconds on ``hw`` (all calls) and its bound."""
     rows = [f"{'op':<26}{'calls':>6}{'GFLOP':>11}{'MB':>10}{'FLOP/B':>9}{'us':>10}  bound"]
@@ -335,5 +351,6 @@ def assumptions(num_steps: int = 50, cfg: bool = True) -> str:
 
 __all__ = [
     "GPUS", "LAYOUTS", "LINKS", "SP_LAYOUTS", "Hardware", "Layout", "Prediction", "assumptions",
-    "format_op_times", "format_predictions", "op_seconds", "predict", "prediction_table",
+    "bandwidth_bound_share", "bandwidth_bound_tokens", "format_op_times", "format_predictions",
+    "op_seconds", "predict", "prediction_table",
 ]
