@@ -114,6 +114,19 @@ def test_schedule_figure_reports_simulated_and_formula_bubbles():
     assert "last stage 1.30x" in slowed.axes[0].get_title(loc="left")
 
 
+def test_schedule_multiples_draw_each_setting_as_the_figure_would():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ppdit.viz.schedules import schedule_figure, schedule_multiples
+
+    settings = [dict(num_stages=4, micro=2), dict(num_stages=3, micro=4, wrap=True)]
+    fig = schedule_multiples(settings)
+    assert [ax.get_title(loc="left") for ax in fig.axes] == [
+        schedule_figure(**s).axes[0].get_title(loc="left") for s in settings]
+    assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()  # one time scale
+
+
 def test_explorer_has_its_controls():
     from ppdit.viz.schedules import make_explorer
 

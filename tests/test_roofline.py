@@ -297,7 +297,7 @@ def test_explorer_draws_defaults_and_explains_impossible_choices():
     import matplotlib.pyplot as plt
 
     from ppdit.analysis.roofline import latent_for
-    from ppdit.viz.roofline import explorer_figure, make_explorer
+    from ppdit.viz.roofline import explorer_figure, explorer_multiples, make_explorer
 
     assert latent_for("480p", 81) == (1, 16, 21, 60, 104)
     fig = explorer_figure()
@@ -305,6 +305,12 @@ def test_explorer_draws_defaults_and_explains_impossible_choices():
     bad = explorer_figure(model="wan2.1-1.3b", tp=8)
     assert "must divide num_heads=12" in bad.axes[0].texts[0].get_text()
     assert len(make_explorer().children) == 3  # two rows of controls and the output
+    h100 = {"gpu": "H100 SXM", "resolution": "480p", "frames": 81, "dtype": "bf16"}
+    grid = explorer_multiples([{**h100, "model": "wan2.1-14b", "tp": 1},
+                               {**h100, "model": "wan2.1-14b", "tp": 8},
+                               {**h100, "model": "wan2.1-1.3b", "tp": 1}])
+    titled = [ax.get_title() for ax in grid.axes if ax.axison]
+    assert len(titled) == 3 and "TP=8" in titled[1] and "32,760 tokens" in titled[1]
     plt.close("all")
 
 

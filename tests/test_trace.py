@@ -88,3 +88,65 @@ def test_plots_draw_merged_blocks():
     assert len(ax.patches) == 5
     assert {x.get_text() for x in ax.texts} == {"r0", "r1"}
     assert len(plot_busy(t).patches) == 4
+
+
+def _span(kind: str, name: str, start_ms: float, end_ms: float, rank: int = 0) -> Span:
+    return Span(rank, kind, name, int(start_ms * 1e6), int(end_ms * 1e6), {})
+
+
+def _one_lane(*spans: Span):
+    return merge([RankTrace(0, "h", 0, list(spans), [])])
+
+
+def test_short_spans_stay_visible_and_labels_only_where_they_fit():
+    t = _one_lane(_span("compute", "r0", 0, 500), _span("send", "", 500, 500.5),
+                  _span("compute", "a label far too long for its block", 501, 506),
+                  _span("compute", "r2", 506, 1000))
+    ax = plot_timeline(t)
+    send = [p for p in ax.patches if p.get_height() == pytest.approx(0.3)]
+    assert len(send) == 1 and send[0].get_width() > 1.5  # 0.5 ms drawn as 3 px of ~1000 ms
+    assert {x.get_text() for x in ax.texts} == {"r0", "r2"}
+    zoomed = plot_timeline(t, window=(499, 507))  # enlarged: now the long label fits
+    assert "a label far too long for its block" in {x.get_text() for x in zoomed.texts}
+    sends = [p for p in zoomed.patches if p.get_height() == pytest.approx(0.3)]
+    assert sends[0].get_width() == pytest.approx(0.5)  # at this scale: its true width
+
+
+def test_legend_names_only_what_is_drawn_and_shades_alternate_over_compute():
+    t = _one_lane(_span("compute", "r0", 0, 10), _span("recv", "", 10, 20),
+                  _span("compute", "r1", 20, 30), _span("recv", "", 30, 40),
+                  _span("compute", "r2", 40, 50))
+    ax = plot_timeline(t, kinds=("compute",))
+    assert [x.get_text() for x in ax.get_legend().get_texts()] == [
+        "compute (two shades: neighbours)"]
+    assert [p.get_alpha() for p in ax.patches] == [1.0, 0.65, 1.0]  # recv did not count
+    assert len(plot_timeline(t).get_legend().get_texts()) == 2
+
+
+def test_collectives_inside_a_step_neither_split_it_nor_vanish():
+    t = _one_lane(_span("compute", "r0", 0, 10), _span("collective", "all-reduce", 4, 4.01),
+                  _span("compute", "r0", 10, 20), _span("collective", "all-reduce", 14, 14.01))
+    ax = plot_timeline(t)
+    assert len(ax.patches) == 3  # one merged r0 block, two all-reduces drawn over it
+    assert all(p.get_width() > 0.01 for p in ax.patches)
+
+
+def test_collectives_into_records_eager_all_reduces(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    from ppdit.parallel.tensor.layers import all_reduce_sum
+    from ppdit.runtime.trace import collectives_into
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        tracer = Tracer()
+        all_reduce_sum(torch.ones(3), dist.group.WORLD, "c10d")  # outside: nothing recorded
+        with collectives_into(tracer):
+            for style in ("funcol", "c10d", "c10d_async"):
+                out = all_reduce_sum(torch.ones(3), dist.group.WORLD, style)
+                assert torch.equal(out, torch.ones(3))
+    finally:
+        dist.destroy_process_group()
+    assert [(s.kind, s.name) for s in tracer.finish().spans] == [("collective", "all-reduce")] * 3

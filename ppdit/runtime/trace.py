@@ -2,7 +2,9 @@
 
 Each rank owns a ``Tracer`` and wraps what it does in ``with tracer.span(kind, name, **meta)``.
 Kinds used across ppdit: ``compute`` (model work), ``send``/``recv`` (P2P), ``wait`` (blocked
-on a peer or a queue), ``decode`` (VAE). The clock is ``time.perf_counter_ns`` — on Linux that
+on a peer or a queue), ``decode`` (VAE), ``collective`` (a TP all-reduce inside a compute
+span, recorded where ``collectives_into`` names the tracer: the layers hold no tracer).
+The clock is ``time.perf_counter_ns`` — on Linux that
 is CLOCK_MONOTONIC, one clock for every process on a host, so spans of different ranks on one
 machine line up exactly. Ranks on different hosts are aligned by a barrier (``Tracer.align``);
 the error is then the barrier's release skew.
@@ -29,6 +31,7 @@ import torch.distributed as dist
 from ppdit.runtime.device import Placement
 
 ASYNC_KINDS = ("send",)  # drawn on a second lane: an isend overlaps what follows it
+_COLLECTIVES: list[Tracer] = []  # the tracer a rank's collectives report to (innermost last)
 
 
 @dataclass
@@ -277,3 +280,20 @@ def boot_trace(boot_ns_by_rank: dict[int, dict[str, int]]) -> Trace:
 def _jsonable(meta: dict) -> dict:
     return {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
             for k, v in meta.items()}
+
+
+@contextmanager
+def collectives_into(tracer: Tracer) -> Iterator[Tracer]:
+    """Inside the block, eager collectives that ask ``collective_tracer()`` record spans into
+    ``tracer``: the parallel layers stay free of tracers, and a timeline can still show the
+    all-reduces a compute span contains."""
+    _COLLECTIVES.append(tracer)
+    try:
+        yield tracer
+    finally:
+        _COLLECTIVES.pop()
+
+
+def collective_tracer() -> Tracer | None:
+    """The tracer named by the innermost ``collectives_into``, if any (and enabled)."""
+    return _COLLECTIVES[-1] if _COLLECTIVES and _COLLECTIVES[-1].enabled else None

@@ -25,7 +25,7 @@ import torch
 from ppdit.runtime.launch import RankContext
 from ppdit.runtime.mesh import Lanes
 from ppdit.runtime.timing import timed
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.trace import Tracer, collectives_into
 from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import (
@@ -120,8 +120,9 @@ class GeneratorRank:
             text = env.conditioning.to(self.ctx.device)
             if env.context_frames_override is not None:
                 self.gen.rebuild(env.context_frames_override, text)
-            with self.tracer.span("compute", f"v{env.request_id} c{env.chunk_index}",
-                                  request=env.request_id, step=env.chunk_index):
+            with (collectives_into(self.tracer),  # the mesh's all-reduces show on its lane
+                  self.tracer.span("compute", f"v{env.request_id} c{env.chunk_index}",
+                                   request=env.request_id, step=env.chunk_index)):
                 latent = self.gen.generate(env.chunk_index, env.seed, text, env.noise)
         self.report.generated += 1
         if self.is_leader:

@@ -7,6 +7,7 @@ same code the widget calls: the book and nbval show the default view without a l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -43,8 +44,8 @@ def draw_ceilings(ax, peak: float, bandwidths: Mapping[str, float], *,
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(*x_range)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
-    ax.set_ylabel("FLOP/s")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte, log scale)")
+    ax.set_ylabel("FLOP/s (log scale)")
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -65,19 +66,36 @@ def plot_ops_roofline(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16", ax=N
         entry[1] += sum(op_seconds(op, hw, dtype))
         entry[2].append(op.name.removeprefix("blocks."))
     total = sum(e[1] for e in points.values()) or 1.0
-    for (group, _), (x, secs, _) in points.items():
+    for (group, _), (x, secs, _) in _small_on_top(points):
         ax.scatter(x, min(peak, x * hw.mem_bw), s=20 + 600 * secs / total,
                    color=GROUP_COLORS[group], alpha=0.7, edgecolor="white", zorder=3)
     ranked = sorted(points.values(), key=lambda e: -e[1])[:label_top]
+    # the top label slot to the highest point (leftmost first along the flat roof), so leader
+    # lines do not cross one another; each label sits on a white box drawn over the lines that
+    # rise from the slots below it, so no line runs through a label's text
+    ranked.sort(key=lambda e: (-min(peak, e[0] * hw.mem_bw), e[0]))
     for i, (x, secs, names) in enumerate(ranked):
         text = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
         ax.annotate(f"{text}: {100 * secs / total:.0f}%", (x, min(peak, x * hw.mem_bw)),
                     xytext=(0.42, 0.72 - 0.07 * i), textcoords="axes fraction", fontsize=7,
-                    arrowprops={"arrowstyle": "-", "color": "gray", "lw": 0.5})
+                    arrowprops={"arrowstyle": "-", "color": "gray", "lw": 0.5},
+                    bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1.0},
+                    zorder=5 + len(ranked) - i)
     _group_legend(ax, {op.group for op in ops})
     if title:
         ax.set_title(title, fontsize=10)
     return ax
+
+
+def _small_on_top(points: Mapping[tuple[str, float], list]) -> list:
+    """Points in drawing order, biggest first: a small marker drawn later stays visible on a big
+    one. At equal size the group with less time in all is drawn last, so a lone "conv" point
+    is not hidden under a "matmul" point at the same intensity (the patch embedding and
+    proj_out of Wan)."""
+    group_secs: dict[str, float] = {}
+    for (group, _), (_, secs, _) in points.items():
+        group_secs[group] = group_secs.get(group, 0.0) + secs
+    return sorted(points.items(), key=lambda kv: (-kv[1][1], -group_secs[kv[0][0]]))
 
 
 def _group_legend(ax, groups) -> None:
@@ -126,10 +144,11 @@ def plot_comm_roofline(sweep: Mapping[str, Sequence[float]], latency_s: float,
         ax.text(size, floor, f" {name}", fontsize=7, rotation=90, va="bottom", ha="right")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("achieved bytes/s (one way)")
+    ax.set_xlabel("message size (bytes, log scale)")
+    ax.set_ylabel("achieved bytes/s (one way, log scale)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    # below the axes, as plot_alpha_beta does: inside, it covers the small-message points
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
     return ax
 
 
@@ -187,7 +206,7 @@ def plot_gpu_forwards(points: Sequence[ForwardPoint], axes=None):
         bound_on = f", bound on {pt.bound_hardware}" if pt.bound_hardware else ""
         ax.set_title(f"{pt.model} forward{tokens}{bound_on}\n[{pt.label}]", fontsize=8,
                      loc="left")
-    axes[-1].set_xlabel("ms per forward (one GPU)")
+        ax.set_xlabel("ms per forward (one GPU)")  # every panel: their x scales differ
     return axes
 
 
@@ -222,6 +241,26 @@ def explorer_figure(model: str = "wan2.1-14b", resolution: str = "480p", frames:
         for ax in (left, right):
             ax.axis("off")
         left.text(0, 0.5, f"not possible: {err}", wrap=True, fontsize=10, color="#C44E52")
+    fig.tight_layout()
+    return fig
+
+
+def explorer_multiples(settings: Sequence[Mapping[str, Any]], ncols: int = 2):
+    """Several explorer settings side by side, each one rank's forward on its GPU's roofline:
+    what the dropdowns would show, for readers of the static book. Each setting is a dict of
+    ``model``, ``resolution``, ``frames``, ``dtype``, ``gpu`` and ``tp``."""
+    nrows = -(-len(settings) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.6 * nrows), squeeze=False)
+    for ax, st in zip(axes.flat, settings, strict=False):
+        shape = latent_for(st["resolution"], st["frames"])
+        ops = model_ops(get_preset(st["model"]), shape, dtype=st["dtype"], tp=st["tp"])
+        t = totals(ops)
+        plot_ops_roofline(ops, GPUS[st["gpu"]], st["dtype"], ax=ax, title=(
+            f"{st['model']}, {st['resolution']} x {st['frames']} frames, {st['dtype']}, "
+            f"TP={st['tp']}\n{get_preset(st['model']).num_tokens(shape):,} tokens; one rank's "
+            f"forward {t.flops / 1e12:,.1f} TFLOP, {t.bytes / 1e9:,.1f} GB"))
+    for ax in list(axes.flat)[len(settings):]:
+        ax.axis("off")
     fig.tight_layout()
     return fig
 

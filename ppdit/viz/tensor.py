@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
-from matplotlib.patches import FancyArrowPatch, Rectangle
+from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from ppdit.parallel.tensor.comms import tp_comm_per_block
 
@@ -17,8 +17,9 @@ SHARED = "#9A9A9A"
 def _box(ax, x, y, w, h, color, label, alpha=0.85, fontsize=8):
     ax.add_patch(Rectangle((x, y), w, h, facecolor=color, edgecolor="black", lw=0.6,
                            alpha=alpha))
+    pale = alpha < 0.7 or color == "white"  # white text on a washed-out box cannot be read
     ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=fontsize,
-            color="white" if color != "white" else "black")
+            color="black" if pale else "white")
 
 
 def _arrow(ax, x0, y0, x1, y1, text="", color="black"):
@@ -48,8 +49,9 @@ def draw_tp_split(tp: int = 2, ax=None):
         _arrow(ax, 7.65, y + 0.4, 8.35, y + 0.4)
         _box(ax, 8.4, y, 1.4, 0.8, SHARED, "y (B,S,D)\nsame on all")
     top = (tp - 1) * lane + 0.8
+    # under the arrows (zorder 0): the partial -> y arrows run through the all-reduce
     ax.add_patch(Rectangle((7.68, -0.1), 0.64, top + 0.2, facecolor="#F2D7A6",
-                           edgecolor="#B8860B", lw=0.8))
+                           edgecolor="#B8860B", lw=0.8, zorder=0))
     ax.text(8.0, top / 2, "all-\nreduce\n(sum)", ha="center", va="center", fontsize=8)
     ax.text(2.55, top + 0.22, "column-parallel: W1's output features split,\nno communication",
             ha="center", fontsize=8)
@@ -80,8 +82,8 @@ def plot_comm_volume(dims: Sequence[int], tps: Sequence[int], *, tokens: int, te
         ax.text(d, ax.get_ylim()[1] * 0.95, f" {name}", rotation=90, va="top", fontsize=7)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("hidden size D")
-    ax.set_ylabel("MB sent per rank per block")
+    ax.set_xlabel("hidden size D (features, log₂ scale)")
+    ax.set_ylabel("MB sent per rank per block (log scale)")
     ax.set_title(f"TP traffic per block, S={tokens:,} tokens, "
                  f"{8 * bytes_per_element}-bit activations", loc="left", fontsize=10)
     ax.legend(fontsize=8)
@@ -117,21 +119,54 @@ def plot_graph_breaks(breaks: Mapping[str, tuple[int, int | None]], ax=None):
     return ax
 
 
-def plot_forward_times(times_ms: Mapping[str, float], ax=None, title: str = ""):
-    """Horizontal bars: median forward time per variant."""
+def plot_forward_times(times_ms: Mapping[str, float], ax=None, title: str = "", *,
+                       runs_ms: Mapping[str, Sequence[float]] | None = None):
+    """Horizontal bars: median forward time per variant. ``runs_ms`` (every round's time, per
+    variant) adds min-max bars, because rounds on a shared machine spread widely enough to
+    reorder the medians; variants whose name says "compiled" get their own colour."""
     ax = ax or plt.subplots(figsize=(6.5, 0.5 + 0.38 * len(times_ms)))[1]
     names = list(times_ms)
-    colors = [RANK_COLORS[1] if "compiled" in n else RANK_COLORS[0] for n in names]
-    ax.barh(names, [times_ms[n] for n in names], color=colors)
-    for i, n in enumerate(names):
-        ax.text(times_ms[n], i, f" {times_ms[n]:.1f} ms", va="center", fontsize=8)
+    med = [times_ms[n] for n in names]
+    compiled = ["compiled" in n for n in names]
+    colors = [RANK_COLORS[1] if c else RANK_COLORS[0] for c in compiled]
+    lo, hi = _run_range(names, med, runs_ms)
+    xerr = [[m - a for m, a in zip(med, lo, strict=True)],
+            [b - m for m, b in zip(med, hi, strict=True)]] if runs_ms else None
+    ax.barh(names, med, color=colors, xerr=xerr, capsize=3,
+            error_kw={"elinewidth": 0.9, "ecolor": "black"})
+    for i, (m, end) in enumerate(zip(med, hi, strict=True)):
+        ax.text(end, i, f" {m:.1f} ms", va="center", fontsize=8)  # past the error bar
     ax.invert_yaxis()
-    ax.set_xlabel("median forward time (ms)")
-    ax.set_xlim(0, max(times_ms.values()) * 1.25)
+    ax.set_xlabel("median forward time (ms)" + (f"; bars: min–max of {_rounds(runs_ms, names)}"
+                                                if runs_ms else ""))
+    ax.set_xlim(0, max(hi) * 1.25)
+    if any(compiled) and not all(compiled):  # one legend entry per colour drawn
+        ax.legend(handles=[Patch(color=RANK_COLORS[0], label="eager"),
+                           Patch(color=RANK_COLORS[1], label="torch.compile")],
+                  fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     if title:
         ax.set_title(title, loc="left", fontsize=10)
     ax.figure.tight_layout()
     return ax
+
+
+def _run_range(names: Sequence[str], med: Sequence[float],
+               runs_ms: Mapping[str, Sequence[float]] | None
+               ) -> tuple[list[float], list[float]]:
+    """Each variant's (min, max) over its rounds and its median: a variant without rounds
+    draws no bar rather than failing, and an error bar never has a negative side."""
+    spans = [[*(runs_ms or {}).get(n, ()), m] for n, m in zip(names, med, strict=True)]
+    return [min(v) for v in spans], [max(v) for v in spans]
+
+
+def _rounds(runs_ms: Mapping[str, Sequence[float]], names: Sequence[str]) -> str:
+    """The count for the x label: "3 rounds", or "2–3 rounds" when variants ran different
+    numbers of rounds (a range rather than a claim that every variant ran 3)."""
+    counts = sorted({len(runs_ms[n]) for n in names if n in runs_ms})
+    if not counts:
+        return "0 rounds"
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return f"{n} round" + ("" if n == "1" else "s")
 
 
 __all__ = ["draw_tp_split", "plot_comm_volume", "plot_forward_times", "plot_graph_breaks"]

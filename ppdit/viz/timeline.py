@@ -8,6 +8,7 @@ from __future__ import annotations
 from itertools import groupby
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 from ppdit.analysis.trace_stats import busy_fractions
 from ppdit.runtime.trace import Span, Trace
@@ -17,63 +18,87 @@ KIND_COLORS = {
     "send": "#DD8452",
     "recv": "#55A868",
     "wait": "#C0C0C0",
+    "collective": "#C44E52",
     "decode": "#8172B3",
     "boot": "#937860",
 }
-_SHADES = (1.0, 0.65)  # alternate requests on a lane so neighbours stay distinguishable
+_SHADES = (1.0, 0.65)  # alternate compute blocks on a lane so neighbours stay distinguishable
+_INSIDE_COMPUTE = ("collective",)  # spans recorded inside a compute span
+_MIN_PX = 3.0  # the narrowest a short span (a 1 ms send in a 1 s run) is drawn, in pixels
+_LABEL_PT = 7  # compute labels' font size; a label is drawn only where it fits its block
 
 
 def plot_timeline(trace: Trace, ax=None, title: str | None = None, label: bool = True,
-                  kinds: tuple[str, ...] | None = None):
+                  kinds: tuple[str, ...] | None = None,
+                  window: tuple[float, float] | None = None):
     """Draw one horizontal lane per rank; spans coloured by kind, compute labelled by request.
 
     Consecutive compute spans of one request are merged into one labelled block, so a stage
-    that runs 14 steps of request 3 shows one "r3" box, not 14 slivers.
+    that runs 14 steps of request 3 shows one "r3" box, not 14 slivers. Spans shorter than
+    a few pixels (sends, all-reduces) are drawn a few pixels wide so that they stay visible;
+    ``window=(start_ms, end_ms)`` enlarges part of the run, and widths and labels are fitted
+    to what is shown. The legend names only the kinds drawn.
     """
     ax = ax or plt.subplots(figsize=(10, 0.6 + 0.55 * max(1, len(trace.ranks))))[1]
+    lo, hi = window or (0.0, trace.makespan_s * 1e3 * 1.01 or 1.0)
+    ax.set_xlim(lo, hi)
+    px_ms = (hi - lo) / max(ax.get_window_extent().width, 1.0)  # ms per pixel
+    drawn: set[str] = set()
     for lane, rank in enumerate(trace.ranks):
         spans = [s for s in trace.select(rank=rank) if kinds is None or s.kind in kinds]
-        _draw_lane(ax, lane, spans, label)
+        drawn |= _draw_lane(ax, lane, spans, label, px_ms, ax.figure.dpi)
     ax.set_yticks(range(len(trace.ranks)), [f"rank {r}" for r in trace.ranks])
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
-    ax.set_xlim(0, trace.makespan_s * 1e3 * 1.01 or 1)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for k, c in KIND_COLORS.items()
-               if any(s.kind == k for s in trace.spans)]
-    names = [k for k in KIND_COLORS if any(s.kind == k for s in trace.spans)]
-    ax.legend(handles, names, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize=8,
-              ncol=len(names), frameon=False, borderaxespad=0.1)
+    shown = [k for k in KIND_COLORS if k in drawn]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS[k]) for k in shown]
+    names = ["compute (two shades: neighbours)" if k == "compute" else k for k in shown]
+    ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7,
+              frameon=False, borderaxespad=0.0)
     if title:
         ax.set_title(title, loc="left")
     return ax
 
 
-def _draw_lane(ax, lane: int, spans: list[Span], label: bool) -> None:
-    blocks = _merge_compute(spans)
-    for i, (kind, name, start, end) in enumerate(blocks):
+def _draw_lane(ax, lane: int, spans: list[Span], label: bool, px_ms: float,
+               dpi: float) -> set[str]:
+    """One rank's blocks; returns the kinds drawn (for the legend)."""
+    n_compute = 0
+    for kind, name, start, end in _merge_compute(spans):
         color = KIND_COLORS.get(kind, "#999999")
-        alpha = _SHADES[i % 2] if kind == "compute" else 0.9
-        height = 0.8 if kind != "send" else 0.3  # sends overlap compute: draw them thin
-        y = lane if kind != "send" else lane + 0.25
-        ax.barh(y, (end - start) / 1e6, left=start / 1e6, height=height, color=color,
-                alpha=alpha, edgecolor="white", linewidth=0.3,
-                zorder=3 if kind == "send" else 2)  # in flight: drawn over what it overlaps
-        if label and kind == "compute" and name:
-            ax.text((start + end) / 2e6, lane, name, ha="center", va="center", fontsize=7,
-                    color="white", clip_on=True)
+        width = (end - start) / 1e6
+        if kind == "compute":
+            alpha, n_compute = _SHADES[n_compute % 2], n_compute + 1
+        else:
+            alpha, width = 0.9, max(width, _MIN_PX * px_ms)
+        thin = kind == "send"  # sends overlap compute: drawn thin, on the lane's lower edge
+        ax.barh(lane + 0.25 if thin else lane, width, left=start / 1e6,
+                height=0.3 if thin else 0.8, color=color, alpha=alpha, edgecolor="white",
+                linewidth=0.3, zorder=2 if kind == "compute" else 3)  # over what it overlaps
+        if label and kind == "compute" and name and _fits(name, width, px_ms, dpi):
+            ax.text(start / 1e6 + width / 2, lane, name, ha="center", va="center",
+                    fontsize=_LABEL_PT, color="white", clip_on=True)
+    return {kind for kind, *_ in _merge_compute(spans)}
+
+
+def _fits(name: str, width_ms: float, px_ms: float, dpi: float) -> bool:
+    """Whether ``name`` fits inside a block ``width_ms`` wide (about 0.6 em per character)."""
+    text_px = len(name) * 0.6 * _LABEL_PT * dpi / 72
+    return width_ms / px_ms >= text_px + 2
 
 
 def _merge_compute(spans: list[Span]) -> list[tuple[str, str, int, int]]:
     """(kind, label, start, end) blocks: runs of same-named compute spans become one block."""
     out = []
-    ordered = sorted(spans, key=lambda s: s.start_ns)
+    inner = [s for s in spans if s.kind in _INSIDE_COMPUTE]  # drawn over, not between, steps
+    ordered = sorted((s for s in spans if s.kind not in _INSIDE_COMPUTE), key=lambda s: s.start_ns)
     for (kind, name), group in groupby(ordered, key=lambda s: (s.kind, s.name)):
         g = list(group)
         if kind == "compute":
             out.append((kind, name, g[0].start_ns, g[-1].end_ns))
         else:
             out += [(s.kind, s.name, s.start_ns, s.end_ns) for s in g]
-    return out
+    return out + [(s.kind, s.name, s.start_ns, s.end_ns) for s in inner]
 
 
 def plot_busy(trace: Trace, ax=None, title: str | None = None):
@@ -89,8 +114,9 @@ def plot_busy(trace: Trace, ax=None, title: str | None = None):
         ax.text(i, busy[r] / 2, f"{busy[r]:.0%}", ha="center", va="center", color="white")
     ax.set_xlabel("rank")
     ax.set_ylabel("share of run")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.set_ylim(0, 1.25)  # a band above the bars for the legend: it covers no bar
+    ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.legend(fontsize=8, loc="upper center", ncol=2, frameon=False)
     if title:
         ax.set_title(title)
     return ax
@@ -104,8 +130,11 @@ def plot_counters(trace: Trace, names: tuple[str, ...] | None = None, ax=None,
     for c in trace.counters:
         if names is None or c.name in names:
             by_name.setdefault(f"{c.name} (rank {c.rank})", []).append(c)
-    for label, cs in by_name.items():
-        ax.step([c.t_ns / 1e6 for c in cs], [c.value for c in cs], where="post", label=label)
+    end_ms = trace.makespan_s * 1e3
+    for label, cs in by_name.items():  # each held until the run's end: its last value stands
+        ax.step([c.t_ns / 1e6 for c in cs] + [end_ms], [c.value for c in cs] + [cs[-1].value],
+                where="post", label=label)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # depths and counts are whole
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, trace.makespan_s * 1e3 * 1.01 or 1)
     if by_name:

@@ -117,32 +117,65 @@ def frame_strip(video: torch.Tensor, frames: Sequence[int] | None = None, axes=N
 
 
 def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
-    """Per latent length F and mode: time to first frame (log scale), total time, peak memory."""
+    """Per latent length F and mode: time to first frame (log scale), total time, peak memory.
+
+    The time panels are medians with min-max bars over the repeats each row carries: on a shared
+    CPU the repeats spread widely enough to change which mode looks faster. Peak memory comes
+    from one untimed run, so it has no bars.
+    """
     if axes is None:
         _, axes = plt.subplots(1, 3, figsize=(12, 3))
     lengths = sorted({r.latent_frames for r in rows})
     modes = list(dict.fromkeys(r.mode for r in rows))
     width = 0.8 / len(modes)
-    panels = [("time to first frame", "ms (log scale)", lambda r: r.ttff_s * 1e3),
-              ("total time", "ms", lambda r: r.total_s * 1e3),
-              ("peak memory", "MiB", lambda r: r.peak_bytes / 2**20)]
+    panels = [("time to first frame", "ms (log scale)", lambda r: r.ttff_s * 1e3,
+               lambda r: r.ttff_runs),
+              ("total time", "ms", lambda r: r.total_s * 1e3, lambda r: r.total_runs),
+              ("peak memory", "MiB", lambda r: r.peak_bytes / 2**20, None)]
     for i, mode in enumerate(modes):
-        mine = {r.latent_frames: r for r in rows if r.mode == mode}
+        by_length = {r.latent_frames: r for r in rows if r.mode == mode}
+        mine = [by_length[f] for f in lengths]
         xs = [j + i * width for j in range(len(lengths))]
-        for ax, (_, _, value) in zip(axes, panels, strict=True):
-            ax.bar(xs, [value(mine[f]) for f in lengths], width, color=_PUSH_COLORS[i % 10],
-                   label=mode)
-    for ax, (title, unit, _) in zip(axes, panels, strict=True):
+        for ax, (_, _, value, runs) in zip(axes, panels, strict=True):
+            heights = [value(r) for r in mine]
+            yerr = _min_max_err(heights, [runs(r) for r in mine]) if runs else None
+            ax.bar(xs, heights, width, color=_PUSH_COLORS[i % 10], label=mode, yerr=yerr,
+                   capsize=3, error_kw={"elinewidth": 0.9, "ecolor": "black"})
+    for ax, (title, unit, _, runs) in zip(axes, panels, strict=True):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(lengths))],
                       [f"F={f}" for f in lengths])
         ax.set_xlabel("latent frames")
         ax.set_ylabel(unit)
-        ax.set_title(title, loc="left", fontsize=9)
+        note = _repeats_note([runs(r) for r in rows]) if runs else "one untimed run"
+        ax.set_title(f"{title}\n{note}", loc="left", fontsize=9)
     axes[0].set_yscale("log")
     # outside the last panel: inside, it would hide the tallest bars
     axes[2].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), title="decode",
                    title_fontsize=8)
     return axes
+
+
+def _min_max_err(medians: Sequence[float], runs: Sequence[Sequence[float]]
+                 ) -> list[list[float]] | None:
+    """``yerr`` for ``ax.bar``: the distance from each median (ms) down to its fastest repeat
+    and up to its slowest (runs in s); zero where a row carries no repeats, and None where no
+    row does (a bar of zero length would still draw its caps)."""
+    if not any(runs):
+        return None
+    lo = [min([m, *(t * 1e3 for t in r)]) for m, r in zip(medians, runs, strict=True)]
+    hi = [max([m, *(t * 1e3 for t in r)]) for m, r in zip(medians, runs, strict=True)]
+    return [[m - a for m, a in zip(medians, lo, strict=True)],
+            [b - m for m, b in zip(medians, hi, strict=True)]]
+
+
+def _repeats_note(runs: Sequence[Sequence[float]]) -> str:
+    """What a time panel's bars mean: "median, bars min–max of 3 repeats" (or "2–3 repeats"
+    when rows differ, or just "median" when no row carries its repeats)."""
+    counts = sorted({len(r) for r in runs if r})
+    if not counts:
+        return "median"
+    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    return f"median, bars min–max of {n} repeat" + ("" if n == "1" else "s")
 
 
 __all__ = ["draw_causal_conv", "draw_frame_arithmetic", "frame_strip", "plot_cache_slots",

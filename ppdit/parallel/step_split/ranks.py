@@ -31,7 +31,7 @@ from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, wire_device
 from ppdit.runtime.rank import RankContext
 from ppdit.runtime.rounds import ReplicatedRunner
 from ppdit.runtime.timing import exchange, timed
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.trace import Tracer, collectives_into
 from ppdit.sampler import Denoiser, Request, StepState
 
 
@@ -173,7 +173,8 @@ class _Stage:
 
     def run(self) -> dict[int, torch.Tensor]:
         """Run this stage's share of the plan; the last stage returns the final latents."""
-        out = self.run_filled() if self.plan.mode == "filled" else self.run_stream_batch()
+        with collectives_into(self.tracer):  # a TP stage's all-reduces show on its lane
+            out = self.run_filled() if self.plan.mode == "filled" else self.run_stream_batch()
         for box in (self.outbox, self.credits_out):
             if box is not None:
                 box.flush()

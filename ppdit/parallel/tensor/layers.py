@@ -50,6 +50,8 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch import nn
 
+from ppdit.runtime.trace import collective_tracer
+
 COLLECTIVES = ("funcol", "c10d", "c10d_async")
 
 
@@ -60,7 +62,20 @@ def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
     ``staged`` (ranks sharing a GPU over gloo, which moves only host memory): the sum runs on a
     host copy with c10d and comes back to ``x``'s device, whatever the style (an eager
     fallback: ``compile_blocks`` refuses staged layers, whose copies a graph cannot hold).
+    Inside ``collectives_into(tracer)`` an eager call records a ``collective`` span that ends
+    when the sum is there (funcol's wait moves into the span: on a timeline, not in a speed
+    measurement).
     """
+    tracer = None if torch.compiler.is_compiling() else collective_tracer()
+    if tracer is not None:  # eager, and a timeline asked: time it to its result (a wait)
+        with tracer.span("collective", "all-reduce", gpu=True):
+            out = _all_reduce_sum(x, group, collectives, staged)
+            return funcol.wait_tensor(out) if collectives == "funcol" and not staged else out
+    return _all_reduce_sum(x, group, collectives, staged)
+
+
+def _all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
+                    staged: bool) -> torch.Tensor:
     if staged:
         host = x.detach().to("cpu")
         dist.all_reduce(host, group=group)
