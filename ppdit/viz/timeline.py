@@ -35,7 +35,8 @@ def plot_timeline(trace: Trace, ax=None, title: str | None = None, label: bool =
 
     Consecutive compute spans of one request are merged into one labelled block, so a stage
     that runs 14 steps of request 3 shows one "r3" box, not 14 slivers. Spans shorter than
-    a few pixels (sends, all-reduces) are drawn a few pixels wide so that they stay visible;
+    a few pixels (a send) are drawn a few pixels wide so that they stay visible; collectives
+    inside a step keep their true width (enlarge a step with ``window`` to see them);
     ``window=(start_ms, end_ms)`` enlarges part of the run, and widths and labels are fitted
     to what is shown. The legend names only the kinds drawn.
     """
@@ -69,6 +70,8 @@ def _draw_lane(ax, lane: int, spans: list[Span], label: bool, px_ms: float,
         width = (end - start) / 1e6
         if kind == "compute":
             alpha, n_compute = _SHADES[n_compute % 2], n_compute + 1
+        elif kind in _INSIDE_COMPUTE:  # dozens per step: widened, they would hide the step
+            alpha = 0.9
         else:
             alpha, width = 0.9, max(width, _MIN_PX * px_ms)
         thin = kind == "send"  # sends overlap compute: drawn thin, on the lane's lower edge
