@@ -27,7 +27,7 @@ test:
 	# Ranks stay on the CPU (the committed outputs and the references are CPU results, compared
 	# bit for bit) even on a GPU machine, where the tests marked `gpu` run on CUDA themselves.
 	PPDIT_DEVICE=cpu PPDIT_CLAIMS_DIR=$$(mktemp -d) PPDIT_REQUIRE_BOOK=1 \
-		$(PY) -m pytest tests notebooks $(NBVAL) --durations=25
+		$(PY) -m pytest tests notebooks $(NBVAL) --durations=60
 
 # On a GPU machine: the GPU tests, then the GPU measurements (about 8 minutes on one H100); writes
 # gpu_runs/<gpu>-<date>.json. Needs a CUDA build of torch (TORCH_SPEC, see scripts/bootstrap.sh);
