@@ -63,8 +63,8 @@ def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
     host copy with c10d and comes back to ``x``'s device, whatever the style (an eager
     fallback: ``compile_blocks`` refuses staged layers, whose copies a graph cannot hold).
     Inside ``collectives_into(tracer)`` an eager call records a ``collective`` span that ends
-    when the sum is there (funcol's wait moves into the span: on a timeline, not in a speed
-    measurement).
+    when the sum is there: funcol's wait moves into the span, from the next op that reads the
+    result (eagerly, the very next one), so the step's arithmetic and order are unchanged.
     """
     tracer = None if torch.compiler.is_compiling() else collective_tracer()
     if tracer is not None:  # eager, and a timeline asked: time it to its result (a wait)
