@@ -5,8 +5,9 @@ Kinds used across ppdit: ``compute`` (model work), ``send``/``recv`` (P2P), ``wa
 on a peer or a queue), ``decode`` (VAE), ``collective`` (a TP all-reduce inside a compute
 span, recorded where ``collectives_into`` names the tracer: the layers hold no tracer).
 The clock is ``time.perf_counter_ns`` — on Linux that is CLOCK_MONOTONIC, one clock for every
-process on a host, so spans of different ranks on one machine line up exactly. Ranks on different hosts are aligned by a barrier (``Tracer.align``);
-the error is then the barrier's release skew.
+process on a host, so spans of different ranks on one machine line up exactly. Ranks on
+different hosts are aligned by a barrier (``Tracer.align``); the error is then the barrier's
+release skew.
 
 On a GPU a compute span's wall time measures only the *launch* of asynchronous kernels; with
 ``gpu=True`` the span also records CUDA events and reports the kernels' own start and end
