@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from ppdit.parallel.tensor.comms import tp_comm_per_block
+from ppdit.viz.spread import count_label, min_max_err
 
 RANK_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52")
 SHARED = "#9A9A9A"
@@ -129,15 +130,15 @@ def plot_forward_times(times_ms: Mapping[str, float], ax=None, title: str = "", 
     med = [times_ms[n] for n in names]
     compiled = ["compiled" in n for n in names]
     colors = [RANK_COLORS[1] if c else RANK_COLORS[0] for c in compiled]
-    lo, hi = _run_range(names, med, runs_ms)
-    xerr = [[m - a for m, a in zip(med, lo, strict=True)],
-            [b - m for m, b in zip(med, hi, strict=True)]] if runs_ms else None
+    runs = [(runs_ms or {}).get(n, ()) for n in names]
+    xerr = min_max_err(med, runs) if runs_ms else None
+    hi = [m + up for m, up in zip(med, xerr[1], strict=True)] if xerr else med
     ax.barh(names, med, color=colors, xerr=xerr, capsize=3,
             error_kw={"elinewidth": 0.9, "ecolor": "black"})
     for i, (m, end) in enumerate(zip(med, hi, strict=True)):
         ax.text(end, i, f" {m:.1f} ms", va="center", fontsize=8)  # past the error bar
     ax.invert_yaxis()
-    ax.set_xlabel("median forward time (ms)" + (f"; bars: min–max of {_rounds(runs_ms, names)}"
+    ax.set_xlabel("median forward time (ms)" + (f"; bars: min–max of {count_label(runs, 'round')}"
                                                 if runs_ms else ""))
     ax.set_xlim(0, max(hi) * 1.25)
     if any(compiled) and not all(compiled):  # one legend entry per colour drawn
@@ -148,25 +149,6 @@ def plot_forward_times(times_ms: Mapping[str, float], ax=None, title: str = "", 
         ax.set_title(title, loc="left", fontsize=10)
     ax.figure.tight_layout()
     return ax
-
-
-def _run_range(names: Sequence[str], med: Sequence[float],
-               runs_ms: Mapping[str, Sequence[float]] | None
-               ) -> tuple[list[float], list[float]]:
-    """Each variant's (min, max) over its rounds and its median: a variant without rounds
-    draws no bar rather than failing, and an error bar never has a negative side."""
-    spans = [[*(runs_ms or {}).get(n, ()), m] for n, m in zip(names, med, strict=True)]
-    return [min(v) for v in spans], [max(v) for v in spans]
-
-
-def _rounds(runs_ms: Mapping[str, Sequence[float]], names: Sequence[str]) -> str:
-    """The count for the x label: "3 rounds", or "2–3 rounds" when variants ran different
-    numbers of rounds (a range rather than a claim that every variant ran 3)."""
-    counts = sorted({len(runs_ms[n]) for n in names if n in runs_ms})
-    if not counts:
-        return "0 rounds"
-    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return f"{n} round" + ("" if n == "1" else "s")
 
 
 __all__ = ["draw_tp_split", "plot_comm_volume", "plot_forward_times", "plot_graph_breaks"]

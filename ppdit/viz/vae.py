@@ -14,6 +14,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ppdit.analysis.vae_decode import DecodeMeasurement
 from ppdit.vae.streaming import StreamingDecoder, output_frames
+from ppdit.viz.spread import count_label, min_max_err
 
 _PUSH_COLORS = plt.cm.tab10.colors
 
@@ -129,8 +130,9 @@ def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
     modes = list(dict.fromkeys(r.mode for r in rows))
     width = 0.8 / len(modes)
     panels = [("time to first frame", "ms (log scale)", lambda r: r.ttff_s * 1e3,
-               lambda r: r.ttff_runs),
-              ("total time", "ms", lambda r: r.total_s * 1e3, lambda r: r.total_runs),
+               lambda r: [t * 1e3 for t in r.ttff_runs]),
+              ("total time", "ms", lambda r: r.total_s * 1e3,
+               lambda r: [t * 1e3 for t in r.total_runs]),
               ("peak memory", "MiB", lambda r: r.peak_bytes / 2**20, None)]
     for i, mode in enumerate(modes):
         by_length = {r.latent_frames: r for r in rows if r.mode == mode}
@@ -138,7 +140,8 @@ def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
         xs = [j + i * width for j in range(len(lengths))]
         for ax, (_, _, value, runs) in zip(axes, panels, strict=True):
             heights = [value(r) for r in mine]
-            yerr = _min_max_err(heights, [runs(r) for r in mine]) if runs else None
+            repeats = [runs(r) for r in mine] if runs else []
+            yerr = min_max_err(heights, repeats) if any(repeats) else None
             ax.bar(xs, heights, width, color=_PUSH_COLORS[i % 10], label=mode, yerr=yerr,
                    capsize=3, error_kw={"elinewidth": 0.9, "ecolor": "black"})
     for ax, (title, unit, _, runs) in zip(axes, panels, strict=True):
@@ -146,36 +149,15 @@ def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
                       [f"F={f}" for f in lengths])
         ax.set_xlabel("latent frames")
         ax.set_ylabel(unit)
-        note = _repeats_note([runs(r) for r in rows]) if runs else "one untimed run"
+        repeats = [runs(r) for r in rows] if runs else []
+        note = ("one untimed run" if not runs else "median" if not any(repeats) else
+                f"median, bars min–max of {count_label(repeats, 'repeat')}")
         ax.set_title(f"{title}\n{note}", loc="left", fontsize=9)
     axes[0].set_yscale("log")
     # outside the last panel: inside, it would hide the tallest bars
     axes[2].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), title="decode",
                    title_fontsize=8)
     return axes
-
-
-def _min_max_err(medians: Sequence[float], runs: Sequence[Sequence[float]]
-                 ) -> list[list[float]] | None:
-    """``yerr`` for ``ax.bar``: the distance from each median (ms) down to its fastest repeat
-    and up to its slowest (runs in s); zero where a row carries no repeats, and None where no
-    row does (a bar of zero length would still draw its caps)."""
-    if not any(runs):
-        return None
-    lo = [min([m, *(t * 1e3 for t in r)]) for m, r in zip(medians, runs, strict=True)]
-    hi = [max([m, *(t * 1e3 for t in r)]) for m, r in zip(medians, runs, strict=True)]
-    return [[m - a for m, a in zip(medians, lo, strict=True)],
-            [b - m for m, b in zip(medians, hi, strict=True)]]
-
-
-def _repeats_note(runs: Sequence[Sequence[float]]) -> str:
-    """What a time panel's bars mean: "median, bars min–max of 3 repeats" (or "2–3 repeats"
-    when rows differ, or just "median" when no row carries its repeats)."""
-    counts = sorted({len(r) for r in runs if r})
-    if not counts:
-        return "median"
-    n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
-    return f"median, bars min–max of {n} repeat" + ("" if n == "1" else "s")
 
 
 __all__ = ["draw_causal_conv", "draw_frame_arithmetic", "frame_strip", "plot_cache_slots",
