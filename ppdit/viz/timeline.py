@@ -64,8 +64,8 @@ def plot_timeline(trace: Trace, ax=None, title: str | None = None, label: bool =
 def _draw_lane(ax, lane: int, spans: list[Span], label: bool, px_ms: float,
                dpi: float) -> set[str]:
     """One rank's blocks; returns the kinds drawn (for the legend)."""
-    n_compute = 0
-    for kind, name, start, end in _merge_compute(spans):
+    n_compute, blocks = 0, _merge_compute(spans)
+    for kind, name, start, end in blocks:
         color = KIND_COLORS.get(kind, "#999999")
         width = (end - start) / 1e6
         if kind == "compute":
@@ -81,7 +81,7 @@ def _draw_lane(ax, lane: int, spans: list[Span], label: bool, px_ms: float,
         if label and kind == "compute" and name and _fits(name, width, px_ms, dpi):
             ax.text(start / 1e6 + width / 2, lane, name, ha="center", va="center",
                     fontsize=_LABEL_PT, color="white", clip_on=True)
-    return {kind for kind, *_ in _merge_compute(spans)}
+    return {kind for kind, *_ in blocks}
 
 
 def _fits(name: str, width_ms: float, px_ms: float, dpi: float) -> bool:
