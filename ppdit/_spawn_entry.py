@@ -10,6 +10,8 @@ imports nothing heavy, so the rank asks Linux to kill it with its parent first
 
 import contextlib
 import ctypes
+import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import signal
@@ -31,19 +33,22 @@ PARENT_POLL_S = 0.5  # how often a rank checks that its parent is alive
 _WATCHED: list[int] = []  # the parent this process watches (one watcher per process)
 
 
-def watch_parent(parent_pid: int, pdeathsig: bool = True) -> None:
+def watch_parent(parent_pid: int, pdeathsig: bool = True, sentinel: int | None = None) -> None:
     """End this process when ``parent_pid`` is gone, within ``PARENT_POLL_S`` seconds.
 
     Linux can do it for us (``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the child
     when the *thread* that started it ends, so callers starting ranks from a short-lived
     thread pass ``pdeathsig=False``); a daemon thread polling ``getppid()`` covers the rest.
+    ``sentinel``: a file descriptor that becomes readable when the caller is gone (the end of
+    the pipe multiprocessing gives every child). A forked rank needs it: its parent, the fork
+    server, exits only once no client holds its "alive" pipe, and every rank holds one.
     """
     if _WATCHED:
         return
     _WATCHED.append(parent_pid)
     if pdeathsig:
         die_with_parent()
-    threading.Thread(target=_watch, args=(parent_pid,), name="ppdit-parent-watch",
+    threading.Thread(target=_watch, args=(parent_pid, sentinel), name="ppdit-parent-watch",
                      daemon=True).start()
 
 
@@ -55,29 +60,53 @@ def watch_torchrun_agent() -> None:
         watch_parent(os.getppid())
 
 
-def _watch(parent_pid: int) -> None:
+def _watch(parent_pid: int, sentinel: int | None) -> None:
     while os.getppid() == parent_pid:
-        time.sleep(PARENT_POLL_S)
+        if sentinel is None:
+            time.sleep(PARENT_POLL_S)
+        elif multiprocessing.connection.wait([sentinel], PARENT_POLL_S):
+            break
     with contextlib.suppress(Exception):
-        print(f"ppdit: parent process {parent_pid} is gone; this rank exits", flush=True)
+        print("ppdit: the process that started this rank is gone; it exits", flush=True)
     os._exit(3)
 
 
-def main(parent_pid: int, pdeathsig: bool, payload: bytes, *queues) -> None:
+def main(parent_pid: int, pdeathsig: bool, payload: bytes, env: dict[str, str],
+         *queues) -> None:
     """Die with the parent, then become the rank: ``payload`` unpickles to the rank's entry
     point and its arguments (``ppdit.runtime.rank.child_main``: unpickling it imports torch,
-    which is why that comes last, and why this module names no ppdit module itself)."""
+    which is why that comes last, and why this module names no ppdit module itself).
+
+    ``parent_pid`` is the caller. A spawned rank's parent is the caller itself; a forked one's
+    is the fork server (``ppdit.runtime.start_method``), which exits when the caller does, so
+    the rank watches whichever is its parent. ``env`` is the caller's environment at launch:
+    a forked rank would otherwise keep the one the server started with."""
     # An interrupt meant for the caller (Jupyter signals the kernel's whole process group) must
     # not raise inside a rank's imports: the caller stops the ranks. (A pool started from the
     # main thread starts its ranks with SIGINT ignored already: ppdit.runtime.pool.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if os.environ != env:
+        os.environ.clear()
+        os.environ.update(env)
     # Cache the bytecode of what this rank imports even where PYTHONDONTWRITEBYTECODE is set
     # (a JupyterLab started by hand on such a machine): every rank start would otherwise
     # recompile torch's and ppdit's modules (8.3 s of imports instead of 3.4 s, measured).
     sys.dont_write_bytecode = False
     if pdeathsig:
         die_with_parent()
-    if os.getppid() != parent_pid:  # the parent died before the request above took effect
+    if not _caller_alive(parent_pid):  # it died before the request above took effect
         os._exit(3)
+    parent = multiprocessing.parent_process()  # the caller, whatever the start method
+    watch_parent(os.getppid(), pdeathsig=False,  # the request, if any, is made above
+                 sentinel=parent.sentinel if parent is not None else None)
     child_main, rank, spec, first, log_path = pickle.loads(payload)
     child_main(rank, spec, first, *queues, log_path)
+
+
+def _caller_alive(parent_pid: int) -> bool:
+    """Whether the process that started this rank still runs: it is our parent (spawn), or it
+    still holds its end of the pipe multiprocessing handed us (forkserver)."""
+    if os.getppid() == parent_pid:
+        return True
+    parent = multiprocessing.parent_process()
+    return parent is not None and parent.pid == parent_pid and parent.is_alive()

@@ -52,19 +52,21 @@ def tiny():
 
 
 def spawned_children() -> list[int]:
-    """PIDs of live processes whose parent is this test process and that were spawned, other
-    than the ranks of the live pools the tests share (see ``pools``)."""
-    me, out, pooled = os.getpid(), [], live_pids()
+    """PIDs of live rank processes this test process started (spawned children, or children
+    of its fork server), other than the ranks of the live pools the tests share (``pools``)."""
+    me, procs, pooled = os.getpid(), {}, live_pids()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             cmd = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        pid = int(stat.parent.name)
-        if int(fields[1]) == me and fields[0] != "Z" and b"spawn_main" in cmd and pid not in pooled:
-            out.append(pid)
-    return out
+        procs[int(stat.parent.name)] = (int(fields[1]), fields[0], cmd)
+    servers = {pid for pid, (ppid, _, cmd) in procs.items()
+               if ppid == me and b"forkserver" in cmd}
+    return [pid for pid, (ppid, state, cmd) in procs.items()
+            if state != "Z" and pid not in pooled
+            and ((ppid == me and b"spawn_main" in cmd) or ppid in servers)]
 
 
 @pytest.fixture(scope="session")

@@ -168,5 +168,7 @@ def test_library_code_changes_no_global_state():
     for path in ROOT.rglob("*.py"):
         text = path.read_text()
         assert "matplotlib.use(" not in text, path
-        if path.name != "compile_cache.py":  # the one documented environment write
+        # the documented environment writes: the compile cache's folder, and a forked rank
+        # taking its caller's environment (in the rank's own process, before anything runs)
+        if path.name not in ("compile_cache.py", "_spawn_entry.py"):
             assert not ENV_WRITE.search(text), f"{path} writes os.environ"

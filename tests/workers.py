@@ -99,3 +99,14 @@ def _slowed(step_batch, seconds: float):
         time.sleep(seconds)
         return step_batch(*args, **kwargs)
     return slow
+
+
+def how_started(ctx: RankContext, name: str) -> dict:
+    """What a rank inherited from its caller: an environment variable, the working directory,
+    its start method (multiprocessing's), whether torch came with the process."""
+    import multiprocessing
+    import os
+
+    return {"env": os.environ.get(name), "cwd": os.getcwd(),
+            "method": multiprocessing.get_start_method(allow_none=True),
+            "parent": multiprocessing.parent_process().pid, "ppid": os.getppid()}

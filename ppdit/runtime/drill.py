@@ -58,9 +58,19 @@ def marked_processes(token: str) -> dict[int, str]:
 
 
 def _ranks(procs: dict[int, str], main_pid: int) -> int:
-    """Rank processes: spawned children, or the workers torchrun starts (``python -m ...``)."""
-    return sum(("spawn_main" in c or " -m " in c) and "resource_tracker" not in c
-               and "torch.distributed.run" not in c for p, c in procs.items() if p != main_pid)
+    """Rank processes: spawned children, children of a fork server (not the server itself:
+    forked, they show its command line), or the workers torchrun starts (``python -m ...``)."""
+    return sum(("spawn_main" in c or " -m " in c
+                or ("forkserver" in c and "forkserver" in procs.get(_ppid(p), "")))
+               and "resource_tracker" not in c and "torch.distributed.run" not in c
+               for p, c in procs.items() if p != main_pid)
+
+
+def _ppid(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 def signal_drill(sig: signal.Signals, *, command: tuple[str, ...] = STEP_SPLIT, ranks: int = 2,

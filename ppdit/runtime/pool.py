@@ -1,9 +1,11 @@
 """A pool of live ranks: start-up paid once, jobs run many times, nothing left behind.
 
-Starting a rank costs seconds (a Python interpreter, torch, diffusers, a process group; 2-3 s
-on a 2-core CPU, 10-12 s on a GPU host that initialises CUDA). A lesson that launches dozens
-of times pays that dozens of times. ``ranks(n)`` keeps n initialised ranks across calls and
-notebook cells instead::
+Starting a rank costs time: a process, its imports, a process group. A fresh interpreter
+(spawn) imports torch and diffusers itself, about 9 s of a core on this 2-core CPU and 10-12 s
+per launch on a GPU host that initialises CUDA; CPU ranks are forked from a server that imported
+them once (``ppdit.runtime.start_method``), which leaves the process group and ppdit's imports.
+A lesson that launches dozens of times pays that dozens of times. ``ranks(n)`` keeps n
+initialised ranks across calls and notebook cells instead::
 
     with ranks(2) as pool:
         a = pool.run(worker, args=(plan_a,))
@@ -44,11 +46,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch.multiprocessing as mp
-
 from ppdit._spawn_entry import main as spawn_entry
 from ppdit.runtime.device import decide_placement
 from ppdit.runtime.rank import DEFAULT_TIMEOUT_S, PoolSpec, RankJob, child_main, loads
+from ppdit.runtime.start_method import start_context
 
 _POLL_S = 0.05
 _GRACE_S = 2.0  # how long a dead rank's last queue message may still be in flight
@@ -106,11 +107,14 @@ class RankPool:
     def _start(self, first: RankJob) -> None:
         """Spawn the ranks; ``first`` is their first job (its setup runs before the group)."""
         self._spent = False
-        ctx = mp.get_context("spawn")
+        ctx = start_context(self.placement.kind)
         main_thread = threading.current_thread() is threading.main_thread()
+        # A forked rank's parent is the fork server, whose one thread lives as long as it does.
+        forked = ctx.get_start_method() == "forkserver"
         self._spec = PoolSpec(self.world_size, _free_port(), self.placement, self.threads,
-                              self.timeout_s, os.getpid(), pdeathsig=main_thread,
-                              spawn_ns=time.perf_counter_ns())
+                              self.timeout_s, os.getpid(), pdeathsig=main_thread or forked,
+                              spawn_ns=time.perf_counter_ns(),
+                              start_method=ctx.get_start_method())
         self._results = ctx.Queue()
         self._events = ctx.Queue()
         self._job_qs = [ctx.Queue() for _ in range(self.world_size)]
@@ -123,7 +127,8 @@ class RankPool:
                                     str(self._logdir / f"rank{rank}.log")))
             p = ctx.Process(target=spawn_entry, name=f"ppdit-rank{rank}", daemon=True,
                             args=(self._spec.parent_pid, self._spec.pdeathsig, payload,
-                                  self._job_qs[rank], self._results, self._events))
+                                  dict(os.environ), self._job_qs[rank], self._results,
+                                  self._events))
             with _children_ignore_sigint(main_thread):
                 p.start()
             self._procs.append(p)

@@ -3,7 +3,7 @@
 A spawned rank (``child_main``) lives as long as its pool (``ppdit.runtime.pool``): it starts,
 joins the process group once, then runs jobs from its queue until told to stop::
 
-    redirect output -> watch the parent -> threads -> import diffusers -> [first job's setup]
+    redirect output -> threads -> import diffusers -> [first job's setup]
     -> init_process_group -> { job: setup -> worker -> barrier -> result } ... -> destroy
 
 Importing diffusers (which imports ``torch._dynamo``) *after* the process group exists made
@@ -11,9 +11,10 @@ gloo teardown leave threads behind and occasionally abort at exit on this machin
 happens first; the first job's ``setup`` (building the model) also runs before the group
 exists, as it did when every launch was a fresh process.
 
-A rank never outlives the process that started it: ``watch_parent`` asks Linux to SIGKILL the
-rank when its parent dies (``PR_SET_PDEATHSIG``) and, everywhere, runs a thread that exits the
-rank once its parent is gone (a kernel restart, ``kill -9``). SIGINT is ignored here: an
+A rank never outlives the process that started it: its entry (``ppdit._spawn_entry``) asks
+Linux to SIGKILL the rank when its parent dies (``PR_SET_PDEATHSIG``) and, everywhere, runs a
+thread that exits the rank once its parent is gone (a kernel restart, ``kill -9``); a forked
+rank's parent is the fork server, which ends with the caller. SIGINT is ignored here: an
 interrupt is the caller's decision, and the caller then ends every rank itself.
 """
 
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ppdit._spawn_entry import watch_parent, watch_torchrun_agent
+from ppdit._spawn_entry import watch_torchrun_agent
 from ppdit.runtime.device import (
     Placement,
     PlacementDecision,
@@ -106,6 +107,7 @@ class PoolSpec:
     parent_pid: int
     pdeathsig: bool  # False when the pool was started from a thread that may end first
     spawn_ns: int = 0  # when the parent started the processes (perf_counter_ns)
+    start_method: str = "spawn"  # or "forkserver" (see ppdit.runtime.start_method)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,6 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
     entry_ns = time.perf_counter_ns()
     _redirect_output(log_path)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides; it then ends us
-    watch_parent(spec.parent_pid, spec.pdeathsig)
     job = first
     try:
         torch.set_num_threads(spec.threads)

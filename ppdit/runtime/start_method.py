@@ -1,0 +1,80 @@
+"""How a pool's ranks start: forked from a server that imported torch once, or fresh interpreters.
+
+Why not always ``spawn`` (a fresh interpreter per rank, as ``torchrun`` and ``mp.spawn`` do):
+each such rank imports torch, diffusers and transformers itself, about 9 s of one core on this
+2-core machine (lesson 01 measures it), and every fresh launch pays it again. ``forkserver``
+starts one server process per caller, the first time ranks start; the server imports those
+libraries once (the list below), and every later rank is a fork of it, ready in well under a
+second. A rank still imports ppdit itself, so an edit to ppdit reaches the next launch, as it
+does under spawn.
+
+Which is used (``start_method_for``):
+
+* spawn inside a ``with fresh_interpreters():`` block (lesson 01 reproduces a torchrun's
+  start-up, so it needs fresh interpreters);
+* ``$PPDIT_START_METHOD`` ("spawn" or "forkserver") when set;
+* otherwise ``forkserver`` for CPU ranks and ``spawn`` for CUDA ranks. A server that touched
+  CUDA before forking would hand its children a broken driver state; importing the libraries
+  below does not, but the spawn path is the one measured on GPU hosts, so it stays there.
+
+What a forked rank does not get from its caller, and how it gets it: the server keeps the
+environment it started with, so the caller's environment at launch travels with the rank's
+arguments and the rank's entry restores it (``ppdit._spawn_entry``); the working directory and
+``sys.path`` travel with multiprocessing's own preparation data, as under spawn. A forked
+rank's parent is the server, which exits when its caller does; the entry watches that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+import torch.multiprocessing as mp
+
+ENV = "PPDIT_START_METHOD"
+METHODS = ("forkserver", "spawn")
+_FRESH: list[bool] = []  # one entry per open fresh_interpreters() block
+
+# What every rank imports from outside ppdit (ppdit.runtime.rank imports diffusers before the
+# process group; the model, the VAE and the text encoder come from these modules).
+PRELOAD = ("torch", "torch.distributed", "torch.distributed._functional_collectives",
+           "torch.distributed.device_mesh", "torch._dynamo", "diffusers",
+           "diffusers.models.transformers.transformer_wan",
+           "diffusers.models.autoencoders.autoencoder_kl_wan", "transformers",
+           "transformers.models.umt5")
+
+
+def start_method_for(kind: str) -> str:
+    """The start method for ranks of this placement kind ("cpu", "cuda", "cuda-shared")."""
+    if _FRESH:
+        return "spawn"
+    chosen = os.environ.get(ENV, "").strip()
+    if chosen:
+        if chosen not in METHODS:
+            raise ValueError(f"{ENV}={chosen!r}: the start method must be one of {METHODS}")
+        return chosen
+    return "forkserver" if kind == "cpu" else "spawn"
+
+
+def start_context(kind: str):
+    """The multiprocessing context that starts ranks of this placement kind."""
+    method = start_method_for(kind)
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(list(PRELOAD))  # read once, when the server starts
+    return ctx
+
+
+@contextlib.contextmanager
+def fresh_interpreters() -> Iterator[None]:
+    """Inside the block, ranks start as fresh interpreters (spawn), paying every import."""
+    _FRESH.append(True)
+    try:
+        yield
+    finally:
+        _FRESH.pop()
+
+
+__all__ = ["ENV", "METHODS", "PRELOAD", "fresh_interpreters", "start_context",
+           "start_method_for"]

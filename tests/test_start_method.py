@@ -1,0 +1,45 @@
+"""How ranks start: forked from a server on CPU (seconds of imports saved per launch), fresh
+interpreters on request, and a forked rank sees its caller's environment at launch time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ppdit.runtime import launch
+from ppdit.runtime.start_method import ENV, fresh_interpreters, start_method_for
+from tests import workers
+
+
+def test_the_rule_and_its_override(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert start_method_for("cpu") == "forkserver"
+    assert start_method_for("cuda") == start_method_for("cuda-shared") == "spawn"
+    with fresh_interpreters():
+        assert start_method_for("cpu") == "spawn"
+    assert start_method_for("cpu") == "forkserver"
+    monkeypatch.setenv(ENV, "spawn")
+    assert start_method_for("cpu") == "spawn"
+    monkeypatch.setenv(ENV, "fork")
+    with pytest.raises(ValueError, match=r"PPDIT_START_METHOD='fork'.*forkserver.*spawn"):
+        start_method_for("cpu")
+
+
+def test_a_forked_rank_gets_the_callers_environment_and_folder(monkeypatch, tmp_path,
+                                                                no_orphans):
+    monkeypatch.delenv(ENV, raising=False)
+    launch(workers.how_started, 1, args=("PPDIT_TEST_MARK",), timeout_s=120)  # server runs
+    # set after the server started: only the launch itself can carry them to the rank
+    monkeypatch.setenv("PPDIT_TEST_MARK", "late")
+    monkeypatch.chdir(tmp_path)
+    forked = launch(workers.how_started, 2, args=("PPDIT_TEST_MARK",), timeout_s=120)
+    with fresh_interpreters():
+        spawned = launch(workers.how_started, 1, args=("PPDIT_TEST_MARK",), timeout_s=120)
+    me = os.getpid()
+    for r in forked:
+        assert (r["env"], r["cwd"], r["parent"], r["method"]) == (
+            "late", str(tmp_path), me, "forkserver")
+        assert r["ppid"] != me  # the fork server's child, not ours
+    assert (spawned[0]["env"], spawned[0]["cwd"], spawned[0]["ppid"], spawned[0]["method"]) == (
+        "late", str(tmp_path), me, "spawn")
