@@ -10,7 +10,8 @@ The layers (``../shared/DESIGN.md``; a module imports its own layer or lower one
 
     L0  model, attention, sampler, vae/,      the model, its attention pieces, the one loop,
         checkpoint/                           where weights come from
-    L1  runtime/, cuda_graph, _spawn_entry    ranks, groups, messages, traces
+    L1  runtime/, cuda_graph, _spawn_entry,  ranks, groups, messages, traces
+        _fork_server
     L2  parallel/                             one folder per layout
     L3  serve/, t2v/                          systems built from layouts
     L4  analysis/, viz/, teaching/            numbers, pictures, lessons' helpers
@@ -35,7 +36,7 @@ def module_name(path: Path) -> str:
 
 LAYERS = {
     0: ("model", "attention", "sampler", "vae", "checkpoint"),
-    1: ("runtime", "cuda_graph", "_spawn_entry"),
+    1: ("runtime", "cuda_graph", "_spawn_entry", "_fork_server"),
     2: ("parallel",),
     3: ("serve", "t2v"),
     4: ("analysis", "viz", "teaching"),

@@ -4,6 +4,8 @@ interpreters on request, and a forked rank sees its caller's environment at laun
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -43,3 +45,13 @@ def test_a_forked_rank_gets_the_callers_environment_and_folder(monkeypatch, tmp_
         assert r["ppid"] != me  # the fork server's child, not ours
     assert (spawned[0]["env"], spawned[0]["cwd"], spawned[0]["ppid"], spawned[0]["method"]) == (
         "late", str(tmp_path), me, "spawn")
+
+
+@pytest.mark.parametrize("method, started", [("", True), ("spawn", False)])
+def test_importing_the_runtime_starts_the_server_unless_ranks_spawn(method, started):
+    code = ("import multiprocessing.forkserver as f, ppdit.runtime; "
+            "print(f._forkserver._forkserver_pid is not None)")
+    env = {**os.environ, ENV: method, "PPDIT_DEVICE": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == str(started)

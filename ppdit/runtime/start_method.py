@@ -4,7 +4,8 @@ Why not always ``spawn`` (a fresh interpreter per rank, as ``torchrun`` and ``mp
 each such rank imports torch, diffusers and transformers itself, about 9 s of one core on this
 2-core machine (lesson 01 measures it), and every fresh launch pays it again. ``forkserver``
 starts one server process per caller, the first time ranks start; the server imports those
-libraries once (the list below), and every later rank is a fork of it, ready in well under a
+libraries once (``ppdit._fork_server.PRELOAD``; it starts when ``ppdit.runtime`` is imported,
+so they load while the caller goes on), and every later rank is a fork of it, ready in well under a
 second. A rank still imports ppdit itself, so an edit to ppdit reaches the next launch, as it
 does under spawn.
 
@@ -32,18 +33,11 @@ from collections.abc import Iterator
 
 import torch.multiprocessing as mp
 
+from ppdit._fork_server import PRELOAD, context
+
 ENV = "PPDIT_START_METHOD"
 METHODS = ("forkserver", "spawn")
 _FRESH: list[bool] = []  # one entry per open fresh_interpreters() block
-
-# What every rank imports from outside ppdit (ppdit.runtime.rank imports diffusers before the
-# process group; the model, the VAE and the text encoder come from these modules).
-PRELOAD = ("torch", "torch.distributed", "torch.distributed._functional_collectives",
-           "torch.distributed.device_mesh", "torch._dynamo", "diffusers",
-           "diffusers.models.transformers.transformer_wan",
-           "diffusers.models.autoencoders.autoencoder_kl_wan", "transformers",
-           "transformers.models.umt5")
-
 
 def start_method_for(kind: str) -> str:
     """The start method for ranks of this placement kind ("cpu", "cuda", "cuda-shared")."""
@@ -60,10 +54,7 @@ def start_method_for(kind: str) -> str:
 def start_context(kind: str):
     """The multiprocessing context that starts ranks of this placement kind."""
     method = start_method_for(kind)
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(list(PRELOAD))  # read once, when the server starts
-    return ctx
+    return context() if method == "forkserver" else mp.get_context(method)
 
 
 @contextlib.contextmanager

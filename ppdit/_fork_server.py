@@ -1,0 +1,44 @@
+"""The fork server CPU ranks start from, started as early as possible (standard library only).
+
+A CPU rank is a fork of a server process that imported torch, diffusers and transformers once
+(``ppdit.runtime.start_method`` says why). The server's imports take seconds; started only when
+the first rank is needed, they come on top of the caller's own imports. Started when
+``ppdit.runtime`` is first imported (and first thing in ``python -m ppdit``), they run on
+another core while the caller goes on importing and building. This module imports nothing but
+the standard library, so the server can start before the caller imports torch itself.
+"""
+
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import sys
+from pathlib import Path
+
+# What every rank imports from outside ppdit (ppdit.runtime.rank imports diffusers before the
+# process group; the model, the VAE and the text encoder come from these modules).
+PRELOAD = ("torch", "torch.distributed", "torch.distributed._functional_collectives",
+           "torch.distributed.device_mesh", "torch._dynamo", "diffusers",
+           "diffusers.models.transformers.transformer_wan",
+           "diffusers.models.autoencoders.autoencoder_kl_wan", "transformers",
+           "transformers.models.umt5")
+
+
+def context():
+    """The forkserver context, its server set to import ``PRELOAD`` (read when it starts)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def start_early() -> None:
+    """Start the server now, unless this process will not fork CPU ranks from it: it is itself
+    a rank or another child (``multiprocessing.parent_process()``), a torchrun worker, told to
+    use spawn, or on a machine with a GPU whose ranks would be CUDA ranks (those spawn)."""
+    if (not sys.platform.startswith("linux") or multiprocessing.parent_process() is not None
+            or "RANK" in os.environ
+            or os.environ.get("PPDIT_START_METHOD", "").strip() == "spawn"
+            or (os.environ.get("PPDIT_DEVICE", "auto") != "cpu"
+                and Path("/dev/nvidia0").exists())):
+        return
+    context()
+    multiprocessing.forkserver.ensure_running()
