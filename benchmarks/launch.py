@@ -1,15 +1,22 @@
-"""Start-up per job: a fresh ``launch`` against a job on a live rank pool, side by side.
+"""Start-up per job: fresh ranks (fresh interpreters, or forked from a server) against a job on a
+live rank pool, side by side; and whether forked ranks compute as fast as fresh ones.
 
-    python benchmarks/launch.py            # 2 ranks, 5 interleaved rounds (~40 s on 2 cores)
+    python benchmarks/launch.py            # 2 ranks, 5 interleaved rounds (~2 min on 2 cores)
     python benchmarks/launch.py --quick    # 3 rounds
 
 Each round times, from the caller's side, one job that does almost nothing (``probes.hello``:
-an all-reduce of one number), first on fresh ranks (spawn, import torch and diffusers,
-``init_process_group``, run, tear down), then on a pool's live ranks (hand the job over, run,
-collect). The difference is what a notebook saves each time it launches through a pool.
-Target: a pooled job costs under 10% of a fresh launch.
+an all-reduce of one number) three ways:
 
-Rounds alternate which variant goes first, so a slow moment of the machine hits both.
+* **spawn**: fresh interpreters (``fresh_interpreters()``), which import torch and diffusers,
+  ``init_process_group``, run, tear down: what ``torchrun`` and ``mp.spawn`` pay;
+* **forked**: fresh ranks forked from the server that imported those libraries once
+  (``ppdit.runtime.start_method``, the default for CPU ranks);
+* **pool**: a pool's live ranks (hand the job over, run, collect).
+
+Then each way's ranks time the same single-thread matmuls (``probes.matmul_seconds``), so a
+cheaper start that made ranks compute slower would show. Targets: a forked launch under 20% of
+a spawned one, a pooled job under 10% of a spawned launch, forked ranks' matmuls within 10% of
+spawned ranks'. Rounds rotate which variant goes first, so a slow moment hits all of them.
 """
 
 from __future__ import annotations
@@ -18,32 +25,50 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from ppdit.runtime import launch, probes, ranks
 from ppdit.runtime.rounds import median_ratio
+from ppdit.runtime.start_method import fresh_interpreters
+from ppdit.runtime.timing import timed
+
+VARIANTS = ("spawn", "forked", "pool")
+
+
+def _run(variant: str, pool, world_size: int, worker) -> list:
+    if variant == "pool":
+        return pool.run(worker)
+    if variant == "spawn":
+        with fresh_interpreters():
+            return launch(worker, world_size, timeout_s=180, echo=False)
+    return launch(worker, world_size, timeout_s=180, echo=False)
 
 
 def measure(world_size: int, rounds: int) -> dict:
-    """Seconds per job, fresh and pooled, for each round (the pool's own start not counted)."""
-    fresh, pooled = [], []
-    with ranks(world_size, echo=False, timeout_s=120) as pool:
-        pool.run(probes.hello)  # the pool's one start-up, paid before the clock
+    """Seconds per job and per rank's matmuls, for each variant and round (the pool's own
+    start and the fork server's imports are paid before the clock)."""
+    jobs = {v: [] for v in VARIANTS}
+    matmul = {v: [] for v in VARIANTS}
+    with ranks(world_size, echo=False, timeout_s=180) as pool:
+        pool.run(probes.hello)
         for k in range(rounds):
-            order = ("fresh", "pool") if k % 2 == 0 else ("pool", "fresh")
+            order = VARIANTS[k % 3:] + VARIANTS[:k % 3]
             for variant in order:
-                start = time.perf_counter()
-                if variant == "fresh":
-                    launch(probes.hello, world_size, timeout_s=120, echo=False)
-                    fresh.append(time.perf_counter() - start)
-                else:
-                    pool.run(probes.hello)
-                    pooled.append(time.perf_counter() - start)
-    ratio = median_ratio(pooled, fresh)
-    return {"world_size": world_size, "fresh_s": fresh, "pool_s": pooled,
-            "pool_over_fresh": ratio, "target": "pooled job < 0.10 x fresh launch",
-            "ok": ratio < 0.10}
+                with timed() as t:
+                    _run(variant, pool, world_size, probes.hello)
+                jobs[variant].append(t.seconds)
+                matmul[variant].append(max(_run(variant, pool, world_size,
+                                                probes.matmul_seconds)))
+    forked = median_ratio(jobs["forked"], jobs["spawn"])
+    pooled = median_ratio(jobs["pool"], jobs["spawn"])
+    compute = median_ratio(matmul["forked"], matmul["spawn"])
+    return {"world_size": world_size, "job_s": jobs, "matmul_s": matmul,
+            "forked_over_spawn": forked, "pool_over_spawn": pooled,
+            "forked_matmul_over_spawn": compute,
+            "targets": {"forked launch": "< 0.20 x spawned launch",
+                        "pooled job": "< 0.10 x spawned launch",
+                        "forked matmuls": "within 10% of spawned ranks'"},
+            "ok": forked < 0.20 and pooled < 0.10 and abs(compute - 1) <= 0.10}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,12 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     args = ap.parse_args(argv)
     out = measure(args.ranks, 3 if args.quick else 5)
-    f, p = out["fresh_s"], out["pool_s"]
-    print(f"{args.ranks} ranks, {len(f)} interleaved rounds (median, min-max)")
-    print(f"  fresh launch  {statistics.median(f):7.3f} s  ({min(f):.3f}-{max(f):.3f})")
-    print(f"  pooled job    {statistics.median(p):7.3f} s  ({min(p):.3f}-{max(p):.3f})")
-    print(f"  pooled / fresh {out['pool_over_fresh']:.3f} (median of per-round ratios); "
-          f"target {out['target']}: {'OK' if out['ok'] else 'MISSED'}")
+    print(f"{args.ranks} ranks, {len(out['job_s']['spawn'])} interleaved rounds (median, "
+          "min-max)")
+    for v in VARIANTS:
+        j, m = out["job_s"][v], out["matmul_s"][v]
+        print(f"  {v:6s}  job {statistics.median(j):7.3f} s ({min(j):.3f}-{max(j):.3f})   "
+              f"200 matmuls {statistics.median(m) * 1e3:6.1f} ms ({min(m) * 1e3:.1f}-"
+              f"{max(m) * 1e3:.1f})")
+    print(f"  forked / spawn launch {out['forked_over_spawn']:.3f}, pooled / spawn "
+          f"{out['pool_over_spawn']:.3f}, forked / spawn matmuls "
+          f"{out['forked_matmul_over_spawn']:.3f} (medians of per-round ratios); "
+          f"targets {out['targets']}: {'OK' if out['ok'] else 'MISSED'}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0

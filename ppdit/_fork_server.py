@@ -32,13 +32,22 @@ def context():
 
 def start_early() -> None:
     """Start the server now, unless this process will not fork CPU ranks from it: it is itself
-    a rank or another child (``multiprocessing.parent_process()``), a torchrun worker, told to
-    use spawn, or on a machine with a GPU whose ranks would be CUDA ranks (those spawn)."""
+    a rank or another child, a torchrun worker, told to use spawn, or on a machine with a GPU
+    whose ranks would be CUDA ranks (those spawn).
+
+    A child can get here before multiprocessing calls it one (``parent_process()`` is still
+    None): a script's ranks re-run the script's top-level imports as ``__mp_main__`` while
+    they start. Its process name is already the child's, and multiprocessing refuses to start
+    a process from it (a RuntimeError), so both mean "not here"."""
     if (not sys.platform.startswith("linux") or multiprocessing.parent_process() is not None
+            or multiprocessing.current_process().name != "MainProcess"
             or "RANK" in os.environ
             or os.environ.get("PPDIT_START_METHOD", "").strip() == "spawn"
             or (os.environ.get("PPDIT_DEVICE", "auto") != "cpu"
                 and Path("/dev/nvidia0").exists())):
         return
     context()
-    multiprocessing.forkserver.ensure_running()
+    try:
+        multiprocessing.forkserver.ensure_running()
+    except RuntimeError:  # a child still starting (see above)
+        return

@@ -55,3 +55,17 @@ def test_importing_the_runtime_starts_the_server_unless_ranks_spawn(method, star
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert out.strip() == str(started)
+
+
+def test_a_script_that_imports_the_runtime_at_the_top_launches(tmp_path):
+    # its ranks re-run the script's imports while they start: they must not start a server
+    script = tmp_path / "script.py"
+    script.write_text("from ppdit.runtime import launch, probes\n\n"
+                      "if __name__ == '__main__':\n"
+                      "    print(sum(r['all_reduce_sum'] for r in launch(probes.hello, 2)))\n")
+    env = {**os.environ, "PPDIT_DEVICE": "cpu"}
+    env.pop(ENV, None)
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "6.0"  # 1 + 2 on each of the two ranks

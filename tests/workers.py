@@ -111,27 +111,3 @@ def how_started(ctx: RankContext, name: str) -> dict:
             "method": multiprocessing.get_start_method(allow_none=True),
             "parent": multiprocessing.parent_process().pid, "ppid": os.getppid()}
 
-
-def compute_speed(ctx: RankContext, n: int = 200) -> dict:
-    """Seconds for n 256x256 matmuls and one tiny-model forward: does how a rank started change
-    how fast it computes?"""
-    import time
-
-    import torch
-
-    from ppdit.model import build_model
-    from ppdit.parallel.tensor.compare import example_inputs
-
-    a = torch.randn(256, 256)
-    t = time.perf_counter()
-    for _ in range(n):
-        a @ a
-    mm = time.perf_counter() - t
-    model = build_model("tiny", seed=0)
-    x = example_inputs("tiny", (1, 16, 4, 16, 16))
-    with torch.no_grad():
-        model(*x)
-        t = time.perf_counter()
-        for _ in range(5):
-            model(*x)
-    return {"mm": mm, "fwd": (time.perf_counter() - t) / 5, "threads": torch.get_num_threads()}

@@ -35,6 +35,18 @@ def hello(ctx: RankContext) -> dict:
             "pid": os.getpid(), "host": socket.gethostname(), "all_reduce_sum": x.item()}
 
 
+
+def matmul_seconds(ctx: RankContext, size: int = 256, n: int = 200) -> float:
+    """Seconds for ``n`` ``size`` x ``size`` matmuls on one thread: whether how a rank was
+    started (forked from a server, or a fresh interpreter) changes how fast it computes."""
+    torch.set_num_threads(1)
+    a = torch.randn(size, size, device=ctx.device)
+    a @ a  # warm
+    with timed(ctx.placement) as t:
+        for _ in range(n):
+            a @ a
+    return t.seconds
+
 def raise_on(ctx: RankContext, bad_rank: int, message: str = "boom") -> int:
     """``bad_rank`` raises; every other rank blocks on a receive from it (and would hang)."""
     if ctx.rank == bad_rank:
