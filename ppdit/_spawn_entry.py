@@ -78,9 +78,9 @@ def main(parent_pid: int, pdeathsig: bool, payload: bytes, env: dict[str, str],
     which is why that comes last, and why this module names no ppdit module itself).
 
     ``parent_pid`` is the caller. A spawned rank's parent is the caller itself; a forked one's
-    is the fork server (``ppdit.runtime.start_method``), which exits when the caller does, so
-    the rank watches whichever is its parent. ``env`` is the caller's environment at launch:
-    a forked rank would otherwise keep the one the server started with."""
+    is the fork server (``ppdit.runtime.start_method``), so the rank watches both its parent
+    and the caller's end of multiprocessing's pipe. ``env`` is the caller's environment at
+    launch: a forked rank would otherwise keep the one the server started with."""
     # An interrupt meant for the caller (Jupyter signals the kernel's whole process group) must
     # not raise inside a rank's imports: the caller stops the ranks. (A pool started from the
     # main thread starts its ranks with SIGINT ignored already: ppdit.runtime.pool.)

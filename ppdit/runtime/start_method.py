@@ -3,11 +3,11 @@
 Why not always ``spawn`` (a fresh interpreter per rank, as ``torchrun`` and ``mp.spawn`` do):
 each such rank imports torch, diffusers and transformers itself, about 9 s of one core on this
 2-core machine (lesson 01 measures it), and every fresh launch pays it again. ``forkserver``
-starts one server process per caller, the first time ranks start; the server imports those
-libraries once (``ppdit._fork_server.PRELOAD``; it starts when ``ppdit.runtime`` is imported,
-so they load while the caller goes on), and every later rank is a fork of it, ready in well under a
-second. A rank still imports ppdit itself, so an edit to ppdit reaches the next launch, as it
-does under spawn.
+keeps one server process per caller that imports those libraries once
+(``ppdit._fork_server``: it starts when ``ppdit.runtime`` is first imported, so they load while
+the caller goes on), and every rank is a fork of it, ready in a fraction of a second. A rank
+still imports ppdit itself, so an edit to ppdit reaches the next launch, as it does under
+spawn.
 
 Which is used (``start_method_for``):
 
@@ -22,7 +22,8 @@ What a forked rank does not get from its caller, and how it gets it: the server 
 environment it started with, so the caller's environment at launch travels with the rank's
 arguments and the rank's entry restores it (``ppdit._spawn_entry``); the working directory and
 ``sys.path`` travel with multiprocessing's own preparation data, as under spawn. A forked
-rank's parent is the server, which exits when its caller does; the entry watches that.
+rank's parent is the server, so the entry watches the caller itself, through the pipe
+multiprocessing gives every child; the server exits once the caller and its ranks are gone.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from ppdit._fork_server import PRELOAD, context
 ENV = "PPDIT_START_METHOD"
 METHODS = ("forkserver", "spawn")
 _FRESH: list[bool] = []  # one entry per open fresh_interpreters() block
+
 
 def start_method_for(kind: str) -> str:
     """The start method for ranks of this placement kind ("cpu", "cuda", "cuda-shared")."""
