@@ -21,7 +21,7 @@ What a pool guarantees, on every path:
 * an interrupt (Ctrl-C, Jupyter's interrupt) -> every rank ends, ``KeyboardInterrupt`` is
   re-raised in the caller;
 * SIGTERM to the caller (a kernel being shut down) -> every rank ends, then the signal takes
-  its usual course; SIGKILL to the caller -> each rank notices its parent is gone and exits
+  its usual course; SIGKILL to the caller -> each rank notices its caller is gone and exits
   (``ppdit._spawn_entry.watch_parent``);
 * the interpreter's exit closes every pool still open.
 
