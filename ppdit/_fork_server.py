@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+ENV = "PPDIT_START_METHOD"  # "spawn" or "forkserver": overrides ppdit.runtime.start_method's rule
+
 # What every rank imports from outside ppdit (ppdit.runtime.rank imports diffusers before the
 # process group; the model, the VAE and the text encoder come from these modules).
 PRELOAD = ("torch", "torch.distributed", "torch.distributed._functional_collectives",
@@ -31,23 +33,30 @@ def context():
 
 
 def start_early() -> None:
-    """Start the server now, unless this process will not fork CPU ranks from it: it is itself
-    a rank or another child, a torchrun worker, told to use spawn, or on a machine with a GPU
-    whose ranks would be CUDA ranks (those spawn).
-
-    A child can get here before multiprocessing calls it one (``parent_process()`` is still
-    None): a script's ranks re-run the script's top-level imports as ``__mp_main__`` while
-    they start. Its process name is already the child's, and multiprocessing refuses to start
-    a process from it (a RuntimeError), so both mean "not here"."""
-    if (not sys.platform.startswith("linux") or multiprocessing.parent_process() is not None
-            or multiprocessing.current_process().name != "MainProcess"
-            or "RANK" in os.environ
-            or os.environ.get("PPDIT_START_METHOD", "").strip() == "spawn"
-            or (os.environ.get("PPDIT_DEVICE", "auto") != "cpu"
-                and Path("/dev/nvidia0").exists())):
+    """Start the server now, unless this process will not fork CPU ranks from it."""
+    if not _may_fork_cpu_ranks():
         return
     context()
     try:
         multiprocessing.forkserver.ensure_running()
-    except RuntimeError:  # a child still starting (see above)
+    except RuntimeError:  # a child still starting (see _may_fork_cpu_ranks)
         return
+
+
+def _may_fork_cpu_ranks() -> bool:
+    """False for a rank or another child, a torchrun worker, a caller told to spawn, and a
+    machine with a GPU whose ranks would be CUDA ranks (those spawn).
+
+    A child can get here before multiprocessing calls it one (``parent_process()`` is still
+    None): a script's ranks re-run the script's top-level imports as ``__mp_main__`` while
+    they start. Its process name is already the child's, and multiprocessing refuses to start
+    a process from it (the RuntimeError above), so both mean "not here"."""
+    if not sys.platform.startswith("linux") or "RANK" in os.environ:
+        return False
+    if (multiprocessing.parent_process() is not None
+            or multiprocessing.current_process().name != "MainProcess"):
+        return False
+    if os.environ.get(ENV, "").strip() == "spawn":
+        return False
+    # $PPDIT_DEVICE as ppdit.runtime.device reads it (not imported here: it imports torch)
+    return os.environ.get("PPDIT_DEVICE", "auto") == "cpu" or not Path("/dev/nvidia0").exists()

@@ -113,8 +113,7 @@ class RankPool:
         forked = ctx.get_start_method() == "forkserver"
         self._spec = PoolSpec(self.world_size, _free_port(), self.placement, self.threads,
                               self.timeout_s, os.getpid(), pdeathsig=main_thread or forked,
-                              spawn_ns=time.perf_counter_ns(),
-                              start_method=ctx.get_start_method())
+                              spawn_ns=time.perf_counter_ns())
         self._results = ctx.Queue()
         self._events = ctx.Queue()
         self._job_qs = [ctx.Queue() for _ in range(self.world_size)]

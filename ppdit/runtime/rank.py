@@ -107,7 +107,6 @@ class PoolSpec:
     parent_pid: int
     pdeathsig: bool  # False when the pool was started from a thread that may end first
     spawn_ns: int = 0  # when the parent started the processes (perf_counter_ns)
-    start_method: str = "spawn"  # or "forkserver" (see ppdit.runtime.start_method)
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,8 @@ from collections.abc import Iterator
 
 import torch.multiprocessing as mp
 
-from ppdit._fork_server import PRELOAD, context
+from ppdit._fork_server import ENV, PRELOAD, context
 
-ENV = "PPDIT_START_METHOD"
 METHODS = ("forkserver", "spawn")
 _FRESH: list[bool] = []  # one entry per open fresh_interpreters() block
 
