@@ -4,16 +4,16 @@ live rank pool, side by side; and whether forked ranks compute as fast as fresh 
     python benchmarks/launch.py            # 2 ranks, 5 interleaved rounds (~2 min on 2 cores)
     python benchmarks/launch.py --quick    # 3 rounds
 
-Each round times, from the caller's side, one job that does almost nothing (``probes.hello``:
+Each round times, from the caller's side, one job that does almost nothing (``hello``:
 an all-reduce of one number) three ways:
 
 * **spawn**: fresh interpreters (``fresh_interpreters()``), which import torch and diffusers,
   ``init_process_group``, run, tear down: what ``torchrun`` and ``mp.spawn`` pay;
 * **forked**: fresh ranks forked from the server that imported those libraries once
-  (``ppdit.runtime.start_method``, the default for CPU ranks);
+  (``ppdit.runtime.processes.start``, the default for CPU ranks);
 * **pool**: a pool's live ranks (hand the job over, run, collect).
 
-Then each way's ranks time the same single-thread matmuls (``probes.matmul_seconds``), so a
+Then each way's ranks time the same single-thread matmuls (``matmul_seconds``), so a
 cheaper start that made ranks compute slower would show. Targets: a forked launch under 20% of
 a spawned one, a pooled job under 10% of a spawned launch, forked ranks' matmuls within 10% of
 spawned ranks'. Rounds rotate which variant goes first, so a slow moment hits all of them.
@@ -27,10 +27,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from ppdit.runtime import launch, probes, ranks
+from ppdit.runtime import launch, ranks
+from ppdit.runtime.observe.timing import timed
+from ppdit.runtime.processes.hello import hello, matmul_seconds
+from ppdit.runtime.processes.start import fresh_interpreters
 from ppdit.runtime.rounds import median_ratio
-from ppdit.runtime.start_method import fresh_interpreters
-from ppdit.runtime.timing import timed
 
 VARIANTS = ("spawn", "forked", "pool")
 
@@ -50,15 +51,15 @@ def measure(world_size: int, rounds: int) -> dict:
     jobs = {v: [] for v in VARIANTS}
     matmul = {v: [] for v in VARIANTS}
     with ranks(world_size, echo=False, timeout_s=180) as pool:
-        pool.run(probes.hello)
+        pool.run(hello)
         for k in range(rounds):
             order = VARIANTS[k % 3:] + VARIANTS[:k % 3]
             for variant in order:
                 with timed() as t:
-                    _run(variant, pool, world_size, probes.hello)
+                    _run(variant, pool, world_size, hello)
                 jobs[variant].append(t.seconds)
                 matmul[variant].append(max(_run(variant, pool, world_size,
-                                                probes.matmul_seconds)))
+                                                matmul_seconds)))
     forked = median_ratio(jobs["forked"], jobs["spawn"])
     pooled = median_ratio(jobs["pool"], jobs["spawn"])
     compute = median_ratio(matmul["forked"], matmul["spawn"])

@@ -22,9 +22,9 @@ import torch
 
 from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
-from ppdit.parallel.sequence.diffusers_cp import compare_worker
 from ppdit.parallel.tensor.comms import tp_comm_per_block
-from ppdit.runtime.launch import launch
+from ppdit.runtime.processes.launch import launch
+from tests.support.diffusers_cp import compare_worker
 
 
 def main(argv: list[str] | None = None) -> int:

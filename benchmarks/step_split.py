@@ -22,11 +22,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from ppdit.analysis.measure import handoff_pingpong, summarize_pingpong
 from ppdit.analysis.trace_stats import handoff_latencies
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_splits
 from ppdit.runtime import launch
-from ppdit.runtime.probes import handoff_pingpong, summarize_pingpong
 from ppdit.runtime.rounds import median_ratio
 from ppdit.sampler import SamplingConfig
 

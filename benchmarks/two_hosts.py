@@ -3,7 +3,7 @@
     sudo python benchmarks/two_hosts.py              # ~2 min on 2 cores; needs root
     sudo python benchmarks/two_hosts.py --rate 1gbit
 
-Two network namespaces joined by a veth pair (``ppdit.runtime.netns``), the link shaped with a
+Two network namespaces joined by a veth pair (``tests.support.netns``), the link shaped with a
 token bucket (``tbf``; this kernel has no ``netem``, so latency lives in the model, not the
 link), one torchrun agent per "host" with 2 ranks each: 4 ranks as 2 nodes x 2. Every rank
 times a flat ``all_to_all_single`` and the two-phase one (``parallel.sequence.topology``) on
@@ -74,7 +74,7 @@ def torchrun(nnodes: int, node: int, master: str, port: int, out: str) -> list[s
 
 def measure(rate: str | None, out: Path) -> dict:
     """Run the worker on two namespaces (or one host when ``rate`` is "local")."""
-    from ppdit.runtime.netns import TwoHosts
+    from tests.support.netns import TwoHosts
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if rate == "local":
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         worker(a.worker)
         return 0
-    from ppdit.runtime.netns import TwoHosts
+    from tests.support.netns import TwoHosts
 
     if TwoHosts.unavailable():
         print(f"cannot make two hosts here: {TwoHosts.unavailable()}")

@@ -10,7 +10,7 @@ full decode's time — the first frame needs only the first latent frame's share
 
 Full decode returns every frame at once, so its time to first frame is its total time. Peak
 memory is the most bytes allocated at once during the decode (GPU: max_memory_allocated; CPU:
-live tensor bytes, see ppdit.runtime.memory), measured in a separate untimed run. Modes are
+live tensor bytes, see ppdit.runtime.observe.memory), measured in a separate untimed run. Modes are
 interleaved repeat by repeat; every time is a median.
 """
 

@@ -1,11 +1,13 @@
-"""The fork server CPU ranks start from, started as early as possible (standard library only).
+"""The fork server CPU ranks start from (standard library only).
 
 A CPU rank is a fork of a server process that imported torch, diffusers and transformers once
-(``ppdit.runtime.start_method`` says why). The server's imports take seconds; started only when
-the first rank is needed, they come on top of the caller's own imports. Started when
-``ppdit.runtime`` is first imported (and first thing in ``python -m ppdit``), they run on
-another core while the caller goes on importing and building. This module imports nothing but
-the standard library, so the server can start before the caller imports torch itself.
+(``ppdit.runtime.processes.start`` says why). The server's imports take seconds; started only
+when the first rank is needed, they come on top of the caller's own imports. So a caller that
+knows it will launch starts it early (``ppdit.runtime.warm()``; ``python -m ppdit`` does for
+the commands that start ranks), and its imports run on another core while the caller goes on
+importing and building. Nothing starts it on import. This module imports nothing but the
+standard library, so the server can start before the caller imports torch itself; the server's
+own first import (``_fork_server_guard``) ends it with its caller, even mid-import.
 """
 
 import multiprocessing
@@ -14,11 +16,11 @@ import os
 import sys
 from pathlib import Path
 
-ENV = "PPDIT_START_METHOD"  # "spawn" or "forkserver": overrides ppdit.runtime.start_method's rule
+ENV = "PPDIT_START_METHOD"  # "spawn" or "forkserver": overrides processes.start's rule
 
-# What every rank imports from outside ppdit (ppdit.runtime.rank imports diffusers before the
+# What every rank imports from outside ppdit (runtime.processes.rank imports diffusers before the
 # process group; the model, the VAE and the text encoder come from these modules).
-PRELOAD = ("torch", "torch.distributed", "torch.distributed._functional_collectives",
+PRELOAD = ("ppdit._fork_server_guard", "torch", "torch.distributed", "torch.distributed._functional_collectives",
            "torch.distributed.device_mesh", "torch._dynamo", "diffusers",
            "diffusers.models.transformers.transformer_wan",
            "diffusers.models.autoencoders.autoencoder_kl_wan", "transformers",
@@ -33,7 +35,8 @@ def context():
 
 
 def start_early() -> None:
-    """Start the server now, unless this process will not fork CPU ranks from it."""
+    """Start the server now (``ppdit.runtime.warm``), unless this process will not fork CPU
+    ranks from it; the first launch or pool starts it otherwise."""
     if not _may_fork_cpu_ranks():
         return
     context()

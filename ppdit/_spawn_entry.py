@@ -74,16 +74,16 @@ def _watch(parent_pid: int, sentinel: int | None) -> None:
 def main(parent_pid: int, pdeathsig: bool, payload: bytes, env: dict[str, str],
          *queues) -> None:
     """Die with the parent, then become the rank: ``payload`` unpickles to the rank's entry
-    point and its arguments (``ppdit.runtime.rank.child_main``: unpickling it imports torch,
+    point and its arguments (``runtime.processes.rank.child_main``: unpickling it imports torch,
     which is why that comes last, and why this module names no ppdit module itself).
 
     ``parent_pid`` is the caller. A spawned rank's parent is the caller itself; a forked one's
-    is the fork server (``ppdit.runtime.start_method``), so the rank watches both its parent
+    is the fork server (``ppdit.runtime.processes.start``), so the rank watches both its parent
     and the caller's end of multiprocessing's pipe. ``env`` is the caller's environment at
     launch: a forked rank would otherwise keep the one the server started with."""
     # An interrupt meant for the caller (Jupyter signals the kernel's whole process group) must
     # not raise inside a rank's imports: the caller stops the ranks. (A pool started from the
-    # main thread starts its ranks with SIGINT ignored already: ppdit.runtime.pool.)
+    # main thread starts its ranks with SIGINT ignored already: ppdit.runtime.processes.pool.)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if os.environ != env:
         os.environ.clear()

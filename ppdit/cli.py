@@ -15,12 +15,14 @@ import sys
 from pathlib import Path
 
 from ppdit import toy
+from ppdit._fork_server import start_early
 from ppdit.t2v.layout import AXES
 from ppdit.t2v.spec import LAYOUTS
 
 # gpu-check's measurement sections, in the order it runs them (ppdit.gpu_check.run.SECTIONS;
 # spelt out here so that `ppdit --help` answers without importing torch)
 GPU_CHECK_SECTIONS = ("launch", "layouts", "device", "cuda_graphs", "vae", "forwards")
+LAUNCHES = ("demo", "step-split", "generate", "info", "gpu-check")  # commands that start ranks
 
 
 class _Help(argparse.HelpFormatter):
@@ -147,9 +149,13 @@ def _placement_args(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m ppdit`` and the ``ppdit`` console script."""
-    from ppdit import jobs  # here, so that `ppdit --help` answers without importing torch
-
     args = parser().parse_args(argv)
+    if args.command == "plan":
+        return _plan(args)
+    if args.command in LAUNCHES:
+        start_early()  # the fork server's imports run beside this process's own (CPU ranks)
+    from ppdit import jobs  # here: `ppdit --help` and `ppdit plan` answer without torch
+
     try:
         return _run(jobs, args)
     except KeyboardInterrupt:
@@ -166,8 +172,6 @@ def _run(jobs, args: argparse.Namespace) -> int:
                               tests_timeout_s=args.tests_timeout, skip=args.skip)
     if args.command == "generate":
         return _generate(jobs, args)
-    if args.command == "plan":
-        return _plan(args)
     if args.command == "demo":
         return jobs.demo(args.out, chunks=args.chunks,
                          cut_at=_cut_at(args.cut_at), tp=args.tp,

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from ppdit.runtime.launch import in_torchrun
+from ppdit.runtime.processes.launch import in_torchrun
 
 # The demo's default model: the tiny Wan pipeline trained on moving shapes (scripts/train_toy.py)
 TOY_PROMPTS = ("a red ball moves right", "a blue square moves up")  # before / after the cut
@@ -181,7 +181,7 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
 
 
 def _write_generate(result, out: Path, seconds: float) -> None:
-    from ppdit.runtime.trace import peak_memory
+    from ppdit.runtime.observe.trace import peak_memory
     from ppdit.viz.artifacts import pipeline_clip, save_strip, to_uint8_frames, write_video
 
     out.mkdir(parents=True, exist_ok=True)
@@ -208,8 +208,8 @@ def _write_generate(result, out: Path, seconds: float) -> None:
 
 def info() -> int:
     """Devices, backend and a 2-rank hello: a setup check."""
-    from ppdit.runtime.launch import launch
-    from ppdit.runtime.probes import hello
+    from ppdit.runtime.processes.hello import hello
+    from ppdit.runtime.processes.launch import launch
 
     rows = launch(hello, 2, timeout_s=120)
     for row in rows or []:

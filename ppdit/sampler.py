@@ -442,7 +442,7 @@ def measure_step_costs(
     two forwards, so "2 units" would overweight it.
 
     ``timer()`` times one step: a context manager whose value holds ``seconds`` once it exits,
-    e.g. ``partial(ppdit.runtime.timing.timed, placement)``, the runtime's one timing rule
+    e.g. ``partial(ppdit.runtime.observe.timing.timed, placement)``, the runtime's one timing rule
     (this layer cannot import it). Without one the model must be on the CPU, where a clock
     around a step is its cost; on a GPU that clock would read the launch of its kernels.
     """
@@ -451,7 +451,7 @@ def measure_step_costs(
         param = next(model.parameters(), None)
         if param is not None and param.device.type != "cpu":
             raise ValueError(f"measure_step_costs: the model is on {param.device}; pass "
-                             "timer=partial(ppdit.runtime.timing.timed, placement), so the "
+                             "timer=partial(ppdit.runtime.observe.timing.timed, placement), so the "
                              "steps' kernels are timed rather than their launch")
     den = Denoiser(model, preset, sampling)
     request = Request(-1, 0)
@@ -473,7 +473,7 @@ class _Seconds:
 
 @contextmanager
 def _cpu_clock() -> Iterator[_Seconds]:
-    """``measure_step_costs``' timer for a model on the CPU (``runtime.timing.timed``'s CPU
+    """``measure_step_costs``' timer for a model on the CPU (``runtime.observe.timing.timed``'s CPU
     side: work on the CPU is done when the call returns)."""
     out, begin = _Seconds(), time.perf_counter()
     yield out

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ppdit.model import build_model
-from ppdit.runtime.pool import RankPool, live_pids
+from ppdit.runtime.processes.pool import RankPool, live_pids
 
 # Batched forwards use other GEMM shapes than one-at-a-time ones, so the float summation order
 # inside the matmuls differs: results agree to rounding, never bit for bit. Over 28 Euler steps
@@ -22,7 +22,7 @@ BATCHED_TOL = {"rtol": 1e-4, "atol": 1e-4}
 # on a machine with GPUs (nbval's kernels inherit this too); the GPU tests (marked ``gpu``) ask
 # for CUDA explicitly and run there instead of skipping.
 os.environ.setdefault("PPDIT_DEVICE", "cpu")
-# Gloo forgives orderings NCCL does not (ppdit.runtime.nccl_rules): every rank the suite starts
+# Gloo forgives orderings NCCL does not (ppdit.runtime.comm.nccl_rules): every rank the suite starts
 # keeps NCCL's point-to-point rules, so an order that would hang on GPUs fails here, named. The
 # eager limit is 16 KiB, not NCCL's 4 MiB: the tiny models' frames (tens of KB) then rendezvous as
 # real frames (MBs) do, while headers and credits stay eager as they are at any size.

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from ppdit.runtime.launch import RankContext
-from ppdit.runtime.mesh import build_lanes
-from ppdit.runtime.p2p import post_recv, post_send, wait_for
+from ppdit.runtime.comm.mesh import build_lanes
+from ppdit.runtime.comm.wire import post_recv, post_send, wait_for
+from ppdit.runtime.processes.launch import RankContext
 
 
 def crossed(ctx: RankContext, fused: bool) -> list[float]:
@@ -67,7 +67,7 @@ def layer_split_fixture(ctx: RankContext, micro: int, fixed: bool) -> dict:
     default communicator (``lanes=None``)."""
     from ppdit.parallel.layer_split.ranks import _Rank, build_stage_model
     from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-    from ppdit.runtime.trace import Tracer
+    from ppdit.runtime.observe.trace import Tracer
     from ppdit.sampler import Request, SamplingConfig
 
     plan = LayerSplitPlan(tuple(Request(i, 10 + i) for i in range(micro)), 2, micro,

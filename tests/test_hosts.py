@@ -1,4 +1,4 @@
-"""What ranks on several hosts say (``ppdit.runtime.hosts``), without the hosts: the messages
+"""What ranks on several hosts say (``runtime.processes.hosts``), without the hosts: the messages
 of a lost peer, a slow join and a backend mismatch. The real thing runs in
 ``test_two_hosts.py`` (network namespaces)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ppdit.runtime.hosts import Peer, check_backends, join_hint, lost_peer
+from ppdit.runtime.processes.hosts import Peer, check_backends, join_hint, lost_peer
 
 PEERS = [Peer(0, "a", "10.0.0.1", 0), Peer(1, "a", "10.0.0.1", 0), Peer(2, "b", "10.0.0.2", 1)]
 

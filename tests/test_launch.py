@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-from ppdit.runtime import LaunchTimeout, RankError, launch, probes
+from ppdit.runtime import LaunchTimeout, RankError, launch
+from ppdit.runtime.processes.hello import hello
+from ppdit.teaching import demos
 from tests import workers
 
 
@@ -26,24 +28,24 @@ def test_results_output_and_events_of_one_launch(capsys, no_orphans):
 
 
 def test_world_of_one_and_calling_twice(no_orphans):
-    assert launch(probes.hello, 1, timeout_s=120)[0]["world_size"] == 1
-    assert launch(probes.hello, 1, timeout_s=120)[0]["threads"] >= 1
+    assert launch(hello, 1, timeout_s=120)[0]["world_size"] == 1
+    assert launch(hello, 1, timeout_s=120)[0]["threads"] >= 1
 
 
 def test_a_rank_that_raises_is_named_with_its_traceback(no_orphans):
     start = time.monotonic()
     with pytest.raises(RankError) as info:
-        launch(probes.raise_on, 2, args=(1, "the model exploded"), timeout_s=120)
+        launch(demos.raise_on, 2, args=(1, "the model exploded"), timeout_s=120)
     assert time.monotonic() - start < 30
     assert info.value.rank == 1
     assert "ValueError: the model exploded" in str(info.value)
-    assert "probes.py" in str(info.value)  # the traceback, not just the message
+    assert "demos.py" in str(info.value)  # the traceback, not just the message
 
 
 def test_a_killed_rank_is_named_as_the_cause(no_orphans):
     start = time.monotonic()
     with pytest.raises(RankError) as info:
-        launch(probes.die_on, 2, args=(1,), timeout_s=120)
+        launch(demos.die_on, 2, args=(1,), timeout_s=120)
     assert time.monotonic() - start < 30
     assert info.value.rank == 1
     assert "SIGKILL" in str(info.value)
@@ -52,7 +54,7 @@ def test_a_killed_rank_is_named_as_the_cause(no_orphans):
 def test_a_receive_that_never_comes_times_out(no_orphans):
     start = time.monotonic()
     with pytest.raises(RankError) as info:
-        launch(probes.recv_never, 2, args=(2.0,), timeout_s=120)
+        launch(demos.recv_never, 2, args=(2.0,), timeout_s=120)
     assert time.monotonic() - start < 30
     assert info.value.rank == 1
     assert "TimeoutError" in str(info.value) and "from rank 0" in str(info.value)
@@ -68,9 +70,9 @@ def test_a_hang_ends_at_the_launch_timeout(no_orphans):
 @pytest.mark.parametrize("world_size", [0, -1, 1.5])
 def test_bad_world_size(world_size):
     with pytest.raises(ValueError, match=r"world_size=.* must be an integer >= 1"):
-        launch(probes.hello, world_size)
+        launch(hello, world_size)
 
 
 def test_bad_backend():
     with pytest.raises(ValueError, match="backend='mpi' is not one of"):
-        launch(probes.hello, 1, backend="mpi")
+        launch(hello, 1, backend="mpi")

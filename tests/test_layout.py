@@ -128,7 +128,7 @@ def test_modules_import_their_own_layer_or_lower_ones():
 def test_the_layer_check_sees_a_function_level_import():
     tree = ast.parse("def f():\n    from ppdit.viz import timeline\n")
     assert "ppdit.viz.timeline" in _imports(tree)
-    assert layer("ppdit.viz.timeline") > layer("ppdit.runtime.rank")
+    assert layer("ppdit.viz.timeline") > layer("ppdit.runtime.processes.rank")
 
 
 def test_the_spawn_trampoline_imports_no_ppdit_module():

@@ -15,9 +15,11 @@ import torch
 
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_split, run_step_splits
-from ppdit.runtime import RankError, launch, probes, ranks
-from ppdit.runtime.drill import signal_drill
+from ppdit.runtime import RankError, launch, ranks
+from ppdit.runtime.processes.hello import hello
 from ppdit.sampler import SamplingConfig
+from ppdit.teaching import demos
+from ppdit.teaching.drill import signal_drill
 from tests.conftest import spawned_children
 
 pytestmark = [pytest.mark.slow,
@@ -46,7 +48,7 @@ def test_ranks_start_with_the_interrupt_ignored():
     raises nothing there; the caller's own handler is back afterwards."""
     import subprocess
 
-    from ppdit.runtime.pool import _children_ignore_sigint
+    from ppdit.runtime.processes.pool import _children_ignore_sigint
 
     code = "import signal; print(int(signal.getsignal(signal.SIGINT) == signal.SIG_IGN))"
     with _children_ignore_sigint(main_thread=True):
@@ -85,7 +87,7 @@ def test_pool_jobs_equal_fresh_launches_and_survive_a_failure():
         pooled = [run_step_split(p, pool=pool).latents for p in PLANS]
         pids = pool.pids
         with pytest.raises(RankError) as info:
-            pool.run(probes.raise_on, args=(1, "a job failed"))
+            pool.run(demos.raise_on, args=(1, "a job failed"))
         assert info.value.rank == 1 and "a job failed" in str(info.value)
         assert not pool.started  # broken: its ranks are stopped ...
         again = run_step_split(PLANS[0], pool=pool).latents  # ... and the next use restarts
@@ -99,8 +101,8 @@ def test_pool_jobs_equal_fresh_launches_and_survive_a_failure():
 
 def test_pool_keeps_its_ranks_between_jobs():
     with ranks(2, timeout_s=60, echo=False) as pool:
-        first = pool.run(probes.hello)
-        second = launch(probes.hello, 2, pool=pool)
+        first = pool.run(hello)
+        second = launch(hello, 2, pool=pool)
     assert [r["pid"] for r in first] == [r["pid"] for r in second]
     with pytest.raises(ValueError, match=r"world_size=3 ranks but the pool has 2"):
-        launch(probes.hello, 3, pool=pool)
+        launch(hello, 3, pool=pool)

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from ppdit.analysis.live_effects import flow_makespan, overlap_slowdown, step_slowdown
-from ppdit.runtime.trace import Span, Trace
+from ppdit.runtime.observe.trace import Span, Trace
 
 MS = 1_000_000  # ns
 

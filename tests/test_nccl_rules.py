@@ -1,4 +1,4 @@
-"""NCCL's point-to-point rules on CPU ranks (``ppdit.runtime.nccl_rules``).
+"""NCCL's point-to-point rules on CPU ranks (``ppdit.runtime.comm.nccl_rules``).
 
 The hangs the GPU path was predicted to have, reproduced with their pre-fix order (fixtures in
 ``tests/nccl_workers.py``), and passing in the order each layout uses now. A deadlock must end
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ppdit.runtime.launch import RankError, launch
+from ppdit.runtime.processes.launch import RankError, launch
 from ppdit.teaching.hangs import relay
 from tests import nccl_workers as w
 

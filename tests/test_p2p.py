@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ppdit.runtime import RankError, launch
-from ppdit.runtime.p2p import FrameSpec
+from ppdit.runtime.comm.wire import FrameSpec
 from tests import workers
 
 

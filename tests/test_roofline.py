@@ -39,7 +39,7 @@ from ppdit.analysis.roofline import (
 )
 from ppdit.analysis.roofline_vae import vae_decoder_ops
 from ppdit.model import build_model, get_preset, num_params, prologue
-from ppdit.runtime.launch import launch
+from ppdit.runtime.processes.launch import launch
 
 FLOP_TOL = 0.01  # the bar; the counts are in fact exact (same formulas: 2 per MAC)
 MATMUL_KINDS = ("linear", "qk", "pv", "patchify", "conv")

@@ -116,8 +116,8 @@ def test_diffusers_context_parallel_ulysses_equals_ppdits(pools):
     """diffusers' own ``ContextParallelConfig(ulysses_degree=2)`` on CPU ranks (its device
     count patched: ``diffusers_cp``) and ppdit's Ulysses, one forward on the same weights:
     both equal one device within SP_TOL (bitwise on this machine), and each is timed."""
-    from ppdit.parallel.sequence.diffusers_cp import compare_worker
-    from ppdit.runtime.launch import launch
+    from ppdit.runtime.processes.launch import launch
+    from tests.support.diffusers_cp import compare_worker
 
     out = launch(compare_worker, 2, args=("tiny", (1, 16, 2, 8, 8)), pool=pools(2))
     for r in out:

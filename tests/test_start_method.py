@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from ppdit.runtime import launch
-from ppdit.runtime.start_method import ENV, fresh_interpreters, start_method_for
+from ppdit.runtime.processes.start import ENV, fresh_interpreters, start_method_for
 from tests import workers
 
 
@@ -48,21 +50,50 @@ def test_a_forked_rank_gets_the_callers_environment_and_folder(monkeypatch, tmp_
 
 
 @pytest.mark.parametrize("method, started", [("", True), ("spawn", False)])
-def test_importing_the_runtime_starts_the_server_unless_ranks_spawn(method, started):
-    code = ("import multiprocessing.forkserver as f, ppdit.runtime; "
-            "print(f._forkserver._forkserver_pid is not None)")
+def test_importing_starts_nothing_and_warm_starts_the_server_unless_ranks_spawn(method, started):
+    code = ("import multiprocessing.forkserver as f, ppdit.runtime, ppdit.viz.timeline; "
+            "before = f._forkserver._forkserver_pid is not None; ppdit.runtime.warm(); "
+            "print(before, f._forkserver._forkserver_pid is not None)")
     env = {**os.environ, ENV: method, "PPDIT_DEVICE": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout
-    assert out.strip() == str(started)
+    assert out.strip() == f"False {started}"
+
+
+def test_a_caller_killed_while_its_server_imports_leaves_nothing():
+    """The server's first import watches the caller: killed while the server still imports
+    torch, the caller leaves no process behind within a fraction of a second (without the
+    guard: once the imports end, 3-5 s later on an idle machine, half a minute under load)."""
+    code = ("import multiprocessing.forkserver as f, time, ppdit.runtime; ppdit.runtime.warm(); "
+            "print(f._forkserver._forkserver_pid, flush=True); time.sleep(120)")
+    env = {**os.environ, "PPDIT_DEVICE": "cpu"}
+    env.pop(ENV, None)
+    caller = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              text=True)
+    server = int(caller.stdout.readline())
+    caller.kill()  # the server has just started importing torch and diffusers
+    caller.wait()
+    deadline = time.monotonic() + 3
+    while _running(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(server)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_a_script_that_imports_the_runtime_at_the_top_launches(tmp_path):
     # its ranks re-run the script's imports while they start: they must not start a server
     script = tmp_path / "script.py"
-    script.write_text("from ppdit.runtime import launch, probes\n\n"
+    script.write_text("from ppdit.runtime import launch\n"
+                      "from ppdit.runtime.processes.hello import hello\n\n"
                       "if __name__ == '__main__':\n"
-                      "    print(sum(r['all_reduce_sum'] for r in launch(probes.hello, 2)))\n")
+                      "    print(sum(r['all_reduce_sum'] for r in launch(hello, 2)))\n")
     env = {**os.environ, "PPDIT_DEVICE": "cpu"}
     env.pop(ENV, None)
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,

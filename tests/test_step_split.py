@@ -174,7 +174,7 @@ def test_a_stage_slower_than_the_floor_completes(tiny):
 
 def test_each_round_reports_every_ranks_peak_memory(pools):
     """Asked for on the CPU (free on a GPU): each rank's peak tensor bytes in the trace."""
-    from ppdit.runtime.trace import peak_memory
+    from ppdit.runtime.observe.trace import peak_memory
 
     plans = {"p2": make_plan(2, 1, sampling=SamplingConfig(num_steps=4))}
     res = run_step_splits(plans, rounds=1, memory=True, pool=pools(2))["p2"]

@@ -438,7 +438,7 @@ def test_a_layer_split_rank_reads_only_its_blocks_from_the_folder(folders):
     from ppdit.checkpoint.source import ModelSource
     from ppdit.parallel.layer_split.ranks import build_stage_model, expected_param_count
     from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-    from ppdit.runtime.memory import track_peak_memory
+    from ppdit.runtime.observe.memory import track_peak_memory
 
     source = ModelSource(folder=str(folders["unipc"]))
     plan = LayerSplitPlan((Request(0, 0),), 2, 1, source=source)

@@ -25,8 +25,8 @@ from ppdit.parallel.tensor.compare import (
 from ppdit.parallel.tensor.layers import split_rms_norm
 from ppdit.parallel.tensor.parallelize import TP_TOL, check_tp_degree, expected_tp_param_count
 from ppdit.runtime import launch
+from ppdit.runtime.comm.mesh import ParallelDims
 from ppdit.runtime.compile_cache import use_project_compile_cache
-from ppdit.runtime.mesh import ParallelDims
 from ppdit.runtime.rounds import collect
 from ppdit.sampler import SamplingConfig, generate
 from tests import tp_workers

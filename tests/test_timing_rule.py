@@ -1,4 +1,4 @@
-"""One timing rule (``ppdit.runtime.timing``): every timed region goes through ``timed``.
+"""One timing rule (``ppdit.runtime.observe.timing``): every timed region goes through ``timed``.
 
 A Python clock around GPU work measures the launch of its kernels, not the kernels; the helper
 synchronises through the rank's ``Placement`` and reads CUDA events. The walk below keeps the
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from ppdit.runtime.device import Placement
-from ppdit.runtime.launch import RankContext, launch
-from ppdit.runtime.timing import MIN_ROUNDS, repeat, timed, warm_up_pairs
+from ppdit.runtime.observe.timing import MIN_ROUNDS, repeat, timed, warm_up_pairs
+from ppdit.runtime.processes.launch import RankContext, launch
 from ppdit.sampler import SamplingConfig, measure_step_costs
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ppdit"
@@ -26,12 +26,12 @@ CLOCKS = {"perf_counter", "perf_counter_ns", "time"}  # functions of the ``time`
 
 # Modules allowed to read those clocks themselves, and why none of them times device work.
 CLOCK_ALLOWED = {
-    "runtime/timing.py": "the helper itself: the CPU clock of `timed`, and `now_ns`",
-    "runtime/trace.py": "span and counter timestamps on the host-wide clock; GPU spans are "
+    "runtime/observe/timing.py": "the helper itself: the CPU clock of `timed`, and `now_ns`",
+    "runtime/observe/trace.py": "span and counter timestamps on the host-wide clock; GPU spans are "
                         "resolved with CUDA events against a synchronised reference",
-    "runtime/rank.py": "boot-phase timestamps of a rank (entry, setup, group, dispatch)",
-    "runtime/pool.py": "the parent's side of the boot timestamps (spawn, submit)",
-    "runtime/nccl_rules.py": "time.time() stamps a stalled rank's queue in the store, so its "
+    "runtime/processes/rank.py": "boot-phase timestamps of a rank (entry, setup, group, dispatch)",
+    "runtime/processes/pool.py": "the parent's side of the boot timestamps (spawn, submit)",
+    "runtime/comm/nccl_rules.py": "time.time() stamps a stalled rank's queue in the store, so its "
                              "peer can tell a fresh record from an old one: no measurement",
     "sampler.py": "the CPU default timer of measure_step_costs (L0 cannot import the runtime's "
                   "helper): it refuses a model off the CPU, whose callers pass `timed`",
@@ -83,7 +83,7 @@ def test_no_clock_around_device_work_outside_the_helper():
                  for module, reads in package_clock_reads().items() if module not in CLOCK_ALLOWED
                  for line, expr in reads]
     assert not offenders, (
-        "clocks read outside ppdit.runtime.timing (time device work with `timed(placement)` or "
+        "clocks read outside runtime.observe.timing (time device work with `timed(placement)` or "
         "`repeat`, stamp events with `now_ns()`, or add the module to CLOCK_ALLOWED with the "
         "reason its clock times no device work):\n  " + "\n  ".join(offenders))
 

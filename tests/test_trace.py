@@ -15,7 +15,7 @@ from ppdit.analysis.trace_stats import (
     handoff_latencies,
     kind_totals,
 )
-from ppdit.runtime.trace import RankTrace, Span, Tracer, merge
+from ppdit.runtime.observe.trace import RankTrace, Span, Tracer, merge
 from ppdit.viz.timeline import plot_busy, plot_timeline
 
 MS = 1_000_000
@@ -137,7 +137,7 @@ def test_collectives_into_records_eager_all_reduces(tmp_path):
     import torch.distributed as dist
 
     from ppdit.parallel.tensor.layers import all_reduce_sum
-    from ppdit.runtime.trace import collectives_into
+    from ppdit.runtime.observe.trace import collectives_into
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
                             world_size=1)

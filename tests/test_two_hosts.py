@@ -1,5 +1,5 @@
 """Two hosts for real: ``torchrun --nnodes 2`` in two network namespaces joined by a veth pair
-(``ppdit.runtime.netns``), one agent and one rank per host, static rendezvous, gloo bound to
+(``tests.support.netns``), one agent and one rank per host, static rendezvous, gloo bound to
 the link by ``GLOO_SOCKET_IFNAME`` (the README's two-host commands, as a user types them).
 
 Skipped with the reason where namespaces cannot be made (not root, no iproute2)."""
@@ -18,8 +18,8 @@ import pytest
 
 from ppdit import cli
 from ppdit.checkpoint.tiny import build_tiny_pipeline
-from ppdit.runtime.drill import MARK, marked_processes
-from ppdit.runtime.netns import TwoHosts
+from ppdit.teaching.drill import MARK, marked_processes
+from tests.support.netns import TwoHosts
 
 pytestmark = pytest.mark.skipif(TwoHosts.unavailable() is not None,
                                 reason=f"two hosts on one machine: {TwoHosts.unavailable()}")
@@ -75,7 +75,7 @@ def test_step_split_across_two_hosts_equals_one_host(hosts, folder, tmp_path):
 def test_a_killed_host_ends_the_other_naming_the_lost_rank(hosts, tmp_path):
     """SIGKILL host 1's agent mid-run: its rank follows (it watches its parent); host 0's rank,
     busy with its own stage's steps (nothing to say to rank 1 until the handoff), hears no
-    heartbeat (``runtime.hosts``), names rank 1 and its address and ends; every process of the
+    heartbeat (``processes.hosts``), names rank 1 and its address and ends; every process of the
     run is gone within seconds."""
     token = uuid.uuid4().hex
     argv = ["--requests", "1", "--steps", "4000"]  # stage 0 computes 2,000 steps in silence

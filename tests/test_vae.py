@@ -13,7 +13,7 @@ from ppdit.analysis.vae_decode import measure_decode
 from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
-from ppdit.runtime.memory import track_peak_memory
+from ppdit.runtime.observe.memory import track_peak_memory
 from ppdit.sampler import SamplingConfig
 from ppdit.vae.presets import build_vae, get_vae_preset
 from ppdit.vae.streaming import (

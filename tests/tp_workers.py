@@ -9,8 +9,8 @@ from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.parallel.tensor.compare import TPCompare, tp_compare_on_rank
 from ppdit.parallel.tensor.parallelize import parallelize_wan
-from ppdit.runtime.launch import RankContext
-from ppdit.runtime.mesh import ParallelDims, build_groups
+from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.processes.launch import RankContext
 from ppdit.runtime.rounds import Job, rounds_worker
 
 

@@ -7,8 +7,8 @@ import time
 import torch
 
 from ppdit.parallel.step_split.ranks import StepStageRunner
-from ppdit.runtime.launch import RankContext
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
+from ppdit.runtime.processes.launch import RankContext
 
 
 def echo_lines(ctx: RankContext) -> int:
@@ -27,12 +27,12 @@ def emit_progress(ctx: RankContext) -> int:
 
 
 def hello_echo_and_emit(ctx: RankContext) -> dict:
-    """``echo_lines`` + ``emit_progress`` + ``probes.hello`` in one job."""
-    from ppdit.runtime import probes
+    """``echo_lines`` + ``emit_progress`` + ``hello`` in one job."""
+    from ppdit.runtime.processes.hello import hello
 
     echo_lines(ctx)
     emit_progress(ctx)
-    return probes.hello(ctx)
+    return hello(ctx)
 
 
 def tensors_round_trip(ctx: RankContext) -> list[torch.Tensor] | None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, post_recv, post_send, wait_for
+from ppdit.runtime.comm.wire import (
+    FrameReceiver,
+    FrameSender,
+    FrameSpec,
+    post_recv,
+    post_send,
+    wait_for,
+)
 
 # 80 x 64 float32 = 20 KiB: above the checker's 16 KiB eager limit, so every frame is a
 # rendezvous, as real (megabyte) frames are under NCCL's 4 MiB buffer.

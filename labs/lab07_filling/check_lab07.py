@@ -36,7 +36,7 @@ Spans = list[list[tuple[float, float]]]  # spans[stage][request] = (start, end)
 def _send_window() -> int:
     """How many sends a stage keeps outstanding: the default of ``FrameSender``, which
     ``_Stage`` builds its outbox with."""
-    from ppdit.runtime.p2p import FrameSender
+    from ppdit.runtime.comm.wire import FrameSender
 
     return inspect.signature(FrameSender).parameters["max_in_flight"].default
 
@@ -87,7 +87,7 @@ def _sim_steady(num_stages: int, stage_s: float, hop_s: float) -> float:
 def _little(spans: Spans) -> dict[str, float]:
     """ppdit's Little's-law statistics of the simulated run, read like a real trace."""
     from ppdit.analysis.trace_stats import littles_law
-    from ppdit.runtime.trace import Span, Trace
+    from ppdit.runtime.observe.trace import Span, Trace
 
     return littles_law(Trace([
         Span(stage, "compute", f"r{r}", round(a * 1e9), round(b * 1e9), {"request": r})

@@ -36,7 +36,7 @@ PPDIT_SLOTS = {0: "magic", 1: "version", 2: "type", 3: "kind", 4: "request_id", 
 
 
 def _code(dtype: torch.dtype) -> int:
-    from ppdit.runtime.p2p import DTYPES
+    from ppdit.runtime.comm.wire import DTYPES
 
     return DTYPES.index(dtype)
 
@@ -154,7 +154,7 @@ def _must_refuse(call, what: str) -> None:
 
 
 def _check_edges(impl) -> None:
-    from ppdit.runtime.p2p import MAGIC as P2P_MAGIC
+    from ppdit.runtime.comm.wire import MAGIC as P2P_MAGIC
 
     H, V1, V2 = impl.ChunkHeader, impl.V1, impl.V2
     nine = (1,) * 9

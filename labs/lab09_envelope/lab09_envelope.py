@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.runtime.p2p import DTYPES, MAX_NDIM
+from ppdit.runtime.comm.wire import DTYPES, MAX_NDIM
 from ppdit.serve.protocol import HEADER_LEN, KINDS, MAGIC, TYPES, VERSION
 
 V1 = VERSION  # ppdit's envelope version: the header ppdit.serve.protocol.decode reads
@@ -23,7 +23,7 @@ SLOT_KIND = 3  # index into KINDS
 SLOT_REQUEST = 4
 SLOT_CHUNK = 7
 SLOT_NUM_FIELDS = 10  # 0: the payload is announced in the slots below, not as a field id
-# Slots 19..31, which ppdit's encode leaves at 0: the payload, described as ppdit.runtime.p2p
+# Slots 19..31, which ppdit's encode leaves at 0: the payload, described as ppdit.runtime.comm.wire
 # describes a tensor (a dtype code, ndim, then the shape), and after it the V2 field.
 SLOT_DTYPE = 19  # index into DTYPES
 SLOT_NDIM = 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ppdit.model import build_model
-from ppdit.runtime.p2p import recv_tensor, send_tensor
+from ppdit.runtime.comm.wire import recv_tensor, send_tensor
 from ppdit.sampler import Denoiser, StepState
 
 SHAPE = (1, 16, 5, 16, 16)

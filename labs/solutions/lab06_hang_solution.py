@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, post_recv, wait_for
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, post_recv, wait_for
 
 SPEC = FrameSpec((80, 64), torch.float32, meta_slots=1)
 ACK = FrameSpec((1,), torch.int64, meta_slots=0)

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ppdit.runtime.trace import Span, Trace
+from ppdit.runtime.observe.trace import Span, Trace
 
 
 def flow_makespan(stage_times_s: Sequence[float], num_requests: int) -> float:

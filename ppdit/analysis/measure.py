@@ -8,6 +8,7 @@ measures, so its numbers are the ones a notebook must mark as machine-dependent.
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,9 +21,17 @@ from ppdit.analysis.hardware import Hardware
 from ppdit.analysis.roofline import (
     Op,
 )
+from ppdit.runtime.comm.wire import (
+    FrameReceiver,
+    FrameSender,
+    FrameSpec,
+    recv_tensor,
+    send_tensor,
+    wire_device,
+)
 from ppdit.runtime.device import Placement
-from ppdit.runtime.p2p import wire_device
-from ppdit.runtime.timing import MIN_ROUNDS, timed, warm_up_pairs
+from ppdit.runtime.observe.timing import MIN_ROUNDS, timed, warm_up_pairs
+from ppdit.runtime.processes.rank import RankContext
 
 
 @contextmanager
@@ -160,8 +169,69 @@ def ping_pong(x: torch.Tensor, rank: int, peer: int, k: int) -> None:
             dist.send(x, peer)
 
 
+def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
+                     iters: int = 50) -> dict[str, list[float]] | None:
+    """One-way latency of a latent handoff, three ways, interleaved round by round (rank 0 gets
+    the numbers, in seconds per one-way trip):
+
+    * ``bare``: ``dist.send`` / ``dist.recv`` of the tensor itself, the floor;
+    * ``frame``: ppdit's handoff (``FrameSender`` / ``FrameReceiver``: one message, payload +
+      metadata). As in a pipeline stage, the outgoing latent is already in the claimed frame
+      (a stage's last step writes it there), so no copy is timed that the stage would not make;
+    * ``header+payload``: ``send_tensor`` / ``recv_tensor``, which describe every message.
+    """
+    if ctx.world_size != 2:
+        raise ValueError(f"handoff_pingpong needs world_size=2, got {ctx.world_size}")
+    # The bare and described trips move the wire's tensor (host memory when staged); the frame
+    # trip includes the staging copies a pipeline stage pays.
+    x = torch.randn(shape, device=wire_device(ctx.device, ctx.placement.staged))
+    peer = 1 - ctx.rank
+    spec = FrameSpec(tuple(shape), x.dtype, meta_slots=2)
+    tx = FrameSender(spec, peer, **ctx.wire)
+    rx = FrameReceiver(spec, peer, **ctx.wire)
+    ways = {"bare": _bare, "frame": _frame, "header+payload": _described}
+    out: dict[str, list[float]] = {k: [] for k in ways}
+    warm_up_pairs(ctx.placement, [(0, 1)], ctx.rank, rules=ctx.rules)  # NCCL's pair set-up
+    for _ in range(rounds):
+        for name, trip in ways.items():
+            dist.barrier()
+            with timed(ctx.placement) as t:
+                for i in range(iters):
+                    trip(ctx.rank, peer, x, tx, rx, i)
+            out[name].append(t.seconds / iters / 2)
+    return out if ctx.rank == 0 else None
+
+
+def _bare(rank, peer, x, tx, rx, i):
+    ping_pong(x, rank, peer, 1)
+
+
+def _frame(rank, peer, x, tx, rx, i):
+    if rank == 0:
+        tx.send(tx.claim(), [i, 0])
+        tx.flush()
+        rx.recv()
+    else:
+        rx.recv()
+        tx.send(tx.claim(), [i, 1])
+        tx.flush()
+
+
+def _described(rank, peer, x, tx, rx, i):
+    if rank == 0:
+        send_tensor(x, peer)
+        recv_tensor(peer, device=x.device)
+    else:
+        send_tensor(recv_tensor(peer, device=x.device), peer)
+
+
+def summarize_pingpong(times: dict[str, list[float]]) -> dict[str, float]:
+    """Median one-way milliseconds per way (medians resist the other core's noise)."""
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
 def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
-    """A 2-rank worker (for ``ppdit.runtime.launch``): one-way P2P and all-reduce seconds.
+    """A 2-rank worker (for ``ppdit.runtime.processes.launch``): one-way P2P and all-reduce seconds.
 
     For each message size in bytes (fp32 tensors), rank 0 and 1 ping-pong ``dist.send`` /
     ``dist.recv`` (one-way = round trip / 2) and both run ``dist.all_reduce``; the best of

@@ -1,7 +1,7 @@
 """Each layout's per-rank memory measured on live CPU ranks: what ``memory_model`` predicts.
 
 Every layout the memory model covers runs here on real ranks with the memory tracking of
-``ppdit.runtime.memory`` (live tensor bytes on the CPU, the allocator's peak on a GPU), and
+``ppdit.runtime.observe.memory`` (live tensor bytes on the CPU, the allocator's peak on a GPU), and
 reports per rank the weights it holds and the peak of its run above them (activations, handoff
 frames, solver state, prompts). The layouts that share a runner share a launch, and every
 launch can reuse one pool of ranks (``pool=``), so the whole set costs a few seconds per plan.
@@ -28,8 +28,8 @@ from ppdit.parallel.fsdp.shard import local_parameter_bytes
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.sequence.run import SPPlan, SPRunner
 from ppdit.parallel.step_split.plan import make_plan
+from ppdit.runtime.observe.trace import peak_memory
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
-from ppdit.runtime.trace import peak_memory
 from ppdit.sampler import Request, SamplingConfig
 
 GUIDANCE = 5.0  # any scale != 1: every step guided, so every layout runs both halves

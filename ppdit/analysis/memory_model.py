@@ -33,7 +33,7 @@ are alive at the same moment, times their shape:
 * **latents** — the sampler's fp32 latents: the state in and out, and a batched step's
   concatenated input.
 * **handoff** — receive and send buffers: step split, 3 receive frames (2 deep + 1 posted
-  ahead, ``runtime.p2p.FrameReceiver``) on a later stage of (1 + solver slots) fp32 latents
+  ahead, ``runtime.comm.wire.FrameReceiver``) on a later stage of (1 + solver slots) fp32 latents
   (``roofline.step_handoff_bytes``); layer split, the last stage 3 frames of h
   (``roofline.layer_handoff_bytes``: 2 receives posted + 1 copy), the others one frame per
   micro-batch in flight; CFG-parallel, the two halves' velocities.

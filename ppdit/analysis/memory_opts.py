@@ -16,7 +16,7 @@ but did not make the model fit one 24 GB GPU. For a video DiT each does somethin
 ``optimisation_ladder`` adds them one at a time to ``rank_memory_model``'s one-GPU total, so a
 lesson can print what each buys against a card's memory; ``measure_scores`` checks the scores
 term on live tensors (one forward of a preset with PyTorch's unfused "math" attention against
-its fused kernel, peaks counted by ``runtime.memory``).
+its fused kernel, peaks counted by ``runtime.observe.memory``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ppdit.analysis.memory_model import rank_memory_model
 from ppdit.analysis.roofline import DTYPE_BYTES
 from ppdit.model import ModelPreset, build_model, get_preset
-from ppdit.runtime.memory import track_peak_memory
+from ppdit.runtime.observe.memory import track_peak_memory
 from ppdit.sampler import Request, initial_noise, prompt_embeddings
 
 

@@ -26,7 +26,7 @@ from ppdit.analysis.measure import best_time
 from ppdit.cuda_graph import StepGraph
 from ppdit.model import build_model, get_preset
 from ppdit.runtime.device import Placement
-from ppdit.runtime.timing import MIN_ROUNDS, repeat, timed
+from ppdit.runtime.observe.timing import MIN_ROUNDS, repeat, timed
 from ppdit.sampler import Denoiser, Request, SamplingConfig
 
 

@@ -8,7 +8,7 @@ the weights. This module measures both on the ranks themselves, while they run t
 
 * ``weight_bytes``: the parameters and buffers the rank's model holds during the run;
 * ``peak_bytes``: the most tensor bytes allocated at once *inside* the run, above those weights
-  (activations, received frames, ring buffers), from ``ppdit.runtime.memory``: the allocator's
+  (activations, received frames, ring buffers), from ``runtime.observe.memory``: the allocator's
   peak on a GPU, a live-tensor count on the CPU.
 
 Why not the process's peak RSS: it cannot be reset between plans, it counts the interpreter and
@@ -29,9 +29,9 @@ from ppdit.parallel.layer_split.ranks import LayerStageRunner
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.step_split.ranks import StepStageRunner
-from ppdit.runtime.memory import track_peak_memory
+from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
-from ppdit.runtime.trace import Tracer
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Statistics of a merged trace: where each rank's time went.
 
-All functions take a ``ppdit.runtime.trace.Trace`` (times in ns from the first event).
+All functions take a ``ppdit.runtime.observe.trace.Trace`` (times in ns from the first event).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import itertools
 import statistics
 from collections import defaultdict
 
-from ppdit.runtime.trace import BOOT_PHASES, Span, Trace
+from ppdit.runtime.observe.trace import BOOT_PHASES, Span, Trace
 
 
 def busy_fractions(trace: Trace, kinds: tuple[str, ...] = ("compute",)) -> dict[int, float]:
@@ -89,7 +89,7 @@ def startup_phases(boot_ns_by_rank: dict[int, dict[str, int]]) -> dict[str, floa
     """Seconds spent in each start-up phase by the rank that was ready last (the critical path).
 
     ``boot_ns_by_rank`` holds the ``RankContext.boot_ns`` stamps of each rank (see
-    ``ppdit.runtime.trace.BOOT_PHASES`` for the phases).
+    ``ppdit.runtime.observe.trace.BOOT_PHASES`` for the phases).
     """
     last = max(boot_ns_by_rank.values(), key=lambda stamps: max(stamps.values()))
     order = sorted(last.items(), key=lambda kv: kv[1])

@@ -10,7 +10,7 @@ What the numbers mean:
   (diffusers decodes frame by frame internally too), so it should cost about the same; bigger
   chunks run fewer, larger kernels.
 * **peak memory** — most bytes allocated at once during the decode (see
-  ``ppdit.runtime.memory``). Full decode holds the whole output, plus the copies its repeated
+  ``runtime.observe.memory``). Full decode holds the whole output, plus the copies its repeated
   ``torch.cat`` makes; a streaming consumer holds one chunk's frames at a time and the cache,
   so its peak does not grow with the video's length.
 
@@ -27,8 +27,8 @@ import torch
 from diffusers import AutoencoderKLWan
 
 from ppdit.runtime.device import Placement
-from ppdit.runtime.memory import track_peak_memory
-from ppdit.runtime.timing import timed
+from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.observe.timing import timed
 from ppdit.vae.streaming import StreamingDecoder, decode_full, iter_chunks
 
 CPU = Placement(torch.device("cpu"), "gloo")

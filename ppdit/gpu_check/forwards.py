@@ -27,7 +27,7 @@ from ppdit.analysis.roofline import DTYPE_BYTES, model_ops, totals
 from ppdit.gpu_check.sections import first_line, free_gb, release, sig
 from ppdit.model import get_preset
 from ppdit.runtime.device import Placement
-from ppdit.runtime.timing import repeat
+from ppdit.runtime.observe.timing import repeat
 
 MODELS = ("wan2.1-1.3b", "wan2.1-14b")
 # Activations of one 480p forward (h, q, k, v, the FFN's hidden units: under 3 GB for the 14B)

@@ -22,10 +22,10 @@ from ppdit.parallel.layer_split.run import run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_splits
-from ppdit.runtime.launch import launch
-from ppdit.runtime.pool import ranks
-from ppdit.runtime.probes import hello
-from ppdit.runtime.timing import MIN_ROUNDS, timed
+from ppdit.runtime.observe.timing import MIN_ROUNDS, timed
+from ppdit.runtime.processes.hello import hello
+from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.processes.pool import ranks
 from ppdit.sampler import Request, SamplingConfig
 
 WORLD = 2

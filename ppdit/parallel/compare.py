@@ -21,11 +21,11 @@ from ppdit.parallel.sequence.comms import even_split
 from ppdit.parallel.sequence.ring import install_ring
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.parallel.tensor.parallelize import parallelize_wan
-from ppdit.runtime.mesh import ParallelDims, build_groups
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.observe.timing import timed, warm_up_pairs
+from ppdit.runtime.observe.trace import RankTrace, Tracer
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner, median_ratio, run_side_by_side
-from ppdit.runtime.timing import timed, warm_up_pairs
-from ppdit.runtime.trace import RankTrace, Tracer
 
 VARIANTS = ("one device", "SP, V-first", "SP, V last", "TP")
 RING = "SP, ring"  # opt in: LayoutCompare(variants=(*VARIANTS, RING))
@@ -62,7 +62,7 @@ class LayoutRunner(Runner):
         spec = self.spec = plans[0][0]
         full, tp_model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         self.full = full.to(ctx.device)
-        world = ctx.world_size  # one group of every rank (runtime.mesh makes it)
+        world = ctx.world_size  # one group of every rank (runtime.comm.mesh makes it)
         self.world = build_groups(ParallelDims(pp=1, tp=world, world_size=world),
                                   ctx.rank).tp_group
         self.staged = ctx.placement.staged

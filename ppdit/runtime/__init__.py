@@ -1,12 +1,32 @@
-"""Launching ranks, choosing devices, arranging ranks into groups (``mesh``), talking between
-ranks (``p2p``), tracing what they do, and running plans side by side (``rounds``)."""
+"""Ranks: how they start and end, where they compute, how they talk, what they record.
 
-from ppdit._fork_server import start_early
+    processes/   starting, keeping and ending rank processes: ``launch``, the live ``RankPool``,
+                 a rank's own life (``rank``), how it starts (``start``: forked from a server or
+                 a fresh interpreter), joining across hosts (``hosts``), ``hello``
+    comm/        the one ``mesh`` (every process group, made from a grid of named axes) and the
+                 one ``wire`` (point-to-point messages, with NCCL's rules on gloo: ``nccl_rules``)
+    observe/     what ranks record: spans on a common clock (``trace``), the one timing rule
+                 (``timing``), peak memory (``memory``)
+    device.py    the one placement decision (CPU + gloo or CUDA + NCCL, and why)
+    fit.py       whether ranks sharing a device can hold their weights
+    compile_cache.py  torch.compile's cache, kept in the project
+    rounds.py    several plans side by side in one launch, interleaved round by round
 
-start_early()  # CPU ranks fork from it: its imports run while this process goes on with its own
+Importing any of it starts no process: the fork server CPU ranks start from
+(``ppdit._fork_server``) starts with the first launch or pool, or earlier on ``warm()``.
+"""
 
-from ppdit.runtime.device import Placement, PlacementDecision, decide_placement  # noqa: E402
-from ppdit.runtime.launch import (  # noqa: E402
+from ppdit._fork_server import start_early as warm
+from ppdit.runtime.comm.wire import (
+    FrameReceiver,
+    FrameSender,
+    FrameSpec,
+    recv_tensor,
+    send_tensor,
+)
+from ppdit.runtime.device import Placement, PlacementDecision, decide_placement
+from ppdit.runtime.observe.trace import RankTrace, Span, Trace, Tracer, merge
+from ppdit.runtime.processes.launch import (
     LaunchTimeout,
     RankContext,
     RankError,
@@ -14,15 +34,7 @@ from ppdit.runtime.launch import (  # noqa: E402
     launch,
     run_under_torchrun,
 )
-from ppdit.runtime.p2p import (  # noqa: E402
-    FrameReceiver,
-    FrameSender,
-    FrameSpec,
-    recv_tensor,
-    send_tensor,
-)
-from ppdit.runtime.pool import RankPool, ranks  # noqa: E402
-from ppdit.runtime.trace import RankTrace, Span, Trace, Tracer, merge  # noqa: E402
+from ppdit.runtime.processes.pool import RankPool, ranks
 
 __all__ = [
     "FrameReceiver",
@@ -46,4 +58,5 @@ __all__ = [
     "recv_tensor",
     "run_under_torchrun",
     "send_tensor",
+    "warm",
 ]

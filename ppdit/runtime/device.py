@@ -9,7 +9,7 @@ The rule, decided once per launch by ``decide_placement``:
   NCCL refuses two ranks on one GPU, and gloo moves only host memory (a CUDA tensor given to
   gloo fails with "writev ... Bad address"), so in this *shared* mode every message is
   **staged**: copied to a host buffer before it is sent and back to the GPU after it arrives.
-  ``ppdit.runtime.p2p`` and the collectives of ``ppdit.parallel`` do that when the rank's
+  ``ppdit.runtime.comm.wire`` and the collectives of ``ppdit.parallel`` do that when the rank's
   ``Placement.staged`` says so.
 
 Staging can be switched on for CPU ranks too (``stage=True``): the copies are then CPU to CPU,
@@ -17,7 +17,7 @@ which is how the tests check the staged transport on a machine without a GPU.
 
 NCCL's point-to-point rules can be kept by gloo ranks (``nccl_rules=True``, or
 ``$PPDIT_NCCL_RULES``: 1, or the eager limit in bytes): one ordered queue per peer, rendezvous
-above the buffer, timeouts from posting (``ppdit.runtime.nccl_rules``). The test suite turns it
+above the buffer, timeouts from posting (``ppdit.runtime.comm.nccl_rules``). The test suite turns it
 on, so an ordering that would hang on GPUs hangs, and is named, on the CPU.
 
 Everything else in ppdit asks a ``Placement`` instead of calling ``torch.cuda`` itself, so the
@@ -106,7 +106,7 @@ def decide_placement(local_world_size: int, *, backend: str = "auto", device: st
 
 def _rules_limit(nccl_rules: bool | int | None) -> int | None:
     """The eager limit asked for (None: the rules are off)."""
-    from ppdit.runtime.nccl_rules import EAGER_BYTES
+    from ppdit.runtime.comm.nccl_rules import EAGER_BYTES
 
     if nccl_rules is None:
         text = os.environ.get(RULES_ENV, "0").strip()

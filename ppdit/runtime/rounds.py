@@ -20,7 +20,7 @@ The parts:
   each plan's traces merged round by round.
 
 Under ``torchrun`` the same call gathers every rank's results to rank 0 and returns ``None``
-on the other ranks (see ``ppdit.runtime.launch.launch``).
+on the other ranks (see ``ppdit.runtime.processes.launch.launch``).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any
 
 from ppdit.runtime.device import decide_placement, local_world_size
 from ppdit.runtime.fit import check_fits
-from ppdit.runtime.launch import in_torchrun, launch
-from ppdit.runtime.memory import track_peak_memory
-from ppdit.runtime.rank import RankContext
-from ppdit.runtime.timing import now_ns
-from ppdit.runtime.trace import PEAK_MEMORY, RankTrace, Rounds, Trace, Tracer, merge
+from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.observe.timing import now_ns
+from ppdit.runtime.observe.trace import PEAK_MEMORY, RankTrace, Rounds, Trace, Tracer, merge
+from ppdit.runtime.processes.launch import in_torchrun, launch
+from ppdit.runtime.processes.rank import RankContext
 
 
 def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
@@ -188,7 +188,7 @@ class PlanRuns(Rounds):
     traces: list[Trace]  # one merged timeline per round
     outputs: dict[int, list[Any]]  # rank -> its outputs, round by round (ranks that took part)
     results: dict[int, Any]  # rank -> its ``Runner.result``
-    boot_ns: dict[int, dict[str, int]]  # rank -> start-up stamps (see runtime.trace.boot_trace)
+    boot_ns: dict[int, dict[str, int]]  # rank -> start-up stamps (see observe.trace.boot_trace)
 
     def last(self) -> dict[int, Any]:
         """Each rank's output of the last round."""

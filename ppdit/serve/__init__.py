@@ -5,7 +5,7 @@
 ``causal`` (KV cache, recompute), ``pp1`` (TP inside the mesh), ``system`` (launch + reference).
 
 Why its order is safe under NCCL: envelopes (posted ahead, not waited for) travel from the
-controller to the leader on one communicator, results back on another (``runtime.mesh.Lanes``);
+controller to the leader on one communicator, results back on another (``runtime.comm.mesh.Lanes``);
 inside the mesh the leader shares each envelope by broadcast, the same collectives in the same
 order on every mesh rank, and rank 0 joins none of them.
 """

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppdit.runtime.launch import RankContext
-from ppdit.runtime.mesh import Lanes
-from ppdit.runtime.timing import now_ns
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.comm.mesh import Lanes
+from ppdit.runtime.observe.timing import now_ns
+from ppdit.runtime.observe.trace import Tracer
+from ppdit.runtime.processes.launch import RankContext
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator

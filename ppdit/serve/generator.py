@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.runtime.launch import RankContext
-from ppdit.runtime.mesh import Lanes
-from ppdit.runtime.timing import timed
-from ppdit.runtime.trace import Tracer, collectives_into
+from ppdit.runtime.comm.mesh import Lanes
+from ppdit.runtime.observe.timing import timed
+from ppdit.runtime.observe.trace import Tracer, collectives_into
+from ppdit.runtime.processes.launch import RankContext
 from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import (

@@ -14,9 +14,9 @@ import torch
 from ppdit.model import build_model, condition, embed_patches
 from ppdit.parallel.tensor.comms import trace_report
 from ppdit.parallel.tensor.parallelize import parallelize_wan
-from ppdit.runtime.launch import RankContext
-from ppdit.runtime.mesh import ParallelDims, build_groups
-from ppdit.runtime.p2p import broadcast_tensor
+from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.comm.wire import broadcast_tensor
+from ppdit.runtime.processes.launch import RankContext
 from ppdit.sampler import Request, SamplingConfig, prompt_embeddings
 from ppdit.serve.causal import ChunkGenerator, StreamConfig, offset_rope
 from ppdit.serve.config import LEADER
@@ -53,7 +53,7 @@ def explain_mesh_block(ctx: RankContext, context_chunks: int = 2) -> dict:
     """On every rank of a TP group: Dynamo's view of one mesh block as PP1 runs it — TP layers
     with functional collectives, the causal processor attending to a KV cache. Returns graph
     and graph-break counts (no Inductor compile: seconds)."""
-    world = ctx.world_size  # the mesh alone: every rank one TP group (runtime.mesh makes it)
+    world = ctx.world_size  # the mesh alone: every rank one TP group (runtime.comm.mesh makes it)
     group = build_groups(ParallelDims(pp=1, tp=world, world_size=world), ctx.rank).tp_group
     model = parallelize_mesh_model(build_model("tiny", seed=0, device=ctx.device), group,
                                    ctx.placement.staged)

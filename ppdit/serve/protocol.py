@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import PendingSend, isend_tensor, recv_tensor
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import PendingSend, isend_tensor, recv_tensor
 
 MAGIC = 0x50504556  # "PPEV"
 VERSION = 1

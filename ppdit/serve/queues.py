@@ -13,7 +13,7 @@ import time
 from collections import deque
 from typing import Any
 
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.observe.trace import Tracer
 
 
 class QueueFull(RuntimeError):

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.runtime.mesh import ParallelDims, build_groups, build_lanes
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.mesh import ParallelDims, build_groups, build_lanes
+from ppdit.runtime.observe.trace import Trace
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner, run_side_by_side
-from ppdit.runtime.trace import Trace
 from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.controller import Controller, ControllerReport

@@ -19,9 +19,9 @@ from ppdit.checkpoint.solver import make_denoiser
 from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
 from ppdit.runtime.device import cpu_share, decide_placement
-from ppdit.runtime.rank import in_torchrun
-from ppdit.runtime.timing import timed
-from ppdit.runtime.trace import Trace, Tracer, merge
+from ppdit.runtime.observe.timing import timed
+from ppdit.runtime.observe.trace import Trace, Tracer, merge
+from ppdit.runtime.processes.rank import in_torchrun
 from ppdit.sampler import Conditioning, Request
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape

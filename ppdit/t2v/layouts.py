@@ -31,7 +31,7 @@ from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.sequence.run import SPPlan, run_sp
 from ppdit.parallel.step_split.plan import StepSplitPlan, make_plan
 from ppdit.parallel.step_split.run import run_step_split
-from ppdit.runtime.trace import Trace
+from ppdit.runtime.observe.trace import Trace
 from ppdit.sampler import Conditioning, Request
 from ppdit.t2v.layout import Layout
 from ppdit.t2v.spec import GenerateSpec

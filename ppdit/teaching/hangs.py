@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec
+from ppdit.runtime.processes.rank import RankContext
 
 FRAME = FrameSpec((64, 64), torch.float32, meta_slots=1)  # 16 KiB: a rendezvous in the lesson
 ACK = FrameSpec((1,), torch.int64, meta_slots=0)

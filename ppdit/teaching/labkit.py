@@ -78,7 +78,7 @@ class LoopbackWire:
 def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequence[Any]],
                        modules: Sequence[ModuleType]) -> list[Any]:
     """Run ``worker(ctx, *args_by_rank[r])`` for r = 0, 1, ... in this process, with
-    ``send_tensor`` / ``recv_tensor`` in ``modules`` (and in ``ppdit.runtime.p2p``) replaced by
+    ``send_tensor`` / ``recv_tensor`` in ``modules`` (and in ``runtime.comm.wire``) replaced by
     a ``LoopbackWire``; return the results by rank. A rank's exception propagates with a note
     naming the rank; a message left unread is an error."""
     from ppdit.runtime import p2p

@@ -27,8 +27,8 @@ from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ppdit.analysis.overhead import _quiet_native_output
-from ppdit.runtime.timing import now_ns
-from ppdit.runtime.trace import Trace, Tracer, merge
+from ppdit.runtime.observe.timing import now_ns
+from ppdit.runtime.observe.trace import Trace, Tracer, merge
 
 MARKER = "ppdit step"  # the record_function that brackets the profiled step
 

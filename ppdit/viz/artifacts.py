@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
-from ppdit.runtime.trace import Trace
+from ppdit.runtime.observe.trace import Trace
 from ppdit.viz.timeline import plot_busy, plot_timeline
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
-from ppdit.runtime.trace import Span
+from ppdit.runtime.observe.trace import Span
 
 if TYPE_CHECKING:
     from ppdit.teaching.profiling import StepProfile

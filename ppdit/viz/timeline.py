@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
 from ppdit.analysis.trace_stats import busy_fractions
-from ppdit.runtime.trace import Span, Trace
+from ppdit.runtime.observe.trace import Span, Trace
 
 KIND_COLORS = {
     "compute": "#4C72B0",

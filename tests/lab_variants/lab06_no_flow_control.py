@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.p2p import FrameReceiver, FrameSender
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender
 from ppdit.teaching.labkit import load_module
 
 _solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"

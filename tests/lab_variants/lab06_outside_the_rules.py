@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ppdit.runtime.p2p import FrameReceiver, FrameSender
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender
 from ppdit.teaching.labkit import load_module
 
 _solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"

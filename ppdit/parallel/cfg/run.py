@@ -16,10 +16,10 @@ import torch
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.cfg.halves import cfg_parallel_step
-from ppdit.runtime.mesh import ParallelDims, build_groups
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.observe.trace import Trace, Tracer
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import ReplicatedRunner, run_side_by_side
-from ppdit.runtime.trace import Trace, Tracer
 from ppdit.sampler import Conditioning, Request, SamplingConfig
 
 

@@ -31,7 +31,7 @@ import torch
 
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import ModelPreset
-from ppdit.runtime.p2p import FrameSpec
+from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import Request, SamplingConfig
 from ppdit.vae.presets import get_vae_preset
 

@@ -16,11 +16,11 @@ import torch
 
 from ppdit.cuda_graph import StepGraph
 from ppdit.parallel.decode_overlap.plan import DECODER_RANK, GENERATOR_RANK, OverlapPlan
-from ppdit.runtime.mesh import build_lanes
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.mesh import build_lanes
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec
+from ppdit.runtime.observe.trace import Tracer
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
-from ppdit.runtime.trace import Tracer
 from ppdit.sampler import Denoiser, Request, initial_noise
 from ppdit.vae.streaming import StreamingDecoder
 
@@ -43,7 +43,7 @@ class OverlapRunner(Runner):
         super().__init__(ctx, plans)
         module = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         module = module.to(ctx.device)
-        # One communicator per direction (runtime.mesh.Lanes): chunks down, credits up, so
+        # One communicator per direction (runtime.comm.mesh.Lanes): chunks down, credits up, so
         # under NCCL a credit never queues behind a chunk receive posted ahead, or the reverse.
         lanes = build_lanes([DECODER_RANK, GENERATOR_RANK])
         groups = (lanes.between(GENERATOR_RANK, DECODER_RANK),  # chunks

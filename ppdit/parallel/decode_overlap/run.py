@@ -10,8 +10,8 @@ import torch
 
 from ppdit.parallel.decode_overlap.plan import DECODER_RANK, OverlapPlan
 from ppdit.parallel.decode_overlap.ranks import OverlapRunner
+from ppdit.runtime.observe.trace import Rounds, Trace
 from ppdit.runtime.rounds import run_side_by_side
-from ppdit.runtime.trace import Rounds, Trace
 from ppdit.sampler import generate
 from ppdit.vae.streaming import StreamingDecoder
 

@@ -21,8 +21,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from ppdit.runtime.timing import now_ns
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.observe.timing import now_ns
+from ppdit.runtime.observe.trace import Tracer
 
 
 def shard_blocks(model, group, device_type: str, prefetch: bool = True,

@@ -2,7 +2,7 @@
 
 Two kinds of message cross a stage boundary: hidden states ``h`` (n, S, D) from one chunk to
 the next, and updated latents (n, C, F, H, W) from the last stage back to the first (the wrap).
-Both are fixed-layout frames (``ppdit.runtime.p2p``), one message per hop.
+Both are fixed-layout frames (``ppdit.runtime.comm.wire``), one message per hop.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch
 
 from ppdit.model import torch_dtype
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan, Message, messages_sent, sender_of
-from ppdit.runtime.mesh import Lanes
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import Frame, FrameSpec, post_recv, wait_for
+from ppdit.runtime.comm.mesh import Lanes
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import Frame, FrameSpec, post_recv, wait_for
 
 KINDS = ("hidden", "latent")
 
@@ -43,7 +43,7 @@ class Mailbox:
     without tags, on gloo and NCCL alike.
 
     Why posting ahead is safe under NCCL: each direction between two ranks has a communicator
-    of its own (``lanes``, ``ppdit.runtime.mesh.Lanes``), so a receive posted ahead queues only
+    of its own (``lanes``, ``ppdit.runtime.comm.mesh.Lanes``), so a receive posted ahead queues only
     behind receives from the same sender, never in front of a send this rank still has to
     make. On one communicator, P = 2 deadlocks: rank 1's receive of the next hidden state,
     posted ahead, holds the queue its wrapped latent needs, and rank 0 needs that latent to

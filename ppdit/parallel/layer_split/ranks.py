@@ -39,12 +39,12 @@ from ppdit.parallel.layer_split.schedule import (
     input_message,
 )
 from ppdit.parallel.layer_split.torch_baseline import run_torch_gpipe
-from ppdit.runtime.mesh import Lanes, build_lanes
-from ppdit.runtime.p2p import FrameSender, FrameSpec, wire_device
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.mesh import Lanes, build_lanes
+from ppdit.runtime.comm.wire import FrameSender, FrameSpec, wire_device
+from ppdit.runtime.observe.timing import exchange
+from ppdit.runtime.observe.trace import Tracer
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
-from ppdit.runtime.timing import exchange
-from ppdit.runtime.trace import Tracer
 from ppdit.sampler import Denoiser, StepState
 
 # ----------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ import torch
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.layer_split.ranks import LayerStageRunner, micro_text, update_request
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.runtime.observe.trace import Trace
 from ppdit.runtime.rounds import run_side_by_side
-from ppdit.runtime.trace import Trace
 
 ENGINES = ("ppdit", "torch")
 

@@ -20,7 +20,7 @@ from torch import nn
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.model import condition, embed_patches, epilogue, run_blocks
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.observe.trace import Tracer
 from ppdit.sampler import StepState
 
 

@@ -12,7 +12,7 @@ step, and each rank folds every block it sees into its running output with the o
 After P - 1 hops every query has met every key once. The hop of the next block is posted
 before the current block's attention is computed, so the transfer overlaps that compute; a hop
 is one fused send + receive (``p2p.post_batch``), which NCCL launches as a group and which
-therefore cannot block itself (``runtime.nccl_rules``).
+therefore cannot block itself (``runtime.comm.nccl_rules``).
 
 Why not bitwise: each rank merges the blocks in its own order (its own block first), and the
 merge rescales partial sums: the same terms summed in another order and scale. ``RING_TOL`` is
@@ -28,9 +28,9 @@ import torch
 import torch.distributed as dist
 
 from ppdit.attention import attention_out, install, project_qk, project_v
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import DEFAULT_TIMEOUT_S, post_batch, wait_for
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, post_batch, wait_for
+from ppdit.runtime.observe.trace import Tracer
 
 # The merge reorders and rescales the softmax sums; on the tiny model over 2 steps the error
 # seen is ~1e-7 on values of order 1, so 1e-5 leaves two orders of margin (as SP_TOL).

@@ -29,10 +29,10 @@ from ppdit.parallel.sequence.topology import Hierarchy, build_hierarchy
 from ppdit.parallel.sequence.ulysses import check_sp_degree, install_ulysses, sp_forward
 from ppdit.parallel.sequence.usp import install_usp
 from ppdit.parallel.sequence.vmajor import VMajor
-from ppdit.runtime.mesh import SPDims, SPGroups, build_sp_groups
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.mesh import SPDims, SPGroups, build_sp_groups
+from ppdit.runtime.observe.trace import Trace, Tracer
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
-from ppdit.runtime.trace import Trace, Tracer
 from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig, StepState
 
 SP_ATTENTION = ("ulysses", "ring", "usp")
@@ -124,7 +124,7 @@ class SPRunner(ReplicatedRunner):
 
     def __init__(self, ctx: RankContext, plans: Sequence[SPPlan]):
         super().__init__(ctx, plans)
-        # every plan's groups, every rank creating every group in order (runtime.mesh)
+        # every plan's groups, every rank creating every group in order (runtime.comm.mesh)
         self.groups = [build_sp_groups(p.dims, ctx.rank) for p in plans]
         self.hierarchies = [_hierarchy(p, ctx.rank) for p in plans]
         self.vmajors = [None if p.v_major is None else VMajor(p.v_major) for p in plans]

@@ -28,7 +28,7 @@ from ppdit.model import project_out, prologue, run_blocks, unpatchify
 from ppdit.parallel.sequence.comms import A2ACounter, head_chunks, heads_to_seq, seq_to_heads
 from ppdit.parallel.sequence.topology import Hierarchy
 from ppdit.parallel.sequence.vmajor import VMajor, v_all_to_all
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.observe.trace import Tracer
 
 # Each rank multiplies its token slice (fewer GEMM rows) and attends with its heads; the sums
 # are the same per row, so on this project's CPU the result is even bitwise, but GEMM kernels

@@ -2,7 +2,7 @@
 
 Ulysses stops at the head count (its degree must divide the heads: 12 for Wan 1.3B, so no
 8-way Ulysses); ring attention has no such limit but sends every K/V block P - 1 hops. USP
-arranges the ranks of one forward as ``ulysses x ring`` (``runtime.mesh.SPDims``): a Ulysses
+arranges the ranks of one forward as ``ulysses x ring`` (``runtime.comm.mesh.SPDims``): a Ulysses
 group of U ranks first trades its token slices for a head split (each rank then holds the
 group's whole run of tokens for H/U heads), the R Ulysses groups then pass those runs around a
 ring, one rank per group and head slice, and the output comes back to the token split::
@@ -25,9 +25,9 @@ from ppdit.attention import install
 from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
 from ppdit.parallel.sequence.ring import Ring, RingAttnProcessor, ring_attention
 from ppdit.parallel.sequence.ulysses import check_sp_degree
-from ppdit.runtime.mesh import SPDims, SPGroups
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.trace import Tracer
+from ppdit.runtime.comm.mesh import SPDims, SPGroups
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.observe.trace import Tracer
 
 
 class USPAttnProcessor(RingAttnProcessor):

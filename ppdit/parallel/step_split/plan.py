@@ -24,7 +24,7 @@ Splits are contiguous and balanced by step count (``split_steps``) or by per-ste
 (``weights``: e.g. ``SamplingConfig.step_costs()`` when only early steps use guidance).
 
 PP x TP: with ``tp > 1`` each stage is a tensor-parallel group of ``tp`` ranks
-(``ppdit.runtime.mesh``: rank r is stage r // tp, TP rank r % tp). For pp = 2, tp = 2::
+(``ppdit.runtime.comm.mesh``: rank r is stage r // tp, TP rank r % tp). For pp = 2, tp = 2::
 
                  TP group (all-reduces every block)
     stage 0:   rank 0  ==  rank 1        steps [0, n/2)
@@ -59,8 +59,8 @@ from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.parallel.tensor.layers import COLLECTIVES
 from ppdit.parallel.tensor.parallelize import check_tp_degree
-from ppdit.runtime.mesh import ParallelDims
-from ppdit.runtime.p2p import FrameSpec
+from ppdit.runtime.comm.mesh import ParallelDims
+from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig
 
 MODES = ("filled", "stream_batch")

@@ -2,7 +2,7 @@
 
 ``plan.py`` holds the plan, ``run.py`` the entry points; this file is the per-rank side. Rank r
 serves pipeline ``dp_rank`` as stage ``pp_rank`` (and, under PP x TP, as TP rank ``tp_rank``
-of that stage: ``ppdit.runtime.mesh``). Phases of a "filled" stage, per group of requests: wait
+of that stage: ``ppdit.runtime.comm.mesh``). Phases of a "filled" stage, per group of requests: wait
 for a credit (stage 0, if in-flight groups are capped) -> take (noise on stage 0, else a frame
 from the previous stage) -> run this stage's steps, the last one writing straight into the
 outgoing frame -> give (send on, or keep the result on the last stage and return a credit).
@@ -25,13 +25,13 @@ from ppdit.parallel.tensor.parallelize import (
     local_param_count,
     parallelize_wan,
 )
+from ppdit.runtime.comm.mesh import RankGroups, build_groups
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, wire_device, work_bound
 from ppdit.runtime.compile_cache import use_project_compile_cache
-from ppdit.runtime.mesh import RankGroups, build_groups
-from ppdit.runtime.p2p import FrameReceiver, FrameSender, FrameSpec, wire_device, work_bound
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.observe.timing import exchange, timed
+from ppdit.runtime.observe.trace import Tracer, collectives_into
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import ReplicatedRunner
-from ppdit.runtime.timing import exchange, timed
-from ppdit.runtime.trace import Tracer, collectives_into
 from ppdit.sampler import Denoiser, Request, StepState
 
 

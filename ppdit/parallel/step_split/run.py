@@ -16,8 +16,8 @@ import torch
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.step_split.ranks import StageInfo, StepStageRunner, stream_batch_ticks
+from ppdit.runtime.observe.trace import Rounds, Trace
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
-from ppdit.runtime.trace import Rounds, Trace
 
 
 @dataclass

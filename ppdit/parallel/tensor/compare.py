@@ -22,12 +22,12 @@ from ppdit.model import forward_by_stages, prologue, torch_dtype
 from ppdit.parallel.tensor.comms import CollectiveCounter, TraceReport, trace_report
 from ppdit.parallel.tensor.dtensor import parallelize_wan_dtensor
 from ppdit.parallel.tensor.parallelize import compile_blocks, local_param_count, parallelize_wan
+from ppdit.runtime.comm.mesh import ParallelDims, build_groups
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.device import Placement
-from ppdit.runtime.mesh import ParallelDims, build_groups
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.observe.timing import timed
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Job, Runner, median_ratio, rounds_worker, run_side_by_side
-from ppdit.runtime.timing import timed
 from ppdit.sampler import Request, initial_noise, prompt_embeddings
 
 STYLES = ("single", "funcol", "c10d", "c10d_async", "dtensor")
@@ -138,7 +138,7 @@ class TPCompareRunner(Runner):
         self.models, self.results = [], []
         with torch.no_grad():
             self.reference = forward_by_stages(spec.source.dit(dev), *self.inputs)
-            world = ctx.world_size  # every rank one TP group (runtime.mesh makes it)
+            world = ctx.world_size  # every rank one TP group (runtime.comm.mesh makes it)
             self.group = build_groups(ParallelDims(pp=1, tp=world, world_size=world),
                                       ctx.rank).tp_group
             for _, v in plans:

@@ -50,7 +50,7 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch import nn
 
-from ppdit.runtime.trace import collective_tracer
+from ppdit.runtime.observe.trace import collective_tracer
 
 COLLECTIVES = ("funcol", "c10d", "c10d_async")
 

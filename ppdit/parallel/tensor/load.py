@@ -16,8 +16,8 @@ import torch.distributed as dist
 from ppdit.checkpoint.partial import fill_from_folder, meta_transformer
 from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.tensor.parallelize import parallelize_wan
-from ppdit.runtime.memory import track_peak_memory
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.processes.rank import RankContext
 
 
 def shard_index(local: torch.Size, stored: list[int], rank: int) -> tuple[slice, ...]:
@@ -50,7 +50,7 @@ def load_tp(source: ModelSource, group, device: torch.device, **parallel_kwargs
 
 def loading_worker(ctx: RankContext, folder: str) -> dict:
     """One rank of a TP group over every rank: read its shards from ``folder`` and report the
-    bytes it holds, the most it held while loading (measured: ``runtime.memory``), the largest
+    bytes it holds, the most it held while loading (``runtime.observe.memory``), the largest
     single read, and its parameters (for a comparison with the whole model)."""
     with track_peak_memory(ctx.placement) as mem:
         model, largest = load_tp(ModelSource(folder=folder), None, ctx.device)

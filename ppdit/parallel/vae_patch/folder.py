@@ -17,10 +17,10 @@ import torch
 from ppdit.checkpoint.folder import load_folder
 from ppdit.parallel.vae_patch.decode import decode_patch_parallel
 from ppdit.parallel.vae_patch.halo import RowGroup
-from ppdit.runtime.launch import launch
-from ppdit.runtime.memory import track_peak_memory
-from ppdit.runtime.rank import RankContext
-from ppdit.runtime.timing import timed
+from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.observe.timing import timed
+from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.processes.rank import RankContext
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def decode_on_ranks(folder: str, latent: torch.Tensor, ranks: int, *, chunk_fram
                     **launch_kwargs) -> RanksDecode:
     """Decode ``latent`` (un-normalised) split by rows over ``ranks`` fresh ranks.
 
-    ``launch_kwargs`` go to ``ppdit.runtime.launch`` (``device``, ``nccl_rules``, ``pool``...).
+    ``launch_kwargs`` go to ``launch`` (``device``, ``nccl_rules``, ``pool``...).
     """
     launch_kwargs.setdefault("echo", False)
     job = FolderDecodeJob(str(folder), latent.detach().float().cpu().contiguous(), chunk_frames)

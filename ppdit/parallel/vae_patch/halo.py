@@ -13,7 +13,7 @@ with that neighbour's edge rows, and the zero rows stay only at the true image b
              [ own rows of rank 1 ]
              [ 0 0 0 ]  <- the bottom border
 
-Every exchange is one ``batch_isend_irecv`` (``ppdit.runtime.p2p.post_batch``): a rank both
+Every exchange is one ``batch_isend_irecv`` (``ppdit.runtime.comm.wire.post_batch``): a rank both
 sends to and receives from each neighbour, and under NCCL a receive posted ahead of the send
 its peer waits for would block; fused, it cannot. Every wait has a timeout (``wait_for``).
 """
@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from ppdit.parallel.partition import even_sizes
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import DEFAULT_TIMEOUT_S, post_batch, wait_for
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, post_batch, wait_for
 
 ROW_DIM = -2  # rows (height) are the second-to-last dim of every activation, 4D and 5D alike
 

@@ -3,7 +3,7 @@
 ``run_patch_decode(cases, world_size)`` starts ``world_size`` ranks that each build the same
 seeded VAE (before the process group exists, as ``launch``'s ``setup`` allows), decode every
 latent case with every chunk size (the whole video gathered on every rank), and measure each rank's
-peak tensor bytes of one decode (``ppdit.runtime.memory``). ``group_sizes`` repeats all that
+peak tensor bytes of one decode (``ppdit.runtime.observe.memory``). ``group_sizes`` repeats all that
 over the first n ranks for each n: one launch, several splits. ``one_process_decode`` is the
 reference: ``decode_full`` and its peak, measured the same way.
 """
@@ -19,9 +19,9 @@ from diffusers import AutoencoderKLWan
 
 from ppdit.parallel.vae_patch.decode import decode_patch_parallel
 from ppdit.parallel.vae_patch.halo import RowGroup
-from ppdit.runtime.launch import launch
-from ppdit.runtime.memory import track_peak_memory
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.vae.presets import build_vae
 from ppdit.vae.streaming import decode_full
 
@@ -103,7 +103,7 @@ def run_patch_decode(cases: Sequence[torch.Tensor], world_size: int, *,
     """Launch ``world_size`` ranks and decode every case row-split over the first n ranks,
     for each n in ``group_sizes`` (default: all of them).
 
-    ``launch_kwargs`` go to ``ppdit.runtime.launch`` (``pool=`` to reuse live ranks); ranks get
+    ``launch_kwargs`` go to ``launch`` (``pool=`` to reuse live ranks); ranks get
     one thread each unless ``threads_per_rank`` says otherwise.
     """
     if any(not 1 <= n <= world_size for n in group_sizes):

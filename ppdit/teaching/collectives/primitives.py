@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import post_batch, post_recv, post_send, wait_for
-from ppdit.runtime.rank import RankContext
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import post_batch, post_recv, post_send, wait_for
+from ppdit.runtime.processes.rank import RankContext
 
 PRIMITIVES = ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather", "all-to-all")
 ROOT = 0  # broadcast's source and reduce's destination

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from ppdit.analysis.measure import ping_pong
-from ppdit.runtime.p2p import wire_device
-from ppdit.runtime.rank import RankContext
-from ppdit.runtime.timing import MIN_ROUNDS, timed, warm_up_pairs
+from ppdit.runtime.comm.wire import wire_device
+from ppdit.runtime.observe.timing import MIN_ROUNDS, timed, warm_up_pairs
+from ppdit.runtime.processes.rank import RankContext
 
 SIZES = tuple(8 * 8**k for k in range(8))  # 8 B, 64 B, ..., 16 MiB: a decade-ish per step
 TARGET_BYTES = 4e6  # per timed run: a few milliseconds of traffic, whatever the size
@@ -44,7 +44,7 @@ def alpha_beta_sweep(ctx: RankContext, sizes: Sequence[int] = SIZES,
     if ctx.world_size != 2:
         raise ValueError(f"alpha_beta_sweep needs world_size=2, got {ctx.world_size}")
     if rounds < MIN_ROUNDS:
-        raise ValueError(f"rounds={rounds}: at least {MIN_ROUNDS} (ppdit.runtime.timing)")
+        raise ValueError(f"rounds={rounds}: at least {MIN_ROUNDS} (ppdit.runtime.observe.timing)")
     if any(n < 4 or n % 4 for n in sizes):
         raise ValueError(f"sizes={list(sizes)}: fp32 buffers need multiples of 4 bytes")
     peer = 1 - ctx.rank

@@ -15,7 +15,7 @@ step index, ...). With ``FrameSender.claim`` the producing step writes straight 
 frame, so a handoff costs what a bare ``dist.send`` of the latent costs.
 
 Every operation is posted through ``post_send`` / ``post_recv``: plain gloo / NCCL, or, with
-``rules`` (a gloo rank keeping NCCL's point-to-point rules: ``ppdit.runtime.nccl_rules``),
+``rules`` (a gloo rank keeping NCCL's point-to-point rules: ``ppdit.runtime.comm.nccl_rules``),
 queued per peer as NCCL would run it.
 
 Staging (``staged=True``, from the rank's ``Placement``: ranks sharing a GPU over gloo, which
@@ -36,7 +36,7 @@ from functools import cached_property
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.nccl_rules import NcclRules, P2PDeadlock
+from ppdit.runtime.comm.nccl_rules import NcclRules, P2PDeadlock
 
 MAGIC = 0x50504454  # "PPDT": catches a receiver that is reading someone else's message
 MAX_NDIM = 8

@@ -172,7 +172,7 @@ class NcclRules:
 
     def __init__(self, rank: int, eager_bytes: int = EAGER_BYTES, stall_s: float = STALL_S):
         self.rank, self.eager_bytes, self.stall_s = rank, eager_bytes, stall_s
-        # every rank makes it, in the same order: a collective, like every group (runtime.mesh)
+        # every rank makes it, in the same order: a collective, like every group (runtime.comm.mesh)
         self.control = dist.new_group(backend="gloo")
         self.store = dist.distributed_c10d._get_default_store()
         self.channels: dict[tuple, _Channel] = {}

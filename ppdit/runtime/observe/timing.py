@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import post_batch, wire_device
 from ppdit.runtime.device import Placement
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import post_batch, wire_device
 
 MIN_ROUNDS = 3  # with two, the median is a mean; three make one outlier visible
 

@@ -134,7 +134,7 @@ class Lanes:
 
     NCCL runs the un-batched sends and receives between two ranks on one ordered stream per
     communicator. Traffic both ways on one communicator then deadlocks as soon as a rank posts
-    a receive ahead of a send its peer is waiting for (``ppdit.runtime.nccl_rules``). On a lane
+    a receive ahead of a send its peer is waiting for (``ppdit.runtime.comm.nccl_rules``). On a lane
     each pair carries one direction only, sender and receiver post in the same order, and a
     queued receive can never stand in front of a send.
     """

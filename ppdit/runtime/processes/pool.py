@@ -3,7 +3,7 @@
 Starting a rank costs time: a process, its imports, a process group. A fresh interpreter
 (spawn) imports torch and diffusers itself, about 9 s of a core on this 2-core CPU and 10-12 s
 per launch on a GPU host that initialises CUDA; CPU ranks are forked from a server that imported
-them once (``ppdit.runtime.start_method``), which leaves the process group and ppdit's imports.
+them once (``ppdit.runtime.processes.start``), which leaves the process group and ppdit's imports.
 A lesson that launches dozens of times pays that dozens of times. ``ranks(n)`` keeps n
 initialised ranks across calls and notebook cells instead::
 
@@ -48,8 +48,8 @@ from typing import Any
 
 from ppdit._spawn_entry import main as spawn_entry
 from ppdit.runtime.device import decide_placement
-from ppdit.runtime.rank import DEFAULT_TIMEOUT_S, PoolSpec, RankJob, child_main, loads
-from ppdit.runtime.start_method import start_context
+from ppdit.runtime.processes.rank import DEFAULT_TIMEOUT_S, PoolSpec, RankJob, child_main, loads
+from ppdit.runtime.processes.start import start_context
 
 _POLL_S = 0.05
 _GRACE_S = 2.0  # how long a dead rank's last queue message may still be in flight

@@ -1,6 +1,6 @@
 """The rank's side: the ordered life of one spawned (or torchrun-started) process.
 
-A spawned rank (``child_main``) lives as long as its pool (``ppdit.runtime.pool``): it starts,
+A spawned rank (``child_main``) lives as long as its pool (``processes.pool``): it starts,
 joins the process group once, then runs jobs from its queue until told to stop::
 
     redirect output -> threads -> import diffusers -> [first job's setup]
@@ -36,13 +36,16 @@ import torch
 import torch.distributed as dist
 
 from ppdit._spawn_entry import watch_torchrun_agent
+from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import communicator_aborted
 from ppdit.runtime.device import (
     Placement,
     PlacementDecision,
     decide_placement,
     local_world_size,
 )
-from ppdit.runtime.hosts import (
+from ppdit.runtime.observe.trace import Tracer
+from ppdit.runtime.processes.hosts import (
     agree_on_backend,
     joining,
     lost_peer,
@@ -50,9 +53,6 @@ from ppdit.runtime.hosts import (
     where_sentence,
     who_is_where,
 )
-from ppdit.runtime.nccl_rules import NcclRules
-from ppdit.runtime.p2p import communicator_aborted
-from ppdit.runtime.trace import Tracer
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -72,9 +72,9 @@ class RankContext:
     # "entry" (interpreter up, torch + ppdit imported), "setup" (model built), "group" (process
     # group ready); a job on a live pool rank has "submit" (parent) and "dispatch" (the rank got
     # it) instead of the first three. Workers add their own ("warm-up"); see
-    # ppdit.runtime.trace.boot_trace.
+    # ppdit.runtime.observe.trace.boot_trace.
     boot_ns: dict[str, int] = field(default_factory=dict)
-    # NCCL's P2P rules kept by this gloo rank (ppdit.runtime.nccl_rules), or None
+    # NCCL's P2P rules kept by this gloo rank (ppdit.runtime.comm.nccl_rules), or None
     rules: NcclRules | None = None
 
     @property
@@ -216,7 +216,7 @@ def run_under_torchrun(
     torchrun itself owns the processes: SIGINT / SIGTERM to it reach every rank, and each rank
     watches the agent in case it is killed outright. On several hosts (``--nnodes``) rank 0
     says where every rank is, a slow join says what it waits for, and a lost connection is
-    named by rank and host (``runtime.hosts``); rank 0's own progress events reach
+    named by rank and host (``runtime.processes.hosts``); rank 0's own progress events reach
     ``on_event``.
     """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

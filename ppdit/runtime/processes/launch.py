@@ -4,7 +4,7 @@
 and returns ``[result of rank 0, result of rank 1, ...]`` as CPU objects. Each rank gets a
 ``RankContext`` (rank, placement, tracer, what ``setup`` built). By default the ranks are
 fresh processes, started for this call and stopped after it; with ``pool=`` they are the live
-ranks of a ``ppdit.runtime.pool.RankPool``, and the call pays no start-up.
+ranks of a ``ppdit.runtime.processes.pool.RankPool``, and the call pays no start-up.
 
 Built so that a mistake in a lesson never leaves the kernel stuck (see ``pool.py``): a rank
 that raises or dies is named with its traceback or last output, a hang ends at ``timeout_s``,
@@ -19,8 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ppdit.runtime.pool import LaunchTimeout, RankError, RankPool
-from ppdit.runtime.rank import DEFAULT_TIMEOUT_S, RankContext, in_torchrun, run_under_torchrun
+from ppdit.runtime.processes.pool import LaunchTimeout, RankError, RankPool
+from ppdit.runtime.processes.rank import (
+    DEFAULT_TIMEOUT_S,
+    RankContext,
+    in_torchrun,
+    run_under_torchrun,
+)
 
 __all__ = ["LaunchTimeout", "RankContext", "RankError", "in_torchrun", "launch",
            "run_under_torchrun"]

@@ -1,0 +1,1 @@
+"""What ranks record: traces, timings, peak memory (see ``ppdit.runtime``)."""

@@ -1,0 +1,1 @@
+"""Starting, keeping and ending rank processes (see ``ppdit.runtime``)."""
