@@ -20,7 +20,8 @@ ENV = "PPDIT_START_METHOD"  # "spawn" or "forkserver": overrides processes.start
 
 # What every rank imports from outside ppdit (runtime.processes.rank imports diffusers before the
 # process group; the model, the VAE and the text encoder come from these modules).
-PRELOAD = ("ppdit._fork_server_guard", "torch", "torch.distributed", "torch.distributed._functional_collectives",
+PRELOAD = ("ppdit._fork_server_guard", "torch", "torch.distributed",
+           "torch.distributed._functional_collectives",
            "torch.distributed.device_mesh", "torch._dynamo", "diffusers",
            "diffusers.models.transformers.transformer_wan",
            "diffusers.models.autoencoders.autoencoder_kl_wan", "transformers",

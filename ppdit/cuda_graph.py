@@ -45,7 +45,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ppdit.model import ModelPreset, get_preset
+from ppdit.presets import ModelPreset, get_preset
 from ppdit.runtime.device import Placement
 from ppdit.sampler import (
     Conditioning,

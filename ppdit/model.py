@@ -27,87 +27,7 @@ import torch
 from diffusers import WanTransformer3DModel
 from torch import nn
 
-
-@dataclass(frozen=True)
-class ModelPreset:
-    """A named Wan transformer size plus the latent and text shapes it is meant to run with."""
-
-    name: str
-    num_layers: int  # transformer blocks: what layer-split PP partitions
-    num_heads: int  # attention heads: what TP splits (must divide by the TP degree)
-    head_dim: int  # per-head width; D = num_heads * head_dim
-    ffn_dim: int  # FFN hidden width: TP splits it too
-    text_dim: int  # width of the text encoder output (umT5-XXL: 4096)
-    text_len: int  # text tokens per prompt (Wan pads prompts to 512)
-    freq_dim: int = 256  # sinusoidal timestep embedding width
-    in_channels: int = 16  # latent channels of the Wan VAE
-    # Default latent (B, C, F, H, W) for this preset. tiny: 5*8*8 = 320 tokens after 1x2x2 patches.
-    latent_shape: tuple[int, ...] = (1, 16, 5, 16, 16)
-    rope_max_seq_len: int = 1024  # rope table length per axis; must exceed F, H/2, W/2
-    notes: str = ""
-    kind: str = "wan"  # "wan", or "dummy": the earlier report's nearly free stand-in model
-
-    @property
-    def dim(self) -> int:
-        """Hidden size D, the width of the tokens that travel between layer stages."""
-        return self.num_heads * self.head_dim
-
-    def diffusers_config(self) -> dict:
-        """Keyword arguments for ``WanTransformer3DModel`` (Wan 2.1 text-to-video flavour)."""
-        return dict(
-            patch_size=(1, 2, 2),
-            num_attention_heads=self.num_heads,
-            attention_head_dim=self.head_dim,
-            in_channels=self.in_channels,
-            out_channels=self.in_channels,
-            text_dim=self.text_dim,
-            freq_dim=self.freq_dim,
-            ffn_dim=self.ffn_dim,
-            num_layers=self.num_layers,
-            cross_attn_norm=True,
-            qk_norm="rms_norm_across_heads",
-            eps=1e-6,
-            rope_max_seq_len=self.rope_max_seq_len,
-        )
-
-    def num_tokens(self, latent_shape: tuple[int, ...] | None = None) -> int:
-        """Tokens per sample S = F * (H/2) * (W/2) for Wan's (1, 2, 2) patches."""
-        _, _, f, h, w = latent_shape or self.latent_shape
-        return f * (h // 2) * (w // 2)
-
-
-PRESETS: dict[str, ModelPreset] = {
-    p.name: p
-    for p in [
-        ModelPreset(
-            "tiny", num_layers=4, num_heads=4, head_dim=16, ffn_dim=128, text_dim=32, text_len=8,
-            freq_dim=32, rope_max_seq_len=256,
-            notes="for tests: milliseconds per forward on one CPU thread",
-        ),
-        ModelPreset(
-            "small", num_layers=8, num_heads=8, head_dim=32, ffn_dim=1024, text_dim=64, text_len=16,
-            freq_dim=64, rope_max_seq_len=256,
-            notes="for notebook demos on CPU: a forward costs tens of milliseconds",
-        ),
-        ModelPreset(
-            "dummy", num_layers=0, num_heads=1, head_dim=1, ffn_dim=1, text_dim=1, text_len=1,
-            in_channels=8, latent_shape=(1, 8, 8, 32, 32), kind="dummy",
-            notes="the earlier report's DummyUNet setting: almost no compute, so a run "
-                  "measures only the machinery around it",
-        ),
-        ModelPreset(
-            "wan2.1-1.3b", num_layers=30, num_heads=12, head_dim=128, ffn_dim=8960,
-            text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104),
-            notes="Wan 2.1 T2V 1.3B; 480p x 81 frames = 32,760 tokens; GPU",
-        ),
-        ModelPreset(
-            "wan2.1-14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
-            text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104),
-            notes="Wan 2.1 T2V 14B; ~28 GB of bf16 weights; GPUs",
-        ),
-    ]
-}
-
+from ppdit.presets import ModelPreset, get_preset
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -123,19 +43,6 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def get_preset(name: str | ModelPreset) -> ModelPreset:
-    """Look a preset up by name; the error lists the names that exist."""
-    return lookup(name, PRESETS, ModelPreset, "model preset")
-
-
-def lookup(name, table: dict, cls: type, what: str):
-    """``name`` itself if it already is a ``cls``, else ``table[name]``; an unknown name is a
-    ``ValueError`` listing the names that exist (shared by the DiT and VAE presets)."""
-    if isinstance(name, cls):
-        return name
-    if name not in table:
-        raise ValueError(f"unknown {what} {name!r}: choose one of {sorted(table)}")
-    return table[name]
 
 
 def build_model(
@@ -356,8 +263,7 @@ def describe(preset: str | ModelPreset) -> str:
 
 
 __all__ = [
-    "PRESETS", "DummyDiT", "ModelPreset", "StageContext", "build_model",
-    "cast_like_from_pretrained", "condition", "describe",
-    "embed_patches", "epilogue", "forward_by_stages", "get_preset", "num_params", "project_out",
+    "DummyDiT", "StageContext", "build_model", "cast_like_from_pretrained", "condition",
+    "describe", "embed_patches", "epilogue", "forward_by_stages", "num_params", "project_out",
     "prologue", "run_blocks", "unpatchify",
 ]

@@ -27,7 +27,8 @@ from functools import partial
 
 import torch
 
-from ppdit.model import DummyDiT, ModelPreset, forward_by_stages, get_preset
+from ppdit.model import DummyDiT, forward_by_stages
+from ppdit.presets import ModelPreset, get_preset
 
 CFG_MODES = ("batched", "split")
 

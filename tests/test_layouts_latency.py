@@ -7,8 +7,8 @@ import pytest
 from ppdit.analysis.hardware import LINKS, Layout, predict
 from ppdit.analysis.layouts_latency import one_request_rows, predict_cfg_parallel, predict_ulysses
 from ppdit.analysis.roofline import sp_traffic_per_block
-from ppdit.model import get_preset
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
+from ppdit.presets import get_preset
 
 
 def test_cfg_parallel_is_one_forward_plus_one_exchange():

@@ -16,9 +16,8 @@ from ppdit.analysis.memory_model import (
 )
 from ppdit.analysis.memory_opts import measure_scores, optimisation_ladder, scores_bytes
 from ppdit.analysis.roofline import latent_for, step_handoff_bytes
-from ppdit.model import get_preset
+from ppdit.presets import get_preset
 
-# The model counts the tensors alive at a block's high point and leaves out small ones (norm
 # statistics, the rope tables' slices, kernel workspaces): 15% is the issue's bar.
 MODEL_TOL = 0.15
 

@@ -17,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from ppdit.analysis.overhead import _quiet_native_output, count_ops
 from ppdit.cuda_graph import StepGraph
-from ppdit.model import get_preset
+from ppdit.presets import get_preset
 from ppdit.sampler import Request, SamplingConfig, initial_noise
 from ppdit.teaching.profiling import (
     MARKER,

@@ -37,8 +37,9 @@ from ppdit.analysis.roofline import (
     totals,
     tp_allreduce_bytes,
 )
-from ppdit.analysis.roofline_vae import vae_decoder_ops
-from ppdit.model import build_model, get_preset, num_params, prologue
+from ppdit.analysis.roofline_vae import WAN21_VAE, vae_decoder_ops
+from ppdit.model import build_model, num_params, prologue
+from ppdit.presets import get_preset
 from ppdit.runtime.processes.launch import launch
 
 FLOP_TOL = 0.01  # the issue's bar; the counts are in fact exact (same formulas: 2 per MAC)
@@ -120,6 +121,17 @@ def test_vae_decoder_flops_match_flop_counter():
     attn = sum(o.flops for o in ops if o.kind in ("qk", "pv"))
     assert _rel(convs, by_op[torch.ops.aten.convolution]) <= FLOP_TOL
     assert _rel(attn, by_op[torch.ops.aten.bmm]) <= FLOP_TOL
+
+
+def test_the_vae_count_reads_diffusers_defaults():
+    """The VAE sizes the count writes out (so ``ppdit plan`` needs no diffusers) are the
+    installed diffusers' ``AutoencoderKLWan`` defaults."""
+    import inspect
+
+    from diffusers import AutoencoderKLWan
+
+    defaults = inspect.signature(AutoencoderKLWan.__init__).parameters
+    assert {k: defaults[k].default for k in WAN21_VAE} == WAN21_VAE
 
 
 def test_vae_frames_follow_the_causal_decode():

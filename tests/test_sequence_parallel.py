@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ppdit.model import build_model, get_preset
+from ppdit.model import build_model
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
 from ppdit.parallel.sequence.ring import RING_TOL
 from ppdit.parallel.sequence.run import SPPlan, run_sps
 from ppdit.parallel.sequence.ulysses import SP_TOL, check_sp_degree
+from ppdit.presets import get_preset
 from ppdit.sampler import Request, SamplingConfig, generate
 
 

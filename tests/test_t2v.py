@@ -19,11 +19,12 @@ from ppdit import cli
 from ppdit.checkpoint.folder import PipelineFolderError, load_folder
 from ppdit.checkpoint.solver import make_denoiser, state_nbytes
 from ppdit.checkpoint.tiny import build_tiny_pipeline, word_tokenizer
-from ppdit.model import ModelPreset, build_model, own_memory
+from ppdit.model import build_model, own_memory
 from ppdit.parallel.sequence.ring import RING_TOL
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
 from ppdit.parallel.vae_patch.decode import PATCH_TOL
+from ppdit.presets import ModelPreset
 from ppdit.sampler import Request
 from ppdit.t2v.generate import decode, encode, generate, generate_latent, validate
 from ppdit.t2v.layout import Layout, parse_layout

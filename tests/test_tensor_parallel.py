@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ppdit.model import build_model, forward_by_stages, get_preset, num_params
+from ppdit.model import build_model, forward_by_stages, num_params
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import StepSplitResult
 from ppdit.parallel.tensor.comms import tp_comm_per_block
@@ -24,6 +24,7 @@ from ppdit.parallel.tensor.compare import (
 )
 from ppdit.parallel.tensor.layers import split_rms_norm
 from ppdit.parallel.tensor.parallelize import TP_TOL, check_tp_degree, expected_tp_param_count
+from ppdit.presets import get_preset
 from ppdit.runtime import launch
 from ppdit.runtime.comm.mesh import ParallelDims
 from ppdit.runtime.compile_cache import use_project_compile_cache

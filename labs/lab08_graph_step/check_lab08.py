@@ -95,7 +95,8 @@ def check(impl, pool=None) -> None:
 
 
 def _check(impl) -> None:
-    from ppdit.model import build_model, get_preset
+    from ppdit.model import build_model
+    from ppdit.presets import get_preset
     from ppdit.sampler import Denoiser, Request, SamplingConfig, model_forward, prompt_embeddings
 
     preset, sampling = get_preset("tiny"), SamplingConfig(num_steps=NUM_STEPS)

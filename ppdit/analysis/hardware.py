@@ -19,8 +19,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from ppdit.analysis.roofline import (
     DTYPE_BYTES,
     Op,
@@ -34,7 +32,7 @@ from ppdit.analysis.roofline import (
     totals,
     tp_allreduce_bytes,
 )
-from ppdit.model import get_preset
+from ppdit.presets import get_preset
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,7 @@ class Hardware:
     links: tuple[str, ...]  # GPU-to-GPU links it is sold with, fastest first (keys of LINKS)
     source: str
 
-    def peak_flops(self, dtype: str | torch.dtype) -> float:
+    def peak_flops(self, dtype: str) -> float:
         """Dense peak for ``dtype`` (fp16 runs at the bf16 rate)."""
         name = dtype_name(dtype)
         peak = {"bf16": self.bf16_flops, "fp16": self.bf16_flops, "fp32": self.fp32_flops,
@@ -59,7 +57,7 @@ class Hardware:
             raise ValueError(f"{self.name} has no {name} peak in the table")
         return peak
 
-    def ridge(self, dtype: str | torch.dtype = "bf16") -> float:
+    def ridge(self, dtype: str = "bf16") -> float:
         """FLOP/byte where the two ceilings meet: ops left of it are bandwidth-bound."""
         return self.peak_flops(dtype) / self.mem_bw
 
@@ -190,7 +188,7 @@ class Prediction:
         return max(terms, key=terms.get)
 
 
-def op_seconds(op: Op, hw: Hardware, dtype: str | torch.dtype = "bf16") -> tuple[float, float]:
+def op_seconds(op: Op, hw: Hardware, dtype: str = "bf16") -> tuple[float, float]:
     """(compute-bound s, bandwidth-bound s) of all ``op.count`` calls: one of the two is 0."""
     flop_t, byte_t = op.flops / hw.peak_flops(dtype), op.bytes / hw.mem_bw
     return (op.count * flop_t, 0.0) if flop_t >= byte_t else (0.0, op.count * byte_t)
@@ -229,7 +227,7 @@ def _stage_seconds(ops: list[Op], hw: Hardware, dtype) -> tuple[float, float]:
 
 
 def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None = None,
-            latent_shape: tuple[int, ...] | None = None, dtype: str | torch.dtype = "bf16",
+            latent_shape: tuple[int, ...] | None = None, dtype: str = "bf16",
             cfg: bool = True, num_steps: int = 50, attention: str = "flash") -> Prediction:
     """Lower-bound time of one denoising step (2 forwards with CFG) of ``model`` on ``gpu``.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ppdit.analysis.hardware import Layout, Prediction, predict
-from ppdit.model import get_preset
+from ppdit.presets import get_preset
 
 
 def predict_cfg_parallel(model: str, gpu: str, *, tp: int = 1, link: str | None = None,

@@ -64,7 +64,7 @@ from ppdit.analysis.roofline import (
     totals,
 )
 from ppdit.analysis.roofline_vae import vae_decoder_ops
-from ppdit.model import ModelPreset, get_preset
+from ppdit.presets import ModelPreset, get_preset
 
 SOLVER_SLOTS = {"euler": 0, "unipc": 3}  # fp32 latents of memory per request
 RECEIVE_FRAMES = 3  # a FrameReceiver's ring: depth 2 + 1 receive posted ahead

@@ -28,7 +28,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ppdit.analysis.memory_model import rank_memory_model
 from ppdit.analysis.roofline import DTYPE_BYTES
-from ppdit.model import ModelPreset, build_model, get_preset
+from ppdit.model import build_model
+from ppdit.presets import ModelPreset, get_preset
 from ppdit.runtime.observe.memory import track_peak_memory
 from ppdit.sampler import Request, initial_noise, prompt_embeddings
 

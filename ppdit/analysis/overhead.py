@@ -24,7 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ppdit.analysis.measure import best_time
 from ppdit.cuda_graph import StepGraph
-from ppdit.model import build_model, get_preset
+from ppdit.model import build_model
+from ppdit.presets import get_preset
 from ppdit.runtime.device import Placement
 from ppdit.runtime.observe.timing import MIN_ROUNDS, repeat, timed
 from ppdit.sampler import Denoiser, Request, SamplingConfig

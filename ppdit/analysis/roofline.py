@@ -32,12 +32,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import torch
-
-from ppdit.model import ModelPreset, get_preset
+from ppdit.presets import ModelPreset, get_preset
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-_TORCH_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+# torch dtypes by their names (str(torch.bfloat16) == "torch.bfloat16"): no torch import here
+_TORCH_DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
 # FLOPs per element of elementwise work (rough; see the module docstring).
 LAYERNORM_FLOPS = 5  # mean, variance (2), subtract, multiply by 1/std
@@ -65,9 +64,9 @@ def latent_for(resolution: str = "480p", frames: int = 81, batch: int = 1) -> tu
     return (batch, 16, 1 + (frames - 1) // 4, h // 8, w // 8)
 
 
-def dtype_name(dtype: str | torch.dtype) -> str:
+def dtype_name(dtype) -> str:
     """``"bf16"`` for ``torch.bfloat16`` or ``"bf16"``; the error lists the known names."""
-    name = _TORCH_DTYPES.get(dtype, dtype) if isinstance(dtype, torch.dtype) else dtype
+    name = dtype if isinstance(dtype, str) else _TORCH_DTYPES.get(str(dtype), dtype)
     if name not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}: choose one of {sorted(DTYPE_BYTES)}")
     return name
@@ -147,7 +146,7 @@ def _shape(p: ModelPreset, latent_shape, batch) -> tuple[int, ...]:
 
 
 def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
-              batch: int | None = None, dtype: str | torch.dtype = "bf16",
+              batch: int | None = None, dtype: str = "bf16",
               attention: str = "flash", tp: int = 1, sp: int = 1) -> list[Op]:
     """The ops of one ``WanTransformerBlock`` on one rank, in execution order.
 
@@ -200,7 +199,7 @@ def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
 
 
 def prologue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
-                 batch: int | None = None, dtype: str | torch.dtype = "bf16") -> list[Op]:
+                 batch: int | None = None, dtype: str = "bf16") -> list[Op]:
     """Patch embedding (a Conv3d with kernel = stride = (1, 2, 2)) and the condition embedder."""
     p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
     b, c, f, h, w = _shape(p, latent_shape, batch)
@@ -219,7 +218,7 @@ def prologue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None
 
 
 def epilogue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
-                 batch: int | None = None, dtype: str | torch.dtype = "bf16") -> list[Op]:
+                 batch: int | None = None, dtype: str = "bf16") -> list[Op]:
     """Output norm modulated by ``scale_shift_table + temb``, then ``proj_out`` to the patches."""
     p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
     shape = _shape(p, latent_shape, batch)
@@ -229,7 +228,7 @@ def epilogue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None
 
 
 def model_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
-              batch: int | None = None, dtype: str | torch.dtype = "bf16",
+              batch: int | None = None, dtype: str = "bf16",
               attention: str = "flash", tp: int = 1, sp: int = 1,
               num_blocks: int | None = None, prologue: bool = True,
               epilogue: bool = True) -> list[Op]:
@@ -284,13 +283,13 @@ def totals(ops: list[Op]) -> Totals:
 # ----------------------------------------------------------------------------------------------
 
 
-def step_handoff_bytes(latent_shape: tuple[int, ...], dtype: str | torch.dtype = "fp32") -> int:
+def step_handoff_bytes(latent_shape: tuple[int, ...], dtype: str = "fp32") -> int:
     """Step-split PP hands the latent (fp32: the sampler's state) to the next stage."""
     return math.prod(latent_shape) * DTYPE_BYTES[dtype_name(dtype)]
 
 
 def layer_handoff_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
-                        *, batch: int | None = None, dtype: str | torch.dtype = "bf16") -> int:
+                        *, batch: int | None = None, dtype: str = "bf16") -> int:
     """Layer-split PP hands the hidden states h (B, S, D) to the next stage, once per forward."""
     p = _wan(preset)
     shape = _shape(p, latent_shape, batch)
@@ -298,7 +297,7 @@ def layer_handoff_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...]
 
 
 def tp_allreduce_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
-                       *, batch: int | None = None, dtype: str | torch.dtype = "bf16") -> int:
+                       *, batch: int | None = None, dtype: str = "bf16") -> int:
     """Bytes all-reduced per block on every TP rank (the message size, not the link traffic).
 
     Three row-parallel outputs of (B, S, D) (self-attention, cross-attention, FFN) plus the
@@ -313,7 +312,7 @@ def tp_allreduce_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] 
 
 def sp_traffic_per_block(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
                          *, ulysses: int = 1, ring: int = 1, batch: int | None = None,
-                         dtype: str | torch.dtype = "bf16") -> float:
+                         dtype: str = "bf16") -> float:
     """Bytes one sequence-parallel rank sends per block (``ulysses x ring`` ranks, USP).
 
     Ulysses: 4 all-to-alls (Q, K, V to heads, the output back) of its (B, S/P, D) slice, each

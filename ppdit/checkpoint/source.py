@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ppdit.model import ModelPreset, build_model, get_preset, torch_dtype
+from ppdit.model import build_model, torch_dtype
+from ppdit.presets import ModelPreset, get_preset
 from ppdit.sampler import Request, prompt_embeddings
 from ppdit.vae.presets import build_vae, get_vae_preset
 

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import torch
 
-from ppdit.model import build_model, get_preset
+from ppdit.model import build_model
 
 # Words the tiny tokenizer knows; anything else maps to <unk> (fine for random weights).
+from ppdit.presets import get_preset
+
 TINY_VOCAB = (
     "a", "the", "cat", "dog", "fox", "runs", "jumps", "over", "on", "in", "of", "and", "with",
     "red", "blue", "green", "small", "big", "video", "river", "forest", "city", "night", "day",

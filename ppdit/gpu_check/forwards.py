@@ -25,7 +25,7 @@ from ppdit.analysis.hardware import predict
 from ppdit.analysis.memory_model import rank_memory_model
 from ppdit.analysis.roofline import DTYPE_BYTES, model_ops, totals
 from ppdit.gpu_check.sections import first_line, free_gb, release, sig
-from ppdit.model import get_preset
+from ppdit.presets import get_preset
 from ppdit.runtime.device import Placement
 from ppdit.runtime.observe.timing import repeat
 

@@ -15,7 +15,8 @@ import torch
 from ppdit.analysis.measure import best_time
 from ppdit.analysis.overhead import eager_vs_graph_ms
 from ppdit.gpu_check.sections import sig
-from ppdit.model import build_model, get_preset
+from ppdit.model import build_model
+from ppdit.presets import get_preset
 from ppdit.runtime.device import Placement
 
 MATMUL_N = 8192  # (n, n) @ (n, n) in bf16: 1.1 TFLOP, big enough to saturate the tensor cores

@@ -81,7 +81,7 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
     ``send_tensor`` / ``recv_tensor`` in ``modules`` (and in ``runtime.comm.wire``) replaced by
     a ``LoopbackWire``; return the results by rank. A rank's exception propagates with a note
     naming the rank; a message left unread is an error."""
-    from ppdit.runtime import p2p
+    from ppdit.runtime.comm import wire as p2p
 
     wire, world = LoopbackWire(), len(args_by_rank)
     results = []

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from ppdit.attention import attend, attention_out, install, project_qk, project_v
-from ppdit.model import ModelPreset, build_seeded
+from ppdit.model import build_seeded
+from ppdit.presets import ModelPreset
 from ppdit.vae.presets import VAEPreset
 
 Z_DIM = 8  # latent channels (Wan 2.1 has 16; 8 is plenty for four colours and two shapes)

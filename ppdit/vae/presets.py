@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 from diffusers import AutoencoderKLWan
 
-from ppdit.model import build_seeded, lookup, own_memory
+from ppdit.model import build_seeded, own_memory
+from ppdit.presets import lookup
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ppdit.analysis.hardware import (
 )
 from ppdit.analysis.measure import Timed
 from ppdit.analysis.roofline import RESOLUTIONS, Op, latent_for, model_ops, totals
-from ppdit.model import get_preset
+from ppdit.presets import get_preset
 from ppdit.viz import explorer
 
 GROUP_COLORS = {"matmul": "#4C72B0", "attention": "#C44E52", "conv": "#8172B3",

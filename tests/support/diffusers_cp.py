@@ -23,9 +23,10 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 
-from ppdit.model import build_model, get_preset
+from ppdit.model import build_model
 from ppdit.parallel.sequence.comms import even_split
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
+from ppdit.presets import get_preset
 from ppdit.runtime.observe.timing import MIN_ROUNDS, timed
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.sampler import Request, initial_noise, prompt_embeddings

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ppdit.checkpoint.source import ModelSource
-from ppdit.model import ModelPreset
+from ppdit.presets import ModelPreset
 from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import Request, SamplingConfig
 from ppdit.vae.presets import get_vae_preset

@@ -29,7 +29,7 @@ import torch
 
 from ppdit.checkpoint.partial import fill_from_folder, meta_transformer
 from ppdit.checkpoint.solver import plan_denoiser
-from ppdit.model import condition, embed_patches, epilogue, get_preset, run_blocks
+from ppdit.model import condition, embed_patches, epilogue, run_blocks
 from ppdit.parallel.layer_split.comms import Mailbox, encode, message_spec
 from ppdit.parallel.layer_split.schedule import (
     LayerSplitPlan,
@@ -39,6 +39,7 @@ from ppdit.parallel.layer_split.schedule import (
     input_message,
 )
 from ppdit.parallel.layer_split.torch_baseline import run_torch_gpipe
+from ppdit.presets import get_preset
 from ppdit.runtime.comm.mesh import Lanes, build_lanes
 from ppdit.runtime.comm.wire import FrameSender, FrameSpec, wire_device
 from ppdit.runtime.observe.timing import exchange
