@@ -8,7 +8,6 @@ from itertools import pairwise
 
 from ppdit.analysis.roofline import DTYPE_BYTES, Op, attention_ops, dtype_name
 
-
 # The constructor defaults of ``diffusers.AutoencoderKLWan`` (Wan 2.1's VAE) that the count
 # reads, written out: diffusers takes seconds to import, and ``ppdit plan`` answers without it.
 # ``tests/test_roofline.py`` checks them against the installed diffusers.
