@@ -24,6 +24,8 @@ from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 from ppdit.parallel.tensor.comms import tp_comm_per_block
 from ppdit.runtime.processes.launch import launch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers, by package
 from tests.support.diffusers_cp import compare_worker
 
 

@@ -74,6 +74,7 @@ def torchrun(nnodes: int, node: int, master: str, port: int, out: str) -> list[s
 
 def measure(rate: str | None, out: Path) -> dict:
     """Run the worker on two namespaces (or one host when ``rate`` is "local")."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
     from tests.support.netns import TwoHosts
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         worker(a.worker)
         return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
     from tests.support.netns import TwoHosts
 
     if TwoHosts.unavailable():

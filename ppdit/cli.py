@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ppdit import toy
 from ppdit._fork_server import start_early
-from ppdit.t2v.layout import AXES
+from ppdit.parallel.layout import AXES
 from ppdit.t2v.spec import LAYOUTS
 
 # gpu-check's measurement sections, in the order it runs them (ppdit.gpu_check.run.SECTIONS;
@@ -208,22 +208,22 @@ def _cut_at(value: int | None) -> int | None:
 
 
 def _generate(jobs, args: argparse.Namespace) -> int:
-    from ppdit.t2v.generate import validate
-    from ppdit.t2v.layout import parse_layout
+    from ppdit.parallel.layout import parse_layout
+    from ppdit.t2v.generate import prepare
     from ppdit.t2v.spec import GenerateSpec
 
     try:
-        ranks = parse_layout(args.layout, args.ranks).ranks
-        spec = GenerateSpec(str(args.checkpoint), args.prompt, args.negative_prompt,
-                            args.layout, ranks, args.dtype, args.steps, args.frames,
-                            args.height, args.width, args.seed, args.guidance,
-                            solver=args.solver, text_encoder=args.text_encoder,
-                            vae_ranks=args.vae_ranks)
-        validate(spec)  # folder and request checked before anything loads or launches
+        spec = GenerateSpec(
+            str(args.checkpoint), args.prompt, args.negative_prompt,
+            layout=parse_layout(args.layout, args.ranks), dtype=args.dtype,
+            num_steps=args.steps, num_frames=args.frames, height=args.height, width=args.width,
+            seed=args.seed, guidance_scale=args.guidance, solver=args.solver,
+            text_encoder=args.text_encoder, vae_ranks=args.vae_ranks)
+        prepared = prepare(spec)  # checked and planned before anything loads or launches
     except ValueError as e:  # bad input: the rule it breaks, not a traceback
         print(f"ppdit generate: {e}", file=sys.stderr)
         return 2
-    return jobs.generate(spec, args.out, device=args.device,
+    return jobs.generate(prepared, args.out, device=args.device,
                          streaming_decode=args.streaming_decode, nccl_rules=_rules(args))
 
 

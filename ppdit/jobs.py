@@ -153,23 +153,25 @@ def _write_step_split(result, out: Path) -> None:
 def generate(spec, out: Path, device: str | None = None, streaming_decode: bool = False,
              nccl_rules: bool | None = None) -> int:
     """Prompt -> video from a local Wan pipeline folder with any layout, with a progress bar;
-    writes video.mp4 (or .gif), frames.png, timeline.png, trace.json, summary.json."""
+    writes video.mp4 (or .gif), frames.png, timeline.png, trace.json, summary.json. ``spec``:
+    a ``GenerateSpec``, or what ``t2v.generate.prepare`` made of one (checked and planned)."""
     import time
 
     from tqdm import tqdm
 
     from ppdit.t2v.generate import generate as run_generate
-    from ppdit.t2v.generate import validate
+    from ppdit.t2v.generate import prepare
 
-    validate(spec)  # bad input fails here, before anything loads or launches
+    prepared = prepare(spec)  # bad input fails here (once), before anything loads or launches
+    spec = prepared.spec
     quiet = in_torchrun() and os.environ.get("RANK") != "0"  # under torchrun rank 0 speaks
     if not quiet:
         print(f"ppdit generate: {spec.num_frames} frames at {spec.height}x{spec.width}, "
-              f"{spec.num_steps} steps, layout {spec.layout!r} on {spec.ranks} rank(s), "
+              f"{spec.num_steps} steps, layout {str(spec.layout)!r} on {spec.ranks} rank(s), "
               f"{spec.dtype}; checkpoint {spec.checkpoint}", flush=True)
     start = time.perf_counter()
     with tqdm(total=spec.num_steps, unit="step", desc="denoising", disable=quiet) as bar:
-        result = run_generate(spec, on_step=lambda i: bar.update(1), device=device,
+        result = run_generate(prepared, on_step=lambda i: bar.update(1), device=device,
                               streaming_decode=streaming_decode, nccl_rules=nccl_rules)
     if result is None:
         return 0
@@ -189,7 +191,9 @@ def _write_generate(result, out: Path, seconds: float) -> None:
     video = write_video(to_uint8_frames(clip), out / "video.mp4", fps=16)  # Wan 2.1's 16 fps
     save_strip([clip], [f"{result.spec.layout}: {result.spec.prompt!r}"], out / "frames.png",
                every=max(1, clip.shape[1] // 8))
-    summary = {"config": jsonable(asdict(result.spec)), "seconds": seconds,
+    spec = result.spec
+    config = {**asdict(spec), "layout": str(spec.layout), "ranks": spec.ranks}
+    summary = {"config": jsonable(config), "seconds": seconds,
                "video": video.name, "frames": int(result.video.shape[1]),
                "latent_shape": list(result.latent.shape),
                "handoff_bytes": result.handoff_bytes,

@@ -172,7 +172,7 @@ def predict_velocity(
     cond: Conditioning,
     guidance_scale: float,
     guided: torch.Tensor | None = None,
-    cfg: str = "batched",
+    cfg: str | Callable[..., torch.Tensor] = "batched",
 ) -> torch.Tensor:
     """The velocity for a batch (B, C, F, H, W).
 
@@ -183,14 +183,20 @@ def predict_velocity(
     * ``"batched"``: appended to the same batch, one call of ``forward`` (GEMM efficiency;
       other shapes than one request alone, so other bits);
     * ``"split"``: a second call, on the guided samples alone: ``WanPipeline``'s arithmetic
-      (the conditional forward, then the unconditional one), hence its bits.
+      (the conditional forward, then the unconditional one), hence its bits;
+    * a callable: each half on a rank of its own (CFG-parallel, ``parallel.cfg.halves``),
+      ``cfg(forward, latent, timestep, cond, guidance_scale)``, for batches guided whole.
     """
-    if cfg not in CFG_MODES:
-        raise ValueError(f"cfg={cfg!r} is not one of {CFG_MODES}")
+    check_cfg(cfg)
     if guided is None or not bool(guided.any()):
         return forward(latent, timestep, cond.text)
     if cond.null_text is None:
         raise ValueError("guidance requested but the conditioning has no null prompt")
+    if callable(cfg):
+        if not bool(guided.all()):
+            raise ValueError("CFG-parallel guides whole batches: every sample of a step must "
+                             "be guided (guidance_steps None)")
+        return cfg(forward, latent, timestep, cond, guidance_scale)
     if cfg == "split":
         v = forward(latent, timestep, cond.text)
         if bool(guided.all()):
@@ -208,6 +214,12 @@ def predict_velocity(
     v, v_uncond = both[:b].clone(), both[b:]
     v[guided] = guide(v[guided], v_uncond, guidance_scale)
     return v
+
+
+def check_cfg(cfg) -> None:
+    """A CFG mode is one of ``CFG_MODES`` or a CFG-parallel policy (a callable)."""
+    if not callable(cfg) and cfg not in CFG_MODES:
+        raise ValueError(f"cfg={cfg!r} is not one of {CFG_MODES}")
 
 
 def guide(v_cond: torch.Tensor, v_uncond: torch.Tensor, guidance_scale: float) -> torch.Tensor:
@@ -246,12 +258,12 @@ class Denoiser:
 
     def __init__(self, model: torch.nn.Module, preset: str | ModelPreset | None,
                  sampling: SamplingConfig, *, forward: Callable[..., torch.Tensor] | None = None,
-                 solver=None, cfg: str = "batched"):
-        if cfg not in CFG_MODES:
-            raise ValueError(f"cfg={cfg!r} is not one of {CFG_MODES}")
+                 solver=None, cfg: str | Callable[..., torch.Tensor] = "batched"):
+        check_cfg(cfg)
         self.model = model
-        # How a guided step's two halves run: one batch ("batched") or two calls ("split",
-        # WanPipeline's arithmetic: what a pipeline folder must equal bit for bit).
+        # How a guided step's two halves run: one batch ("batched"), two calls ("split",
+        # WanPipeline's arithmetic: what a pipeline folder must equal bit for bit), or one half
+        # on this rank (a CFG-parallel policy, ``predict_velocity``).
         self.cfg = cfg
         # ``solver`` replaces the Euler update (a pipeline folder's scheduler, see
         # ``ppdit.checkpoint.solver``): it brings its own timesteps and carries its state in

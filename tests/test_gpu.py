@@ -20,7 +20,8 @@ from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.parallel.sequence.run import SPPlan, run_sps
+from ppdit.parallel.layout import Layout
+from ppdit.parallel.runner import LayoutPlan, run_layouts
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_split, run_step_splits
 from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
@@ -88,8 +89,8 @@ def test_tensor_parallel_on_cuda(pool2):
 
 def test_sequence_parallel_on_cuda(pool2):
     two = SamplingConfig(num_steps=2)
-    res = run_sps({str(v): SPPlan(2, sampling=two, v_first=v) for v in (True, False)},
-                  pool=pool2)
+    res = run_layouts({str(v): LayoutPlan(Layout(ulysses=2), sampling=two, v_first=v)
+                       for v in (True, False)}, pool=pool2)
     ref = generate(build_model("tiny", seed=0, device="cuda"), Request(0, 0), sampling=two)
     for r in res.values():
         for latents in r.rank_latents:
@@ -129,7 +130,7 @@ def test_bringup_pp1_on_cuda():
 
 
 def test_pp_x_tp_on_cuda():
-    plan = make_plan(2, 2, tp=2, sampling=FOUR)
+    plan = make_plan(2, 2, stage=Layout(tp=2), sampling=FOUR)
     res = run_step_split(plan, device="cuda", echo=False, timeout_s=300)
     model = build_model("tiny", seed=0, device="cuda")
     for r in plan.requests:

@@ -35,8 +35,8 @@ def module_name(path: Path) -> str:
 
 
 LAYERS = {
-    0: ("model", "attention", "sampler", "vae", "checkpoint"),
-    1: ("runtime", "cuda_graph", "_spawn_entry", "_fork_server"),
+    0: ("presets", "model", "attention", "sampler", "vae", "checkpoint"),
+    1: ("runtime", "cuda_graph", "_spawn_entry", "_fork_server", "_fork_server_guard"),
     2: ("parallel",),
     3: ("serve", "t2v"),
     4: ("analysis", "viz", "teaching"),

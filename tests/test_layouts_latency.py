@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from ppdit.analysis.hardware import LINKS, Layout, predict
+from ppdit.analysis.hardware import LINKS, predict
 from ppdit.analysis.layouts_latency import one_request_rows, predict_cfg_parallel, predict_ulysses
 from ppdit.analysis.roofline import sp_traffic_per_block
+from ppdit.parallel.layout import Layout
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 from ppdit.presets import get_preset
 
@@ -53,14 +54,14 @@ def test_usp_and_cfg_compose_and_their_bytes_are_the_runtimes():
     assert sp_traffic_per_block("wan2.1-14b", ulysses=4) == a2a_bytes_per_layer(
         batch=1, tokens=tokens, dim=p.dim, degree=4, bytes_per_element=nb)
     assert sp_traffic_per_block("wan2.1-14b", ring=4) == 3 * 2 * tokens / 4 * p.dim * nb
-    with pytest.raises(ValueError, match="Ulysses degree 8 must divide the 12 heads"):
+    with pytest.raises(ValueError, match="degree 8 must divide the 12 attention heads"):
         predict("wan2.1-1.3b", "H100 SXM", Layout(ulysses=8))
-    with pytest.raises(ValueError, match="neither with pipeline stages"):
-        Layout(ulysses=2, pp=2)
+    with pytest.raises(ValueError, match="layer split stands alone"):
+        Layout(ulysses=2, layer=2)
 
 
 def test_ulysses_needs_whole_heads():
-    with pytest.raises(ValueError, match="Ulysses degree 8 must divide the 12 heads"):
+    with pytest.raises(ValueError, match="degree 8 must divide the 12 attention heads"):
         predict_ulysses("wan2.1-1.3b", "H100 SXM", degree=8)
 
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from ppdit import cli
-from ppdit.analysis.hardware import Layout
 from ppdit.analysis.memory_model import (
     RECEIVE_FRAMES,
     block_peak_units,
@@ -16,6 +15,7 @@ from ppdit.analysis.memory_model import (
 )
 from ppdit.analysis.memory_opts import measure_scores, optimisation_ladder, scores_bytes
 from ppdit.analysis.roofline import latent_for, step_handoff_bytes
+from ppdit.parallel.layout import Layout
 from ppdit.presets import get_preset
 
 # statistics, the rope tables' slices, kernel workspaces): 15% is the issue's bar.
@@ -33,10 +33,10 @@ def test_fp32_block_peak_is_the_ffn_and_tp_shrinks_it():
 def test_terms_follow_the_layout():
     one = rank_memory_model("wan2.1-14b")
     sp = rank_memory_model("wan2.1-14b", Layout(ulysses=4))
-    fsdp = rank_memory_model("wan2.1-14b", Layout(ulysses=4, fsdp=True))
+    fsdp = rank_memory_model("wan2.1-14b", Layout(ulysses=4, fsdp=4))
     assert sp.activations < one.activations / 2 and sp.weights == one.weights
     assert fsdp.weights < one.weights / 3 and fsdp.gathered > 0
-    step = rank_memory_model("wan2.1-14b", Layout(pp=2, split="step"), solver="unipc")
+    step = rank_memory_model("wan2.1-14b", Layout(step=2), solver="unipc")
     shape = get_preset("wan2.1-14b").latent_shape
     assert step.handoff == RECEIVE_FRAMES * 4 * step_handoff_bytes(shape)
     assert step.solver == 3 * step_handoff_bytes(shape)

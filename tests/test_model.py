@@ -6,16 +6,15 @@ import pytest
 import torch
 
 from ppdit.model import (
-    PRESETS,
     build_model,
     condition,
     embed_patches,
     epilogue,
     forward_by_stages,
-    get_preset,
     num_params,
     run_blocks,
 )
+from ppdit.presets import PRESETS, get_preset
 
 
 def _inputs(preset, batch, seed=0):

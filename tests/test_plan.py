@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ppdit import cli
-from ppdit.analysis.hardware import Layout
-from ppdit.analysis.plan import hardware_layout, plan_rows
+from ppdit.analysis.plan import plan_rows
+from ppdit.parallel.layout import parse_layout
 
 
 def test_fsdp_beside_ulysses_fits_14b_where_one_gpu_does_not():
@@ -19,11 +19,13 @@ def test_fsdp_beside_ulysses_fits_14b_where_one_gpu_does_not():
     assert all(r.comm_s > plain.comm_s for r in layout)  # the gathers cross the link
 
 
-def test_layouts_map_to_the_roofline():
-    assert hardware_layout("pp_tp", 4) == Layout(tp=2, pp=2, split="step")
-    assert hardware_layout("layer", 4) == Layout(pp=4, split="layer")
-    assert hardware_layout("cfg=2,ulysses=2,ring=2,fsdp=8") == Layout(ulysses=2, ring=2, cfg=2,
-                                                                       fsdp=True)
+def test_the_roofline_names_a_layout_as_its_tables_do():
+    assert parse_layout("pp_tp", 4).name == "TP=2 x step-split P=2"
+    assert parse_layout("layer", 4).name == "layer-split P=4"
+    assert parse_layout("cfg=2,ulysses=2,ring=2,fsdp=8").name == \
+        "CFG=2 x Ulysses=2 x ring=2 x FSDP"
+    rows = plan_rows("wan2.1-14b", "H100 SXM", "cfg=2,tp=2", link="NVLink 4")
+    assert rows[1].layout == "CFG=2 x TP=2" and rows[1].gpus == 4
 
 
 def test_cli_plan_prints_the_verdict_and_refuses_bad_layouts(capsys):
@@ -31,6 +33,6 @@ def test_cli_plan_prints_the_verdict_and_refuses_bad_layouts(capsys):
     out = capsys.readouterr().out
     assert "needs 5.4 GB of weights per GPU (fits in the H100 SXM's 80 GB)" in out
     assert cli.main(["plan", "--model", "wan2.1-1.3b", "--layout", "ulysses=8"]) == 2
-    assert "Ulysses degree 8 must divide the 12 heads" in capsys.readouterr().err
+    assert "degree 8 must divide the 12 attention heads" in capsys.readouterr().err
     with pytest.raises(ValueError, match="gpu='B200' is not one of"):
         plan_rows("wan2.1-14b", "B200", "ulysses=2")

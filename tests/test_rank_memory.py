@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ppdit.analysis.rank_memory import layer_split_memory, module_bytes, step_split_memory
+from ppdit.analysis.memory_measure import measure_memory
 from ppdit.model import build_model
 from ppdit.parallel.layer_split.ranks import build_stage_model
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.parallel.layout import Layout
+from ppdit.parallel.runner import LayoutPlan
 from ppdit.parallel.step_split.plan import make_plan
+from ppdit.runtime.observe.memory import held_bytes
 from ppdit.sampler import Request, SamplingConfig
 
 pytestmark = pytest.mark.slow  # starts real ranks
@@ -17,17 +20,19 @@ pytestmark = pytest.mark.slow  # starts real ranks
 
 def test_step_split_ranks_hold_the_model_and_layer_split_ranks_a_share(pools):
     sampling = SamplingConfig(num_steps=2)
-    full = module_bytes(build_model("tiny", seed=0))
+    full = held_bytes(build_model("tiny", seed=0))
     layer_plan = LayerSplitPlan((Request(0, 0),), 2, 1, wrap=False, sampling=sampling)
-    pool = pools(2)
-    step = step_split_memory({"one": make_plan(1, 1, sampling=sampling),
-                              "two": make_plan(2, 1, sampling=sampling)}, pool=pool, echo=False)
-    layer = layer_split_memory({"two": layer_plan}, pool=pool, echo=False)["two"]
-    one = step["one"][0]
+    got = measure_memory({"one": LayoutPlan(Layout(), sampling=sampling),
+                          "step": make_plan(2, 1, sampling=sampling), "layer": layer_plan,
+                          "tp": LayoutPlan(Layout(tp=2), sampling=sampling)},
+                         pool=pools(2), echo=False)
+    one = got["one"][0]
     assert one.weight_bytes == full and one.peak_bytes > 0
-    for m in step["two"].values():  # every step-split rank: the whole model, one step's peak
+    for m in got["step"].values():  # every step-split rank: the whole model, one step's peak
         assert m.weight_bytes == full
         assert m.total_bytes >= 0.95 * one.total_bytes
-    for rank, m in layer.items():  # each layer-split rank: exactly its stage model
-        assert m.weight_bytes == module_bytes(build_stage_model(layer_plan, rank))
+    for rank, m in got["layer"].items():  # each layer-split rank: exactly its stage model
+        assert m.weight_bytes == held_bytes(build_stage_model(layer_plan, rank))
         assert m.weight_bytes < 0.8 * full
+    for m in got["tp"].values():  # a TP rank: its shards of the blocks, the rest whole
+        assert 0.5 * full < m.weight_bytes < 0.8 * full

@@ -13,13 +13,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from ppdit.analysis.hardware import (
-    GPUS,
-    LINKS,
-    Layout,
-    predict,
-    prediction_table,
-)
+from ppdit.analysis.hardware import GPUS, LINKS, predict, prediction_table
 from ppdit.analysis.measure import (
     comm_sweep,
     link_from_sweep,
@@ -39,6 +33,7 @@ from ppdit.analysis.roofline import (
 )
 from ppdit.analysis.roofline_vae import WAN21_VAE, vae_decoder_ops
 from ppdit.model import build_model, num_params, prologue
+from ppdit.parallel.layout import Layout
 from ppdit.presets import get_preset
 from ppdit.runtime.processes.launch import launch
 
@@ -262,8 +257,8 @@ def test_layouts_split_the_work_as_described():
     single = predict("wan2.1-14b", "H100 SXM")
     tp2 = predict("wan2.1-14b", "H100 SXM", Layout(tp=2), link="NVLink 4")
     tp2_pcie = predict("wan2.1-14b", "H100 SXM", Layout(tp=2), link="PCIe Gen5 x16")
-    step4 = predict("wan2.1-14b", "H100 SXM", Layout(pp=4, split="step"))
-    layer4 = predict("wan2.1-14b", "H100 SXM", Layout(pp=4))
+    step4 = predict("wan2.1-14b", "H100 SXM", Layout(step=4))
+    layer4 = predict("wan2.1-14b", "H100 SXM", Layout(layer=4))
     # TP halves the matmul and attention FLOPs; all-reduce time scales with 1 / link bandwidth
     assert tp2.flop_s < single.flop_s / 2 * 1.01
     assert tp2_pcie.comm_s / tp2.comm_s == pytest.approx(LINKS["NVLink 4"] / LINKS["PCIe Gen5 x16"])
@@ -278,8 +273,8 @@ def test_layouts_split_the_work_as_described():
     # weights of the 14B do not fit one 24 GB card; a quarter of them do
     assert not predict("wan2.1-14b", "RTX 4090").fits
     assert predict("wan2.1-14b", "RTX 4090", Layout(tp=4)).fits
-    with pytest.raises(ValueError, match="at least one layer per stage"):
-        predict("wan2.1-1.3b", "H100 SXM", Layout(pp=64))
+    with pytest.raises(ValueError, match="at least one block per stage"):
+        predict("wan2.1-1.3b", "H100 SXM", Layout(layer=64))
 
 
 def test_prediction_table_covers_every_model_gpu_layout_and_link():

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from ppdit.model import build_model
+from ppdit.parallel.layout import Layout, check_sp_degree
+from ppdit.parallel.runner import LayoutPlan, run_layouts
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
 from ppdit.parallel.sequence.ring import RING_TOL
-from ppdit.parallel.sequence.run import SPPlan, run_sps
-from ppdit.parallel.sequence.ulysses import SP_TOL, check_sp_degree
+from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.presets import get_preset
 from ppdit.sampler import Request, SamplingConfig, generate
 
@@ -19,10 +20,11 @@ def test_sp_equals_one_device_with_and_without_v_first(degree, shapes, tiny, poo
     """... and on 4 ranks the all-to-alls in two phases over 2 nodes of 2 (``topology``): the
     same values moved, so bit for bit the flat result."""
     two = SamplingConfig(num_steps=2)
-    plans = {(s, v): SPPlan(degree, sampling=two, v_first=v, latent_shape=s) for s in shapes
+    uly = Layout(ulysses=degree)
+    plans = {(s, v): LayoutPlan(uly, sampling=two, v_first=v, latent_shape=s) for s in shapes
              for v in (True, False)}  # the second shape has 315 tokens: uneven slices
-    hier = {"hier": SPPlan(degree, sampling=two, ranks_per_node=2)} if degree == 4 else {}
-    results = run_sps({**{str(k): p for k, p in plans.items()}, **hier}, timeout_s=300,
+    hier = {"hier": LayoutPlan(uly, sampling=two, ranks_per_node=2)} if degree == 4 else {}
+    results = run_layouts({**{str(k): p for k, p in plans.items()}, **hier}, timeout_s=300,
                       echo=False, pool=pools(degree))
     if hier:
         flat = results[str((None, True))]
@@ -74,9 +76,9 @@ def test_ring_attention_equals_one_device_for_any_head_count(degree, shapes, tin
     device within RING_TOL; each rank sends its K/V block P - 1 times per layer and step.
     (3 ranks on the tiny model's 4 heads, which Ulysses refuses: ``test_t2v``'s ring case.)"""
     two = SamplingConfig(num_steps=2)
-    plans = {str(s): SPPlan(degree, sampling=two, attention="ring", latent_shape=s)
+    plans = {str(s): LayoutPlan(Layout(ring=degree), sampling=two, latent_shape=s)
              for s in shapes}
-    results = run_sps(plans, timeout_s=300, echo=False, pool=pools(degree))
+    results = run_layouts(plans, timeout_s=300, echo=False, pool=pools(degree))
     preset = get_preset("tiny")
     for plan, res in ((p, results[k]) for k, p in plans.items()):
         ref = generate(tiny, Request(0, 0), sampling=two, latent_shape=plan.shape)
@@ -87,7 +89,7 @@ def test_ring_attention_equals_one_device_for_any_head_count(degree, shapes, tin
         per_layer = 2 * blocks * preset.num_heads * preset.head_dim * 4  # K and V, fp32
         assert res.ring_bytes == per_layer * preset.num_layers * two.num_steps
     with pytest.raises(ValueError, match="must divide the 4 attention heads"):
-        SPPlan(3)
+        LayoutPlan(Layout(ulysses=3))
 
 
 def test_v_major_sends_only_changed_rows(tiny, pools):
@@ -98,9 +100,11 @@ def test_v_major_sends_only_changed_rows(tiny, pools):
     from ppdit.toy.vmajor import run_ablation
 
     two = SamplingConfig(num_steps=2)
-    plans = {"exact": SPPlan(2, sampling=two), "0": SPPlan(2, sampling=two, v_major=0.0),
-             "never": SPPlan(2, sampling=two, v_major=1e9)}
-    res = run_sps(plans, timeout_s=300, echo=False, pool=pools(2))
+    uly = Layout(ulysses=2)
+    plans = {"exact": LayoutPlan(uly, sampling=two),
+             "0": LayoutPlan(uly, sampling=two, v_major=0.0),
+             "never": LayoutPlan(uly, sampling=two, v_major=1e9)}
+    res = run_layouts(plans, timeout_s=300, echo=False, pool=pools(2))
     assert torch.equal(res["0"].latents[0], res["exact"].latents[0])
     sent, total, _, _ = res["never"].vmajor
     assert sent * 2 == total
@@ -109,8 +113,8 @@ def test_v_major_sends_only_changed_rows(tiny, pools):
                         pool=pools(2))
     assert [r.max_pixel_error for r in rows] == [0.0, 0.0]
     assert rows[1].bytes_saved <= 0  # every row changed: only the masks' bytes were added
-    with pytest.raises(ValueError, match="v_major=0.1 needs attention='ulysses'"):
-        SPPlan(2, attention="ring", v_major=0.1)
+    with pytest.raises(ValueError, match="v_major=0.1 needs a Ulysses-only layout"):
+        LayoutPlan(Layout(ring=2), v_major=0.1)
 
 
 def test_diffusers_context_parallel_ulysses_equals_ppdits(pools):

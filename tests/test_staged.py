@@ -12,7 +12,8 @@ from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_split
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.parallel.sequence.run import SPPlan, run_sp
+from ppdit.parallel.layout import Layout
+from ppdit.parallel.runner import LayoutPlan, run_plan
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_split
@@ -51,7 +52,8 @@ def test_layer_split_staged_equals_its_reference_bitwise(staged, tiny):
 
 
 def test_sequence_parallel_staged_equals_one_device(staged, tiny):
-    res = run_sp(SPPlan(2, sampling=SamplingConfig(num_steps=2)), pool=staged)
+    res = run_plan(LayoutPlan(Layout(ulysses=2), sampling=SamplingConfig(num_steps=2)),
+                   pool=staged)
     ref = generate(tiny, Request(0, 0), sampling=SamplingConfig(num_steps=2))
     for latents in res.rank_latents:
         torch.testing.assert_close(latents[0], ref, **SP_TOL)

@@ -20,14 +20,16 @@ from ppdit.checkpoint.folder import PipelineFolderError, load_folder
 from ppdit.checkpoint.solver import make_denoiser, state_nbytes
 from ppdit.checkpoint.tiny import build_tiny_pipeline, word_tokenizer
 from ppdit.model import build_model, own_memory
+from ppdit.parallel.layout import AXES, Layout, parse_layout
+from ppdit.parallel.runner import run_plan
 from ppdit.parallel.sequence.ring import RING_TOL
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
 from ppdit.parallel.vae_patch.decode import PATCH_TOL
 from ppdit.presets import ModelPreset
+from ppdit.runtime.observe.memory import held_bytes
 from ppdit.sampler import Request
-from ppdit.t2v.generate import decode, encode, generate, generate_latent, validate
-from ppdit.t2v.layout import Layout, parse_layout
+from ppdit.t2v.generate import decode, encode, generate, generate_latent, prepare
 from ppdit.t2v.layouts import plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec
 
@@ -42,9 +44,13 @@ def folders(tmp_path_factory):
     return {s: build_tiny_pipeline(root / s, scheduler=s) for s in ("unipc", "flow_match")}
 
 
-def spec_for(folder, **kw) -> GenerateSpec:
+def spec_for(folder, layout: str | Layout = "single", ranks: int | None = None,
+             **kw) -> GenerateSpec:
+    """A spec with the test's defaults; ``layout`` as the CLI takes it (parsed here)."""
     kw = {"num_steps": 3, "guidance_scale": 5.0, "seed": 7, **kw}
-    return GenerateSpec(str(folder), PROMPT, NEGATIVE, **kw)
+    if isinstance(layout, str):
+        layout = parse_layout(layout, ranks)
+    return GenerateSpec(str(folder), PROMPT, NEGATIVE, layout=layout, **kw)
 
 
 def test_tiny_folder_is_a_small_diffusers_pipeline(folders):
@@ -190,7 +196,8 @@ def test_generate_decodes_split_by_rows_as_one_device_does(folders):
     ({"num_frames": 6}, "frames=6 must be 4k \\+ 1"),
     ({"height": 36}, "height=36 must be a positive multiple of 8"),
     ({"layout": "tp", "ranks": 3}, "num_heads=4 is not divisible by the TP degree tp=3"),
-    ({"layout": "layer", "ranks": 5}, "num_stages=5 is more stages than the 4 blocks"),
+    ({"layout": "layer", "ranks": 5}, "over 5 stages needs at least one block per stage, but "
+                                      "the model has 4"),
     ({"layout": "step", "ranks": 4}, "num_steps=3 cannot be split over 4 stages"),
     ({"layout": "sp", "ranks": 3}, "degree 3 must divide the 4 attention heads"),
     ({"layout": "pp_tp", "ranks": 2}, "an even number >= 4"),
@@ -209,29 +216,83 @@ def test_generate_decodes_split_by_rows_as_one_device_does(folders):
 ])
 def test_bad_requests_name_the_rule(folders, change, rule):
     with pytest.raises(ValueError, match=rule):
-        validate(spec_for(folders["unipc"], **change))
+        prepare(spec_for(folders["unipc"], **change))
 
 
 def test_usp_takes_a_head_count_ulysses_refuses(folders):
     """8 ranks on 4 heads: Ulysses alone refuses (above); 2 Ulysses x 4 ring ranks plan."""
     spec = spec_for(folders["unipc"], layout="ulysses=2,ring=4", ranks=8)
     plan = plan_for(spec, (1, 16, 2, 8, 8))
-    assert (plan.attention, plan.dims.ulysses, plan.dims.ring, plan.world_size) == ("usp", 2, 4, 8)
+    assert (plan.layout.ulysses, plan.layout.ring, plan.world_size) == (2, 4, 8)
     assert parse_layout("usp", 4) == Layout(ulysses=2, ring=2)
     assert parse_layout("pp_tp", 4) == Layout(step=2, tp=2) and str(Layout(cfg=2, ring=2)) == \
         "cfg=2,ring=2"
 
 
+def small_layouts(most: int = 8):
+    """Every layout of at most ``most`` ranks as the CLI spells it (fsdp over all ranks of a
+    forward, or a wrong degree), legal or not: what the plan/generate agreement runs over."""
+    degrees = {"cfg": (1, 2, 3), "step": (1, 2, 4), "layer": (1, 2, 3, 5), "ring": (1, 2, 4),
+               "ulysses": (1, 2, 3, 4, 8), "tp": (1, 2, 3, 4)}
+    out = [{}]
+    for axis, values in degrees.items():
+        out = [{**d, axis: v} for d in out for v in values
+               if _product({**d, axis: v}) <= most]
+    for d in list(out):
+        out.append({**d, "fsdp": _product(d)})
+        out.append({**d, "fsdp": 2})
+    return [",".join(f"{a}={d[a]}" for a in AXES if d.get(a, 1) > 1) or "single" for d in out]
+
+
+def _product(degrees: dict) -> int:
+    n = 1
+    for v in degrees.values():
+        n *= v
+    return n
+
+
+def _outcome(call) -> str:
+    try:
+        call()
+    except ValueError as e:
+        return f"refused: {e}"
+    return "accepted"
+
+
+def test_plan_accepts_exactly_the_layouts_generate_builds(folders):
+    """``ppdit plan`` and ``ppdit generate`` read one rule: every layout of up to 8 ranks over
+    every axis is accepted by both or refused by both, with the same message."""
+    from ppdit.analysis.plan import plan_rows
+    from ppdit.checkpoint.source import ModelSource
+
+    base = spec_for(folders["unipc"])
+    preset = ModelSource(folder=base.checkpoint).spec
+    shape = (1, 16, 2, 8, 8)  # the spec's 5 frames of 32 x 32
+    layouts = sorted(set(small_layouts()))
+    assert len(layouts) > 250
+    differ, accepted = [], 0
+    for text in layouts:
+        planned = _outcome(lambda t=text: plan_rows(preset, "H100 SXM", t, link="NVLink 4",
+                                                    latent_shape=shape,
+                                                    num_steps=base.num_steps))
+        built = _outcome(lambda t=text: prepare(replace(base, layout=parse_layout(t))))
+        accepted += planned == "accepted"
+        if planned != built:
+            differ.append(f"{text}: plan {planned!r}, generate {built!r}")
+    assert differ == []
+    assert accepted > 40  # and the rule is not "refuse everything"
+
+
 def test_bad_folders_name_the_rule(folders, tmp_path):
     with pytest.raises(PipelineFolderError, match="is not a folder"):
-        validate(spec_for(tmp_path / "nowhere"))
+        prepare(spec_for(tmp_path / "nowhere"))
     with pytest.raises(PipelineFolderError, match="no model_index.json"):
-        validate(spec_for(tmp_path))
+        prepare(spec_for(tmp_path))
     broken = tmp_path / "broken"
     shutil.copytree(folders["unipc"], broken)
     shutil.rmtree(broken / "tokenizer")
     with pytest.raises(PipelineFolderError, match=r"lacks component\(s\) \['tokenizer'\]"):
-        validate(spec_for(broken))
+        prepare(spec_for(broken))
 
 
 def test_generate_defaults_fit_the_toy_folder_and_its_trained_text_length():
@@ -242,7 +303,7 @@ def test_generate_defaults_fit_the_toy_folder_and_its_trained_text_length():
     spec = GenerateSpec(str(args.checkpoint), args.prompt, num_steps=args.steps,
                         num_frames=args.frames, height=args.height, width=args.width,
                         guidance_scale=args.guidance)
-    validate(spec)  # 13 frames of 32 x 32 are what the toy was trained on
+    prepare(spec)  # 13 frames of 32 x 32 are what the toy was trained on
     embeds = encode(spec)  # the folder's tokenizer says 16 tokens; Wan's would say 512
     assert embeds.text.shape == embeds.null_text.shape == (1, 16, 32)
     assert encode(replace(spec, max_sequence_length=24)).text.shape == (1, 24, 32)
@@ -268,16 +329,18 @@ def single_reference(folders):
 
 @pytest.mark.parametrize(("layout", "ranks"), [
     ("step", 2), ("step", 3), ("layer", 2), ("cfg", 2), ("tp", 2), ("sp", 2), ("ring", 3),
-    ("ulysses=2,ring=2", 4), ("cfg=2,ulysses=2", 4), ("cfg=2,ulysses=2,fsdp=4", 4)])
+    ("ulysses=2,ring=2", 4), ("cfg=2,ulysses=2", 4), ("cfg=2,ulysses=2,fsdp=4", 4),
+    ("cfg=2,tp=2", 4), ("step=2,cfg=2", 4), ("step=2,ulysses=2", 4)])
 def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
     """Step split (UniPC state in the handoff), layer split and CFG-parallel run the single
     device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; Ulysses: ``SP_TOL``;
     ring attention (3 ranks, 4 heads: Ulysses cannot) and USP (2 Ulysses x 2 ring) merge blocks:
-    ``RING_TOL``; CFG x Ulysses: Ulysses' own."""
+    ``RING_TOL``; a composition, its least exact axis' tolerance (CFG x TP: TP's; step split of
+    Ulysses stages: Ulysses'; step split of CFG-parallel stages: bitwise)."""
     spec, embeds, reference = single_reference
-    spec = replace(spec, layout=layout, ranks=ranks)
-    out = run_layout(spec, embeds, reference.shape, pool=pools(ranks))
-    mesh = spec.mesh
+    spec = replace(spec, layout=parse_layout(layout, ranks))
+    out = run_layout(plan_for(spec, reference.shape, embeds), pool=pools(ranks))
+    mesh = spec.layout
     if mesh.ring > 1:
         torch.testing.assert_close(out.latent, reference, **RING_TOL)
     elif mesh.ulysses > 1:
@@ -298,11 +361,10 @@ def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, si
     the root (embedders, head) whole and half of every block (FSDP splits each tensor along its
     first dimension: a (1, 6, D) table goes to one rank, so the halves differ by a little)."""
     from ppdit.parallel.fsdp.shard import full_parameter_bytes
-    from ppdit.parallel.sequence.run import run_sp
 
     spec, embeds, reference = single_reference
-    plan = plan_for(replace(spec, layout="ulysses=2,fsdp=2", ranks=2), reference.shape, embeds)
-    res = run_sp(plan, pool=pools(2), timeout_s=300, echo=False)
+    plan = plan_for(replace(spec, layout=Layout(ulysses=2, fsdp=2)), reference.shape, embeds)
+    res = run_plan(plan, pool=pools(2), timeout_s=300, echo=False)
     torch.testing.assert_close(res.latents[0], reference, **SP_TOL)
     model = plan.source.dit()
     blocks = full_parameter_bytes(model.blocks)
@@ -325,23 +387,22 @@ def test_fsdp_beside_cfg_parallel_equals_one_device_bit_for_bit(pools, single_re
     attention, every block gathered from the two ranks' shards: the same arithmetic as one
     device, so the same bits. FSDP alone (every rank the same video) is refused."""
     from ppdit.parallel.fsdp.shard import full_parameter_bytes
-    from ppdit.parallel.sequence.run import run_sp
 
     spec, embeds, reference = single_reference
-    plan = plan_for(replace(spec, layout="cfg=2,fsdp=2", ranks=2), reference.shape, embeds)
-    res = run_sp(plan, pool=pools(2), timeout_s=300, echo=False)
+    plan = plan_for(replace(spec, layout=Layout(cfg=2, fsdp=2)), reference.shape, embeds)
+    res = run_plan(plan, pool=pools(2), timeout_s=300, echo=False)
     assert torch.equal(res.latents[0], reference)
     blocks = full_parameter_bytes(plan.source.dit().blocks)
     assert all(b < full_parameter_bytes(plan.source.dit()) - blocks / 3 for b in res.param_bytes)
     with pytest.raises(ValueError, match="fsdp=2 alone: every rank would compute the same"):
-        validate(replace(spec, layout="fsdp=2", ranks=2))
+        prepare(spec_for(spec.checkpoint, "fsdp=2"))
 
 
 def test_pp_tp_equals_single_device(pools, single_reference):
     """Two step stages of two TP ranks each: TP's rounding, nothing more."""
     spec, embeds, reference = single_reference
-    out = run_layout(replace(spec, layout="pp_tp", ranks=4), embeds, reference.shape,
-                     pool=pools(4))
+    plan = plan_for(replace(spec, layout=parse_layout("pp_tp", 4)), reference.shape, embeds)
+    out = run_layout(plan, pool=pools(4))
     torch.testing.assert_close(out.latent, reference, **TP_TOL)
 
 
@@ -384,8 +445,8 @@ def test_bf16_layouts_on_cuda(folders, layout):
     spec = spec_for(folders["unipc"], dtype="bf16", num_steps=4)
     embeds = encode(spec)
     reference = generate_latent(spec, embeds, device="cuda").cpu()
-    out = run_layout(replace(spec, layout=layout, ranks=2), embeds, reference.shape,
-                     device="cuda")
+    plan = plan_for(replace(spec, layout=parse_layout(layout, 2)), reference.shape, embeds)
+    out = run_layout(plan, device="cuda")
     torch.testing.assert_close(out.latent.float(), reference.float(), **BF16_TOL)
 
 
@@ -435,7 +496,6 @@ def test_a_layer_split_rank_reads_only_its_blocks_from_the_folder(folders):
     (``checkpoint.partial``): its weights equal the whole loaded model's bit for bit, and the
     most it holds while loading (live tensor bytes, measured) is its own share plus one tensor
     in flight, far from the whole model."""
-    from ppdit.analysis.rank_memory import module_bytes
     from ppdit.checkpoint.source import ModelSource
     from ppdit.parallel.layer_split.ranks import build_stage_model, expected_param_count
     from ppdit.parallel.layer_split.schedule import LayerSplitPlan
@@ -451,7 +511,7 @@ def test_a_layer_split_rank_reads_only_its_blocks_from_the_folder(folders):
         params = dict(stage.named_parameters())
         assert sum(p.numel() for p in params.values()) == expected_param_count(plan, rank)
         assert all(torch.equal(p, whole[name]) for name, p in params.items())
-        held = module_bytes(stage)
+        held = held_bytes(stage)
         largest = max(p.numel() * p.element_size() for p in params.values())
         assert held <= mem.peak_bytes <= held + largest, (rank, held, mem.peak_bytes)
         assert mem.peak_bytes < 0.75 * full_bytes
@@ -473,7 +533,6 @@ def test_a_tp_rank_reads_only_its_shards_from_the_folder(pools, folders):
     what ``parallelize_wan`` cuts from the whole loaded model, bit for bit, and the most it held
     while loading (live tensor bytes, measured) is its shards and the replicated rest plus one
     tensor in flight: below the whole model."""
-    from ppdit.analysis.rank_memory import module_bytes
     from ppdit.parallel.tensor.layers import _shard
     from ppdit.parallel.tensor.load import loading_worker
     from ppdit.runtime import launch
@@ -489,4 +548,4 @@ def test_a_tp_rank_reads_only_its_shards_from_the_folder(pools, folders):
             expected = full if dim is None else _shard(full, dim, rank, 2)
             assert torch.equal(p, expected), (rank, name)
         assert r["held"] <= r["peak"] <= r["held"] + r["largest"], r
-        assert r["peak"] < 0.75 * module_bytes(whole_model)
+        assert r["peak"] < 0.75 * held_bytes(whole_model)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ppdit.model import build_model, forward_by_stages, num_params
+from ppdit.parallel.layout import Layout, check_tp_degree
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import StepSplitResult
 from ppdit.parallel.tensor.comms import tp_comm_per_block
@@ -23,10 +24,10 @@ from ppdit.parallel.tensor.compare import (
     run_tp_compare,
 )
 from ppdit.parallel.tensor.layers import split_rms_norm
-from ppdit.parallel.tensor.parallelize import TP_TOL, check_tp_degree, expected_tp_param_count
+from ppdit.parallel.tensor.parallelize import TP_TOL, expected_tp_param_count
 from ppdit.presets import get_preset
 from ppdit.runtime import launch
-from ppdit.runtime.comm.mesh import ParallelDims
+from ppdit.runtime.comm.mesh import Mesh
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.rounds import collect
 from ppdit.sampler import SamplingConfig, generate
@@ -55,12 +56,21 @@ def test_ffn_dim_must_divide_by_tp():
         check_tp_degree(SimpleNamespace(num_attention_heads=8, ffn_dim=130), 4)
 
 
-def test_pp_times_tp_must_equal_world_size():
-    assert ParallelDims(2, 2, 4).world_size == 4
-    with pytest.raises(ValueError, match=r"0 \+ 1 x 2 x 3 = 6, but world_size = 4"):
-        ParallelDims(2, 3, 4)
+def test_the_mesh_lays_ranks_out_by_axis_innermost_last():
+    """step x tp after a controller rank: TP groups are consecutive ranks, a stage's
+    counterparts a TP degree apart (``runtime.comm.mesh``; no process group needed)."""
+    mesh = Mesh.of(first_rank=1, dp=1, step=2, tp=2)
+    assert mesh.world_size == 5 and mesh.coords(0) is None
+    assert mesh.coords(4) == {"dp": 0, "step": 1, "tp": 1}
+    assert mesh.rank_of({"dp": 0, "step": 1, "tp": 0}) == 3
+    assert mesh.line(4, ("tp",)) == [3, 4] and mesh.line(4, ("step",)) == [2, 4]
+    assert mesh.lines(("step",)) == [[1, 3], [2, 4]]
+    layout = Layout(step=2, cfg=2, ulysses=2).mesh()
+    assert layout.line(0, ("cfg",)) == [0, 2] and layout.line(0, ("step",)) == [0, 4]
+    with pytest.raises(ValueError, match="names must differ and sizes be >= 1"):
+        Mesh((("tp", 2), ("tp", 0)))
     with pytest.raises(ValueError, match="num_heads=4"):
-        make_plan(1, 2, tp=3, sampling=SamplingConfig(num_steps=4))
+        make_plan(1, 2, stage=Layout(tp=3), sampling=SamplingConfig(num_steps=4))
 
 
 def test_comm_formula():
@@ -191,7 +201,7 @@ PP_TP_SAMPLING = SamplingConfig(num_steps=4)
 def four_ranks(pools):
     use_project_compile_cache()
     spec = TPCompare((V("funcol"),), rounds=0)  # compiled TP is checked at tp=2 above
-    plan = make_plan(2, 2, tp=2, sampling=PP_TP_SAMPLING)
+    plan = make_plan(2, 2, stage=Layout(tp=2), sampling=PP_TP_SAMPLING)
     per_rank = launch(tp_workers.tp4_errors_then_pp_tp, 4, args=(spec, plan),
                       threads_per_rank=1, timeout_s=600, pool=pools(4))
     runs = collect(["plan"], [r["pp_tp"] for r in per_rank], 1)
@@ -213,8 +223,7 @@ def test_wrong_arrangements_raise_with_the_numbers(four_ranks):
         if rank < 3:
             assert "num_heads=4 is not divisible by the TP degree tp=3" in r["errors"]["heads"]
         assert "needs 5 ranks, but the process group has 4" in r["errors"]["mesh"]
-        assert ("first_rank + dp x pp x tp must equal the world size: 0 + 1 x 2 x 2 = 4, but "
-                "world_size = 5") in r["errors"]["dims"]
+        assert "names must differ and sizes be >= 1" in r["errors"]["dims"]
         assert "already tensor-parallel" in r["errors"]["twice"]
 
 

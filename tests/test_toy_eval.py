@@ -72,12 +72,11 @@ def test_demo_first_video_shows_its_prompt_from_the_first_frame():
 def test_demo_config_encodes_the_folder_prompts_and_needs_both():
     from ppdit.checkpoint.source import ModelSource
     from ppdit.serve.config import BringupConfig
-    from ppdit.serve.weights import stream_prompts
 
     with pytest.raises(ValueError, match="give both or neither"):
         BringupConfig(prompts=("a red ball moves left", "a blue ball moves up"))
     cfg = BringupConfig(source=ModelSource(folder=str(FOLDER)),
                         prompts=("a red ball moves left", "a blue square moves up"))
-    emb = stream_prompts(cfg)
+    emb = cfg.prompt_embeddings()
     assert emb[0].shape == emb[1].shape == (1, 16, 32)
     assert (emb[0] - emb[1]).abs().max() > 0.1  # the frozen random umT5 separates the prompts

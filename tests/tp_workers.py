@@ -9,7 +9,7 @@ from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.parallel.tensor.compare import TPCompare, tp_compare_on_rank
 from ppdit.parallel.tensor.parallelize import parallelize_wan
-from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.comm.mesh import Mesh
 from ppdit.runtime.processes.launch import RankContext
 from ppdit.runtime.rounds import Job, rounds_worker
 
@@ -17,12 +17,12 @@ from ppdit.runtime.rounds import Job, rounds_worker
 def tp4_errors_then_pp_tp(ctx: RankContext, spec: TPCompare, plan: StepSplitPlan) -> dict:
     """On 4 ranks: TP=4 variants, the errors a wrong arrangement raises, then PP x TP."""
     out = {"tp4": tp_compare_on_rank(ctx, spec), "errors": {}}
-    three = dist.new_group([0, 1, 2])  # every rank creates every group, members or not
-    if ctx.rank < 3:
+    three = Mesh.of(tp=3).build(ctx.rank)  # every rank makes every group, members or not
+    if three is not None:
         out["errors"]["heads"] = _error(lambda: parallelize_wan(build_model("tiny"),
-                                                                tp_group=three))
-    out["errors"]["mesh"] = _error(lambda: build_groups(ParallelDims(1, 5, 5), ctx.rank))
-    out["errors"]["dims"] = _error(lambda: ParallelDims(2, 2, 5))
+                                                                tp_group=three.group("tp")))
+    out["errors"]["mesh"] = _error(lambda: Mesh.of(tp=5).build(ctx.rank))
+    out["errors"]["dims"] = _error(lambda: Mesh((("tp", 2), ("tp", 2))))
     sharded = parallelize_wan(build_model("tiny"), tp_group=dist.group.WORLD)
     out["errors"]["twice"] = _error(lambda: parallelize_wan(sharded, tp_group=dist.group.WORLD))
     dist.barrier()

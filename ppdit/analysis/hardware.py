@@ -32,6 +32,7 @@ from ppdit.analysis.roofline import (
     totals,
     tp_allreduce_bytes,
 )
+from ppdit.parallel.layout import Layout, check_model
 from ppdit.presets import get_preset
 
 
@@ -101,61 +102,11 @@ LINKS: dict[str, float] = {
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How a step is spread over GPUs: ``tp`` ranks per stage, ``pp`` stages split by layer
-    (blocks) or by step (each stage owns a contiguous slice of the denoising steps); or the
-    sequence axes (``ulysses`` x ``ring``: USP) inside ``cfg`` branches (2: the guided halves
-    on two branches). The sequence axes compose with CFG, CFG with TP (xDiT's), step split
-    with TP."""
-
-    tp: int = 1
-    pp: int = 1
-    split: str = "layer"
-    ulysses: int = 1
-    ring: int = 1
-    cfg: int = 1
-    fsdp: bool = False  # the blocks' weights sharded over every GPU of the layout (FSDP2)
-
-    def __post_init__(self) -> None:
-        if (min(self.tp, self.pp, self.ulysses, self.ring) < 1 or self.cfg not in (1, 2)
-                or self.split not in ("layer", "step")):
-            raise ValueError(f"{self}: tp, pp, ulysses and ring must be >= 1, cfg 1 or 2 and "
-                             "split 'layer' or 'step'")
-        if (self.sp > 1 and (self.tp > 1 or self.pp > 1)) or (self.cfg > 1 and self.pp > 1):
-            raise ValueError(f"{self}: the sequence axes compose with CFG, and CFG with TP; "
-                             "neither with pipeline stages")
-        if self.fsdp and (self.sp == 1 or self.tp > 1 or self.pp > 1):
-            raise ValueError(f"{self}: FSDP shards over sequence-parallel GPUs (with or "
-                             "without CFG), which run the same blocks in lockstep")
-
-    @property
-    def sp(self) -> int:
-        """Ranks that share one forward's tokens."""
-        return self.ulysses * self.ring
-
-    @property
-    def gpus(self) -> int:
-        """GPUs the layout uses."""
-        return self.tp * self.pp * self.sp * self.cfg
-
-    @property
-    def name(self) -> str:
-        """A short label: "1 GPU", "TP=2", "layer-split P=4", "TP=2 x step-split P=2",
-        "CFG=2 x Ulysses=4 x ring=2"."""
-        parts = ([f"CFG={self.cfg}"] if self.cfg > 1 else []) + (
-            [f"Ulysses={self.ulysses}"] if self.ulysses > 1 else []) + (
-            [f"ring={self.ring}"] if self.ring > 1 else []) + (
-            [f"TP={self.tp}"] if self.tp > 1 else []) + (
-            [f"{self.split}-split P={self.pp}"] if self.pp > 1 else []) + (
-            ["FSDP"] if self.fsdp else [])
-        return " x ".join(parts) or "1 GPU"
-
-
-LAYOUTS = (Layout(), Layout(pp=4, split="step"), Layout(pp=4), Layout(tp=2), Layout(tp=4))
+ONE_GPU = Layout()
+LAYOUTS = (ONE_GPU, Layout(step=4), Layout(layer=4), Layout(tp=2), Layout(tp=4))
 # the sequence axes and CFG (xDiT's USP x CFG): 8 GPUs on Wan's 12 or 40 heads
 SP_LAYOUTS = (Layout(ulysses=4), Layout(ring=4), Layout(ulysses=2, ring=2), Layout(cfg=2),
-              Layout(cfg=2, ulysses=2, ring=2), Layout(ulysses=4, fsdp=True))
+              Layout(cfg=2, ulysses=2, ring=2), Layout(ulysses=4, fsdp=4))
 
 
 @dataclass(frozen=True)
@@ -226,7 +177,7 @@ def _stage_seconds(ops: list[Op], hw: Hardware, dtype) -> tuple[float, float]:
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
-def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None = None,
+def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None = None,
             latent_shape: tuple[int, ...] | None = None, dtype: str = "bf16",
             cfg: bool = True, num_steps: int = 50, attention: str = "flash") -> Prediction:
     """Lower-bound time of one denoising step (2 forwards with CFG) of ``model`` on ``gpu``.
@@ -246,20 +197,16 @@ def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None
     """
     p, hw, m, dtype = get_preset(model), GPUS[gpu], 2 if cfg else 1, dtype_name(dtype)
     shape = tuple(latent_shape or p.latent_shape)
-    limit = p.num_layers if layout.split == "layer" else num_steps
-    if layout.pp > limit:
-        raise ValueError(f"{layout.split}-split over pp={layout.pp} stages needs at least one "
-                         f"{layout.split} per stage, but there are only {limit}")
-    if p.num_heads % layout.ulysses:
-        raise ValueError(f"Ulysses degree {layout.ulysses} must divide the {p.num_heads} heads")
-    link = (link or hw.links[0]) if layout.gpus > 1 else "-"
+    check_model(layout, p, num_steps=num_steps, latent_shape=shape, guided=cfg)
+    split, pp = layout.pipeline or "layer", layout.stages
+    link = (link or hw.links[0]) if layout.ranks > 1 else "-"
     bw = LINKS.get(link, float("inf"))  # one GPU: nothing crosses a link
     kw = dict(dtype=dtype, attention=attention, tp=layout.tp, sp=layout.sp)
-    if layout.split == "layer" and layout.pp > 1:
-        base, extra = divmod(p.num_layers, layout.pp)
-        sizes = [base + (s < extra) for s in range(layout.pp)]
+    if split == "layer" and pp > 1:
+        base, extra = divmod(p.num_layers, pp)
+        sizes = [base + (s < extra) for s in range(pp)]
         stages = [model_ops(p, shape, num_blocks=n, prologue=s == 0,
-                            epilogue=s == layout.pp - 1, **kw) for s, n in enumerate(sizes)]
+                            epilogue=s == pp - 1, **kw) for s, n in enumerate(sizes)]
         send_bytes = layer_handoff_bytes(p, shape, dtype=dtype) / layout.tp
     else:
         sizes, stages, send_bytes = [p.num_layers], [model_ops(p, shape, **kw)], 0.0
@@ -276,26 +223,26 @@ def predict(model: str, gpu: str, layout: Layout = Layout(), *, link: str | None
     busiest = max(range(len(slot)), key=slot.__getitem__)
     flop_s, mem_s, comm_s = (m * x for x in per_stage[busiest])
     comm_bytes = m * (sizes[busiest] * ar_bytes + send_bytes)
-    if layout.split == "step" and layout.pp > 1:
+    if split == "step" and pp > 1:
         handoff_bytes = step_handoff_bytes(shape)
-        latency = flop_s + mem_s + comm_s + handoff_bytes / bw * (layout.pp - 1) / num_steps
-        flop_s, mem_s = flop_s / layout.pp, mem_s / layout.pp
-        comm_s = comm_s / layout.pp + handoff_bytes / bw / num_steps
-        comm_bytes = comm_bytes / layout.pp + handoff_bytes / num_steps
-    elif layout.pp > 1:
+        latency = flop_s + mem_s + comm_s + handoff_bytes / bw * (pp - 1) / num_steps
+        flop_s, mem_s = flop_s / pp, mem_s / pp
+        comm_s = comm_s / pp + handoff_bytes / bw / num_steps
+        comm_bytes = comm_bytes / pp + handoff_bytes / num_steps
+    elif pp > 1:
         latency = sum(slot) + (m - 1) * slot[busiest]
     else:
         latency = flop_s + mem_s + comm_s
     weights_gb = max(totals(ops).weights for ops in stages) * DTYPE_BYTES[dtype] / 1e9
-    if layout.fsdp:  # held: the root, 1/P of the blocks, and two blocks gathered (the one
+    if layout.fsdp > 1:  # held: the root, 1/P of the blocks, and two blocks gathered (the one
         # running, the next one prefetched); every block's other shards arrive once a forward
         block = totals(block_ops(p, shape, **kw)).weights * DTYPE_BYTES[dtype]
-        gather = p.num_layers * block * (layout.gpus - 1) / layout.gpus
-        weights_gb += (p.num_layers * block * (1 / layout.gpus - 1) + 2 * block) / 1e9
+        gather = p.num_layers * block * (layout.fsdp - 1) / layout.fsdp
+        weights_gb += (p.num_layers * block * (1 / layout.fsdp - 1) + 2 * block) / 1e9
         comm_s += m * gather / bw
         comm_bytes += m * gather
         latency += m * gather / bw
-    return Prediction(p.name, hw.name, layout.name, link, dtype, layout.gpus, flop_s, mem_s,
+    return Prediction(p.name, hw.name, layout.name, link, dtype, layout.ranks, flop_s, mem_s,
                       comm_s, comm_bytes, flop_s + mem_s + comm_s, latency, weights_gb,
                       weights_gb * 1e9 <= hw.mem_bytes)
 
@@ -308,7 +255,7 @@ def prediction_table(models: Sequence[str] = ("wan2.1-1.3b", "wan2.1-14b"),
     for model in models:
         for gpu in gpus:
             for layout in layouts:
-                links = GPUS[gpu].links if layout.gpus > 1 else (None,)
+                links = GPUS[gpu].links if layout.ranks > 1 else (None,)
                 rows += [predict(model, gpu, layout, link=lk, **kwargs) for lk in links]
     return rows
 
@@ -348,7 +295,7 @@ def assumptions(num_steps: int = 50, cfg: bool = True) -> str:
 
 
 __all__ = [
-    "GPUS", "LAYOUTS", "LINKS", "SP_LAYOUTS", "Hardware", "Layout", "Prediction", "assumptions",
+    "GPUS", "LAYOUTS", "LINKS", "ONE_GPU", "SP_LAYOUTS", "Hardware", "Prediction", "assumptions",
     "bandwidth_bound_share", "bandwidth_bound_tokens", "format_op_times", "format_predictions",
     "op_seconds", "predict", "prediction_table",
 ]

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ppdit.analysis.hardware import Layout, Prediction, predict
+from ppdit.analysis.hardware import Prediction, predict
+from ppdit.parallel.layout import Layout
 from ppdit.presets import get_preset
 
 
@@ -44,7 +45,7 @@ def one_request_rows(model: str, gpu: str, link: str) -> list[Prediction]:
     """Every layout of lessons 01-12 on 2 and 4 GPUs over ``link``, with CFG on: the rows to
     compare for the latency of one request (``latency_s``) against one GPU."""
     rows = [predict(model, gpu)]
-    for layout in (Layout(pp=4, split="step"), Layout(pp=4), Layout(tp=2), Layout(tp=4)):
+    for layout in (Layout(step=4), Layout(layer=4), Layout(tp=2), Layout(tp=4)):
         rows.append(predict(model, gpu, layout, link=link))
     rows.append(predict_cfg_parallel(model, gpu, link=link))
     rows.append(predict_cfg_parallel(model, gpu, tp=2, link=link))

@@ -1,46 +1,88 @@
-"""Each layout's per-rank memory measured on live CPU ranks: what ``memory_model`` predicts.
+"""Each layout's per-rank memory, measured on live ranks while they run: what ``memory_model``
+predicts, and what the earlier report's claim about step split gets wrong.
 
-Every layout the memory model covers runs here on real ranks with the memory tracking of
-``ppdit.runtime.observe.memory`` (live tensor bytes on the CPU, the allocator's peak on a GPU), and
-reports per rank the weights it holds and the peak of its run above them (activations, handoff
-frames, solver state, prompts). The layouts that share a runner share a launch, and every
-launch can reuse one pool of ranks (``pool=``), so the whole set costs a few seconds per plan.
+Per rank and plan (``RankMemory``):
 
-The workload matches ``memory_model``'s defaults: one request, guidance on every step (two
-halves: one batch of 2 where the layout batches them, one half per rank under CFG-parallel,
-one micro-batch each under layer split), Euler, the preset's latent, fp32 (the CPU's dtype).
+* ``weight_bytes``: the model the rank holds for the plan (``runtime.observe.memory.held_bytes``:
+  its shards under TP and FSDP, its blocks under layer split, the whole model otherwise);
+* ``peak_bytes``: the most tensor bytes allocated at once *inside* a round, above those
+  weights (activations, received frames, ring buffers, gathered FSDP blocks): the allocator's
+  peak on a GPU, a live-tensor count on the CPU (``runtime.observe.memory``).
+
+The report ran *step split* for memory: "each GPU only holds activations for its assigned
+steps ... peak memory per GPU is reduced by ~N". In inference no activation outlives its step,
+so a rank that runs 4 steps peaks as high as one that runs 28, and every step-split rank holds
+the whole model; a *layer split* divides the weights. Why not the process's peak RSS: it
+cannot be reset between plans, counts the interpreter and torch's libraries, keeps freed pages,
+and a layer-split rank builds the whole seeded model before dropping the blocks it does not own
+(so its weights equal one device's bit for bit). Tensor bytes are what
+``torch.cuda.max_memory_allocated`` reports, and what decides an out-of-memory error.
+
+Any plan runs here with its own runner (``measure_memory``); the layouts the memory model covers
+run in ``measure_layouts``, with ``memory_model``'s defaults: one request, guidance on every
+step, Euler, the preset's latent, fp32 (the CPU's dtype).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ppdit.analysis.hardware import Layout
-from ppdit.analysis.rank_memory import (
-    RankMemory,
-    layer_split_memory,
-    module_bytes,
-    step_split_memory,
-)
 from ppdit.checkpoint.source import ModelSource
-from ppdit.parallel.cfg.run import CFGPlan, CFGRunner
-from ppdit.parallel.fsdp.shard import local_parameter_bytes
+from ppdit.parallel.layer_split.ranks import LayerStageRunner
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.parallel.sequence.run import SPPlan, SPRunner
-from ppdit.parallel.step_split.plan import make_plan
+from ppdit.parallel.layout import Layout
+from ppdit.parallel.runner import LayoutPlan, LayoutRunner
+from ppdit.parallel.step_split.plan import StepSplitPlan, make_plan
+from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.runtime.observe.trace import peak_memory
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
 from ppdit.sampler import Request, SamplingConfig
 
 GUIDANCE = 5.0  # any scale != 1: every step guided, so every layout runs both halves
+RUNNERS = {LayoutPlan: LayoutRunner, StepSplitPlan: StepStageRunner,
+           LayerSplitPlan: LayerStageRunner}
 
-# name -> the layout it measures (the names are what the table and the tests print)
-MEASURED_LAYOUTS: dict[str, Layout] = {
-    "1 GPU": Layout(), "step-split P=2": Layout(pp=2, split="step"),
-    "layer-split P=2": Layout(pp=2), "TP=2": Layout(tp=2), "Ulysses=2": Layout(ulysses=2),
-    "ring=2": Layout(ring=2), "CFG=2": Layout(cfg=2), "Ulysses=2 x FSDP": Layout(ulysses=2,
-                                                                             fsdp=True),
-}
+
+@dataclass(frozen=True)
+class RankMemory:
+    """One rank's memory in one plan, in bytes."""
+
+    rank: int
+    weight_bytes: int  # parameters + buffers of the model this rank holds
+    peak_bytes: int  # most bytes allocated at once during a round, above the weights
+
+    @property
+    def total_bytes(self) -> int:
+        """Weights plus the run's peak: the rank's high-water mark of tensor memory."""
+        return self.weight_bytes + self.peak_bytes
+
+
+def per_rank(runs: PlanRuns) -> dict[int, RankMemory]:
+    """Per rank: the weights it held and the highest round peak the traces recorded."""
+    peaks: dict[int, int] = {}
+    for trace in runs.traces:
+        for rank, peak in peak_memory(trace).items():
+            peaks[rank] = max(peaks.get(rank, 0), peak)
+    return {r: RankMemory(r, runs.held[r], peaks[r]) for r in sorted(runs.held)}
+
+
+def measure_memory(plans: Mapping[str, object], rounds: int = 1,
+                   **launch_kwargs) -> dict[str, dict[int, RankMemory]]:
+    """Run plans with memory tracking, each kind with its own runner (one launch per kind; pass
+    ``pool=`` to pay start-up once); each rank's memory per plan."""
+    out = {}
+    for kind, runner in RUNNERS.items():
+        mine = {n: p for n, p in plans.items() if type(p) is kind}
+        if not mine:
+            continue
+        jobs = {n: (p, "ppdit") for n, p in mine.items()} if kind is LayerSplitPlan else mine
+        world = max(p.num_stages if kind is LayerSplitPlan else p.world_size
+                    for p in mine.values())
+        runs = run_side_by_side(jobs, runner=runner, world_size=world, rounds=rounds,
+                                memory=True, **launch_kwargs)
+        out.update({n: per_rank(r) for n, r in runs.items()})
+    return {n: out[n] for n in plans}
 
 
 @dataclass(frozen=True)
@@ -57,63 +99,37 @@ class LayoutMemory:
         return max(self.ranks.values(), key=lambda m: m.total_bytes)
 
 
-class SPMemoryRunner(SPRunner):
-    """``SPRunner`` whose result is the bytes of the weights this rank holds (its FSDP shards
-    and the root, or the whole model)."""
-
-    def result(self, i: int) -> int:
-        buffers = sum(b.numel() * b.element_size() for b in self.model.buffers())
-        return local_parameter_bytes(self.model) + buffers
-
-
-class CFGMemoryRunner(CFGRunner):
-    """``CFGRunner`` whose result is the bytes of the (whole) model this rank holds."""
-
-    def result(self, i: int) -> int:
-        return module_bytes(self.model)
-
-
-def _traced(runs: PlanRuns) -> dict[int, RankMemory]:
-    """Per rank: the weights (``result``) and the highest round peak the traces recorded."""
-    peaks: dict[int, int] = {}
-    for trace in runs.traces:
-        for rank, peak in peak_memory(trace).items():
-            peaks[rank] = max(peaks.get(rank, 0), peak)
-    return {r: RankMemory(r, runs.results[r], peaks[r]) for r in sorted(runs.results)}
-
-
-def _sampling(num_steps: int) -> SamplingConfig:
-    return SamplingConfig(num_steps=num_steps, guidance_scale=GUIDANCE)
+# what the memory model covers, over 2 ranks each (the names are what the table prints)
+MEASURED_LAYOUTS = (Layout(), Layout(step=2), Layout(layer=2), Layout(tp=2),
+                    Layout(ulysses=2), Layout(ring=2), Layout(cfg=2), Layout(ulysses=2, fsdp=2))
 
 
 def measure_layouts(preset: str = "small", *, num_steps: int = 2, fsdp: bool = True,
                     **launch_kwargs) -> dict[str, LayoutMemory]:
-    """Run every layout of ``MEASURED_LAYOUTS`` (over 2 ranks each) with memory tracking.
+    """Run every layout of ``MEASURED_LAYOUTS`` with memory tracking, by its ``name``.
 
-    Five launches (pass ``pool=`` a live pool of 2 ranks to pay start-up once): the step-split
-    runner takes 1 GPU, step split and TP; then layer split, the two sequence-parallel plans,
-    CFG-parallel, and FSDP x Ulysses (FSDP shards the rank's one model in place, so it has a
-    job of its own; ``fsdp=False`` leaves it out).
-    """
-    kw = dict(sampling=_sampling(num_steps), source=ModelSource(preset=preset))
-    step = step_split_memory({"1 GPU": make_plan(1, warmup=0, **kw),
-                              "step-split P=2": make_plan(2, warmup=0, **kw),
-                              "TP=2": make_plan(1, tp=2, warmup=0, **kw)}, **launch_kwargs)
-    layer = layer_split_memory({"layer-split P=2": LayerSplitPlan(
-        (Request(0, 0),), 2, 2, wrap=False, warmup=0, **kw)}, **launch_kwargs)
-    per_rank = {**step, **layer}
-    sp = {"Ulysses=2": SPPlan(attention="ulysses", **kw),
-          "ring=2": SPPlan(attention="ring", **kw)}
-    jobs = [(sp, SPMemoryRunner), ({"CFG=2": CFGPlan(**kw)}, CFGMemoryRunner)]
-    if fsdp:
-        jobs.append(({"Ulysses=2 x FSDP": SPPlan(fsdp=True, **kw)}, SPMemoryRunner))
-    for plans, runner in jobs:
-        runs = run_side_by_side(plans, runner=runner, world_size=2, memory=True,
-                                **launch_kwargs)
-        per_rank.update({name: _traced(r) for name, r in runs.items()})
-    return {name: LayoutMemory(name, MEASURED_LAYOUTS[name], per_rank[name])
-            for name in MEASURED_LAYOUTS if name in per_rank}
+    Four launches: the step split, the layer split, the layouts without a pipeline, and FSDP x
+    Ulysses (FSDP shards the rank's one model in place, so it has a job of its own;
+    ``fsdp=False`` leaves it out)."""
+    kw = dict(sampling=SamplingConfig(num_steps=num_steps, guidance_scale=GUIDANCE),
+              source=ModelSource(preset=preset))
+    plans = {}
+    for m in MEASURED_LAYOUTS:
+        if m.step > 1:
+            plans[m.name] = make_plan(m.step, warmup=0, **kw)
+        elif m.layer > 1:
+            plans[m.name] = LayerSplitPlan((Request(0, 0),), m.layer, 2, wrap=False, warmup=0,
+                                           **kw)
+        elif m.fsdp == 1 or fsdp:
+            plans[m.name] = LayoutPlan(m, **kw)
+    sharded = {n: p for n, p in plans.items()
+               if isinstance(p, LayoutPlan) and p.layout.fsdp > 1}
+    got = measure_memory({n: p for n, p in plans.items() if n not in sharded}, **launch_kwargs)
+    if sharded:
+        got |= measure_memory(sharded, **launch_kwargs)
+    return {m.name: LayoutMemory(m.name, m, got[m.name]) for m in MEASURED_LAYOUTS
+            if m.name in got}
 
 
-__all__ = ["GUIDANCE", "MEASURED_LAYOUTS", "CFGMemoryRunner", "LayoutMemory",
-           "SPMemoryRunner", "measure_layouts"]
+__all__ = ["GUIDANCE", "MEASURED_LAYOUTS", "LayoutMemory", "RankMemory", "measure_layouts",
+           "measure_memory", "per_rank"]

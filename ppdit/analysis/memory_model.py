@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from ppdit.analysis.hardware import Layout, predict
+from ppdit.analysis.hardware import ONE_GPU, predict
 from ppdit.analysis.roofline import (
     DTYPE_BYTES,
     block_ops,
@@ -64,6 +64,7 @@ from ppdit.analysis.roofline import (
     totals,
 )
 from ppdit.analysis.roofline_vae import vae_decoder_ops
+from ppdit.parallel.layout import Layout
 from ppdit.presets import ModelPreset, get_preset
 
 SOLVER_SLOTS = {"euler": 0, "unipc": 3}  # fp32 latents of memory per request
@@ -123,7 +124,7 @@ def _batch(layout: Layout, cfg: bool, cfg_mode: str, requests: int) -> int:
     """Samples in one forward on a rank: both halves batched, or one (split, CFG-parallel, or
     layer split's micro-batches of one sample)."""
     halves = 2 if cfg and cfg_mode == "batched" and layout.cfg == 1 else 1
-    if layout.pp > 1 and layout.split == "layer":
+    if layout.layer > 1:
         return 1
     return halves * requests
 
@@ -143,15 +144,15 @@ def activation_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...]
 def handoff_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], dtype: str,
                   solver: str, requests: int, micro_batches: int) -> float:
     """Receive and send buffers of the busiest rank (module docstring)."""
-    if layout.pp > 1 and layout.split == "step":
-        return RECEIVE_FRAMES * (1 + SOLVER_SLOTS[solver]) * step_handoff_bytes(shape)
-    if layout.pp > 1:
+    frames = 0.0
+    if layout.step > 1:
+        frames = RECEIVE_FRAMES * (1 + SOLVER_SLOTS[solver]) * step_handoff_bytes(shape)
+    elif layout.layer > 1:
         h = layer_handoff_bytes(preset, shape, batch=1, dtype=dtype) / layout.tp
-        middle = RECEIVE_FRAMES + (micro_batches if layout.pp > 2 else 0)
-        return max(middle, micro_batches) * h
-    if layout.cfg > 1:
-        return 2 * math.prod(shape) * DTYPE_BYTES[dtype] * requests
-    return 0.0
+        frames = max(RECEIVE_FRAMES + (micro_batches if layout.layer > 2 else 0),
+                     micro_batches) * h
+    halves = 2 * math.prod(shape) * DTYPE_BYTES[dtype] * requests if layout.cfg > 1 else 0.0
+    return frames + halves
 
 
 def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) -> float:
@@ -178,9 +179,6 @@ def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) ->
     return caches + max(2 * video, video + widest)
 
 
-ONE_GPU = Layout()
-
-
 def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
                       latent_shape: tuple[int, ...] | None = None, dtype: str = "bf16",
                       cfg: bool = True, cfg_mode: str = "batched", solver: str = "euler",
@@ -205,10 +203,10 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
     mb = micro_batches or halves * r
     pred = predict(p, "H100 SXM", layout, latent_shape=shape, dtype=dtype, cfg=cfg)
     weights, gathered = pred.weights_gb * 1e9, 0.0
-    if layout.fsdp:  # predict counts 2 gathered blocks as held; here they are the run's
+    if layout.fsdp > 1:  # predict counts 2 gathered blocks as held; here they are the run's
         block = totals(block_ops(p, shape, dtype=dtype)).weights * DTYPE_BYTES[dtype]
         weights -= 2 * block
-        gathered = (2 + 1 / layout.gpus) * block
+        gathered = (2 + 1 / layout.fsdp) * block
     text_rows = halves * r * p.text_len * p.text_dim * DTYPE_BYTES[dtype]
     return MemoryBreakdown(
         layout=layout.name, weights=weights, gathered=gathered,
@@ -221,6 +219,6 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
         text_encoder=UMT5_XXL_PARAMS * DTYPE_BYTES[dtype] if text_encoder else 0.0)
 
 
-__all__ = ["ONE_GPU", "RECEIVE_FRAMES", "SOLVER_SLOTS", "UMT5_XXL_PARAMS", "MemoryBreakdown",
+__all__ = ["RECEIVE_FRAMES", "SOLVER_SLOTS", "UMT5_XXL_PARAMS", "MemoryBreakdown",
            "activation_bytes", "block_peak_units", "handoff_bytes", "rank_memory_model",
            "vae_peak_bytes"]

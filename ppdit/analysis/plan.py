@@ -1,8 +1,8 @@
 """``ppdit plan``: what a layout needs per GPU and how fast it can be, before anything runs.
 
-A composed layout (``t2v.layout``, e.g. ``cfg=2,ulysses=4,fsdp=8``) becomes the roofline's
-``hardware.Layout``, and ``hardware.predict`` bounds it for a model and GPU (per GPU: the
-weights it holds, the lower bound of a step, the bytes on the link), next to one GPU. That
+A layout (``parallel.layout``, e.g. ``cfg=2,ulysses=4,fsdp=8``), parsed and checked by the same
+rules ``ppdit generate`` applies, is bounded by ``hardware.predict`` for a model and GPU (per
+GPU: the weights it holds, the lower bound of a step, the bytes on the link), next to one GPU. That
 table's memory column counts weights only; ``memory_report`` adds the whole per-GPU memory
 (``memory_model``: activations, handoff buffers, solver state, prompts, the VAE's decode) for
 the real configurations, and says whether the layout fits the GPU.
@@ -10,33 +10,25 @@ the real configurations, and says whether the layout fits the GPU.
 
 from __future__ import annotations
 
-from ppdit.analysis.hardware import GPUS, Layout, Prediction, format_predictions, predict
+from ppdit.analysis.hardware import GPUS, Prediction, format_predictions, predict
 from ppdit.analysis.memory_model import MemoryBreakdown, rank_memory_model
 from ppdit.analysis.roofline import latent_for
-from ppdit.t2v.layout import parse_layout
+from ppdit.parallel.layout import Layout, parse_layout
 
 
-def hardware_layout(text: str, ranks: int | None = None) -> Layout:
-    """The roofline's view of a composed layout (``ValueError`` naming what it cannot model)."""
-    m = parse_layout(text, ranks)
-    if m.step > 1 and m.layer > 1:
-        raise ValueError(f"layout {m}: step and layer split do not compose")
-    split, pp = ("step", m.step) if m.step > 1 else ("layer", m.layer)
-    return Layout(tp=m.tp, pp=pp, split=split, ulysses=m.ulysses, ring=m.ring, cfg=m.cfg,
-                  fsdp=m.fsdp > 1)
-
-
-def plan_rows(model: str, gpu: str, layout: str, link: str | None = None,
-              latent_shape: tuple[int, ...] | None = None, dtype: str = "bf16"
-              ) -> list[Prediction]:
-    """One GPU, then the layout over each link the GPU offers (or ``link``)."""
+def plan_rows(model, gpu: str, layout: str | Layout, link: str | None = None,
+              latent_shape: tuple[int, ...] | None = None, dtype: str = "bf16",
+              num_steps: int = 50, cfg: bool = True) -> list[Prediction]:
+    """One GPU, then the layout over each link the GPU offers (or ``link``). ``model``: a
+    preset's name or a ``ModelPreset``; ``num_steps`` and ``cfg`` (guidance on) as the request
+    would run (a step split needs a step per stage, CFG-parallel a second half)."""
     if gpu not in GPUS:
         raise ValueError(f"gpu={gpu!r} is not one of {tuple(GPUS)}")
-    hw = hardware_layout(layout)
-    one = predict(model, gpu, latent_shape=latent_shape, dtype=dtype)
+    hw = parse_layout(layout) if isinstance(layout, str) else layout
+    kw = dict(latent_shape=latent_shape, dtype=dtype, num_steps=num_steps, cfg=cfg)
+    one = predict(model, gpu, **kw)
     links = [link] if link else list(GPUS[gpu].links)
-    return [one, *(predict(model, gpu, hw, link=lk, latent_shape=latent_shape, dtype=dtype)
-                   for lk in links)]
+    return [one, *(predict(model, gpu, hw, link=lk, **kw) for lk in links)]
 
 
 # the real configurations the memory table covers: (model, resolution), 81 frames each
@@ -48,7 +40,7 @@ _COLUMNS = ("weights", "gathered", "activations", "handoff", "solver", "text_emb
 
 def memory_rows(layout: str, **kwargs) -> dict[tuple[str, str], MemoryBreakdown | str]:
     """``memory_model`` for each real configuration (or why the layout cannot run it)."""
-    hw, out = hardware_layout(layout), {}
+    hw, out = parse_layout(layout), {}
     for model, res in REAL_CONFIGS:
         try:
             out[(model, res)] = rank_memory_model(model, hw, latent_shape=latent_for(res),
@@ -63,7 +55,7 @@ def memory_report(layout: str, gpu: str, model: str = "wan2.1-14b", **kwargs) ->
     at 480p: "this layout needs N GB per GPU; your GPUs (gpu) have M GB"."""
     mem = GPUS[gpu].mem_bytes
     head = f"{'model':<12}{'video':<6}" + "".join(f"{c[:8]:>9}" for c in _COLUMNS) + "  GB/GPU"
-    lines = [f"memory per GPU of {hardware_layout(layout).name} (bf16, CFG batched, Euler, one "
+    lines = [f"memory per GPU of {parse_layout(layout).name} (bf16, CFG batched, Euler, one "
              "request; total = weights + max(denoising, VAE decode)):", head]
     rows = memory_rows(layout, **kwargs)
     for (name, res), m in rows.items():
@@ -99,5 +91,5 @@ def plan_report(rows: list[Prediction], layout: str | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["REAL_CONFIGS", "hardware_layout", "memory_report", "memory_rows", "plan_report",
+__all__ = ["REAL_CONFIGS", "memory_report", "memory_rows", "plan_report",
            "plan_rows"]

@@ -171,15 +171,16 @@ def folder_sampling(scheduler, num_steps: int, guidance_scale: float) -> Samplin
                           guidance_scale=guidance_scale if guidance_scale > 1.0 else 1.0)
 
 
-def plan_denoiser(model: torch.nn.Module, plan, forward: Callable[..., torch.Tensor] | None = None
-                  ) -> Denoiser:
+def plan_denoiser(model: torch.nn.Module, plan, forward: Callable[..., torch.Tensor] | None = None,
+                  cfg=None) -> Denoiser:
     """The ``Denoiser`` of any layout's plan (its ``source``, ``sampling``, ``solver``, ``cfg``,
     ``requests`` and ``prompts``): the one loop, set up the same way on every rank. Given
-    prompts (a folder's embeddings, one per request) replace the seeded stand-ins."""
+    prompts (a folder's embeddings, one per request) replace the seeded stand-ins; ``cfg``
+    (a CFG-parallel policy) replaces the plan's way of running the two halves."""
     solver = (SchedulerSolver(plan.source.scheduler(), plan.sampling.num_steps)
               if plan.solver == "folder" else None)
     den = Denoiser(model, plan.source.spec, plan.sampling, forward=forward, solver=solver,
-                   cfg=plan.cfg)
+                   cfg=cfg or plan.cfg)
     for request, cond in zip(plan.requests, plan.prompts or (), strict=False):
         den.condition_on(request, cond.text, cond.null_text)
     return den

@@ -36,7 +36,7 @@ from ppdit.vae.presets import build_vae, get_vae_preset
 class ModelSource:
     """A preset with seeded weights, or a pipeline folder (then ``preset`` is ignored)."""
 
-    preset: str = "tiny"  # ppdit.model.PRESETS
+    preset: str = "tiny"  # ppdit.presets.PRESETS
     seed: int = 0  # the preset's weights (a folder's are its files)
     dtype: str = "fp32"  # the DiT's weights and activations; latents stay fp32
     folder: str | None = None  # a local WanPipeline folder (model_index.json, transformer/, ...)

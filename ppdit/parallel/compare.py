@@ -21,7 +21,7 @@ from ppdit.parallel.sequence.comms import even_split
 from ppdit.parallel.sequence.ring import install_ring
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.parallel.tensor.parallelize import parallelize_wan
-from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.comm.mesh import world_group
 from ppdit.runtime.observe.timing import timed, warm_up_pairs
 from ppdit.runtime.observe.trace import RankTrace, Tracer
 from ppdit.runtime.processes.rank import RankContext
@@ -48,7 +48,7 @@ class LayoutCompare:
                              f"{(*VARIANTS[1:], RING)} (unknown: {sorted(unknown)})")
 
 
-class LayoutRunner(Runner):
+class CompareRunner(Runner):
     """The variants of a ``LayoutCompare`` on one rank; the job's plans are (spec, variant)."""
 
     @staticmethod
@@ -62,9 +62,7 @@ class LayoutRunner(Runner):
         spec = self.spec = plans[0][0]
         full, tp_model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         self.full = full.to(ctx.device)
-        world = ctx.world_size  # one group of every rank (runtime.comm.mesh makes it)
-        self.world = build_groups(ParallelDims(pp=1, tp=world, world_size=world),
-                                  ctx.rank).tp_group
+        self.world = world_group(ctx.rank, ctx.world_size)  # one group of every rank
         self.staged = ctx.placement.staged
         self.tp_model = parallelize_wan(tp_model.to(ctx.device), tp_group=self.world,
                                         staged=ctx.placement.staged)
@@ -139,7 +137,7 @@ class CompareResult:
 def run_compare(spec: LayoutCompare, world_size: int = 2, **launch_kwargs) -> CompareResult:
     """Launch ``world_size`` ranks (one thread each) and compare the layouts."""
     launch_kwargs.setdefault("timeout_s", 600)
-    runs = run_side_by_side({v: (spec, v) for v in spec.variants}, runner=LayoutRunner,
+    runs = run_side_by_side({v: (spec, v) for v in spec.variants}, runner=CompareRunner,
                             world_size=world_size, rounds=spec.rounds, **launch_kwargs)
     rounds = {v: runs[v].outputs[0] for v in spec.variants}
     traces = {vf: [runs[name].results[r] for r in range(world_size)]

@@ -12,7 +12,8 @@ The parts:
 * a ``Runner`` subclass says what one layout does on one rank: ``prepare`` (before the process
   group exists: build the model), ``takes_part(i)`` (a smaller plan leaves ranks idle),
   ``warm_up(i)``, ``run(i, tracer)`` (one round of plan i; its return value is kept),
-  ``result(i)`` (anything to report once, after all rounds) and ``close``;
+  ``result(i)`` (anything to report once, after all rounds), ``model_of(i)`` (the model the
+  rank holds for plan i: its bytes are kept, the baseline of the round's peak) and ``close``;
 * ``rounds_worker`` is every rank's loop: align clocks at a barrier, run plan i where it
   takes part, keep the output and the trace;
 * ``run_side_by_side`` is the caller's side: one launch (one thread per rank unless told
@@ -32,7 +33,7 @@ from typing import Any
 
 from ppdit.runtime.device import decide_placement, local_world_size
 from ppdit.runtime.fit import check_fits
-from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.observe.memory import held_bytes, track_peak_memory
 from ppdit.runtime.observe.timing import now_ns
 from ppdit.runtime.observe.trace import PEAK_MEMORY, RankTrace, Rounds, Trace, Tracer, merge
 from ppdit.runtime.processes.launch import in_torchrun, launch
@@ -88,6 +89,10 @@ class Runner:
         """Reported once per plan after the last round (default: nothing)."""
         return None
 
+    def model_of(self, i: int) -> Any:
+        """The model this rank holds for plan ``i`` (its bytes are reported: ``held``)."""
+        return None
+
     def close(self) -> None:
         """Release what must go before the process group does (CUDA graphs, groups)."""
 
@@ -139,6 +144,7 @@ class RankRounds:
     traces: list[list[RankTrace]]
     results: list[Any]
     boot_ns: dict[str, int] = field(default_factory=dict)
+    held: list[int] = field(default_factory=list)  # bytes of each plan's model on this rank
 
 
 def prepare_job(rank: int, world_size: int, job: Job) -> Any:
@@ -164,6 +170,7 @@ def rounds_worker(ctx: RankContext, job: Job) -> RankRounds:
                 out.outputs[i].append(_run_round(runner, i, tracer, ctx, job.memory))
                 out.traces[i].append(tracer.finish())
         out.results = [runner.result(i) if took_part[i] else None for i in range(n)]
+        out.held = [held_bytes(runner.model_of(i)) if took_part[i] else 0 for i in range(n)]
     finally:
         runner.close()
     return out
@@ -189,6 +196,7 @@ class PlanRuns(Rounds):
     outputs: dict[int, list[Any]]  # rank -> its outputs, round by round (ranks that took part)
     results: dict[int, Any]  # rank -> its ``Runner.result``
     boot_ns: dict[int, dict[str, int]]  # rank -> start-up stamps (see observe.trace.boot_trace)
+    held: dict[int, int] = field(default_factory=dict)  # rank -> bytes of its model
 
     def last(self) -> dict[int, Any]:
         """Each rank's output of the last round."""
@@ -254,7 +262,7 @@ def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[s
         traces = [merge([r.traces[i][k] for r in mine]) for k in range(rounds)]
         out[name] = PlanRuns(traces, {r.rank: r.outputs[i] for r in mine},
                              {r.rank: r.results[i] for r in mine},
-                             {r.rank: r.boot_ns for r in mine})
+                             {r.rank: r.boot_ns for r in mine}, {r.rank: r.held[i] for r in mine})
     return out
 
 

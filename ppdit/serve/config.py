@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ppdit.checkpoint.source import ModelSource
-from ppdit.sampler import SamplingConfig
+from ppdit.sampler import Request, SamplingConfig
 from ppdit.serve.causal import StreamConfig
 
 PHASES = ("pp0", "overlap", "recompute", "pp1")
@@ -99,6 +99,12 @@ class BringupConfig:
                             channels=self.channels,
                             sampling=SamplingConfig(num_steps=self.num_steps),
                             window=self.window, causal=self.causal)
+
+    def prompt_embeddings(self) -> dict:
+        """Each video's prompt embeddings (1, L, text_dim), by video index: a folder encodes
+        the text prompts (``WanPipeline``'s arithmetic), a preset draws seeded stand-ins."""
+        requests = [Request(v, s) for v, s in enumerate(self.seeds)]
+        return dict(enumerate(self.source.prompts(requests, self.prompts)))
 
     def schedule(self) -> list[tuple[str, int, int]]:
         """The controller's actions in order: ("cut", epoch, 0) or ("chunk", video, index)."""

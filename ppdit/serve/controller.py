@@ -25,7 +25,6 @@ from ppdit.runtime.processes.launch import RankContext
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator
-from ppdit.serve.weights import stream_prompts
 from ppdit.vae.streaming import StreamingDecoder
 
 
@@ -77,7 +76,7 @@ class Controller:
         self.dedup = Deduplicator()
         self.sends = []
         self.pushed: dict[int, int] = {}  # latent frames decoded per video
-        self.prompts = stream_prompts(cfg)
+        self.prompts = cfg.prompt_embeddings()
 
     # -- the loop ---------------------------------------------------------------------------
 

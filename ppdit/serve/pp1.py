@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import torch
 
-from ppdit.model import build_model, condition, embed_patches
+from ppdit.checkpoint.source import ModelSource
+from ppdit.model import condition, embed_patches
 from ppdit.parallel.tensor.comms import trace_report
 from ppdit.parallel.tensor.parallelize import parallelize_wan
-from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.comm.mesh import world_group
 from ppdit.runtime.comm.wire import broadcast_tensor
 from ppdit.runtime.processes.launch import RankContext
 from ppdit.sampler import Request, SamplingConfig, prompt_embeddings
@@ -54,8 +55,8 @@ def explain_mesh_block(ctx: RankContext, context_chunks: int = 2) -> dict:
     with functional collectives, the causal processor attending to a KV cache. Returns graph
     and graph-break counts (no Inductor compile: seconds)."""
     world = ctx.world_size  # the mesh alone: every rank one TP group (runtime.comm.mesh makes it)
-    group = build_groups(ParallelDims(pp=1, tp=world, world_size=world), ctx.rank).tp_group
-    model = parallelize_mesh_model(build_model("tiny", seed=0, device=ctx.device), group,
+    group = world_group(ctx.rank, world)
+    model = parallelize_mesh_model(ModelSource("tiny").dit(ctx.device), group,
                                    ctx.placement.staged)
     gen = ChunkGenerator(model, StreamConfig(chunk_frames=2,
                                              sampling=SamplingConfig(num_steps=2)))

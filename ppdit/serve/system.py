@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.runtime.comm.mesh import ParallelDims, build_groups, build_lanes
+from ppdit.runtime.comm.mesh import Mesh, build_lanes
 from ppdit.runtime.observe.trace import Trace
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner, run_side_by_side
@@ -21,12 +21,11 @@ from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.controller import Controller, ControllerReport
 from ppdit.serve.generator import GeneratorRank, GeneratorReport
 from ppdit.serve.pp1 import MeshChannel, parallelize_mesh_model
-from ppdit.serve.weights import load_dit, load_vae, stream_prompts
 
 
-def mesh_dims(world_size: int) -> ParallelDims:
+def generator_mesh(world_size: int) -> Mesh:
     """Rank 0 outside, ranks 1..N one tensor-parallel group: the generator mesh."""
-    return ParallelDims(pp=1, tp=world_size - 1, world_size=world_size, first_rank=1)
+    return Mesh.of(first_rank=1, tp=world_size - 1)
 
 
 class BringupRunner(Runner):
@@ -36,8 +35,9 @@ class BringupRunner(Runner):
     def prepare(rank: int, world_size: int, cfgs: Sequence[BringupConfig]):
         """Before the process group exists: the VAE on rank 0, the DiT on every mesh rank."""
         if rank > 0:
-            return load_dit(cfgs[0])
-        return load_vae(next((c for c in cfgs if c.decode), cfgs[0]))
+            return cfgs[0].source.dit()
+        decoding = next((c for c in cfgs if c.decode), None)
+        return None if decoding is None else decoding.source.vae()
 
     def __init__(self, ctx: RankContext, cfgs: Sequence[BringupConfig]):
         super().__init__(ctx, cfgs)
@@ -45,8 +45,8 @@ class BringupRunner(Runner):
         if worlds != {ctx.world_size}:
             raise ValueError(f"configs run together need one world size (launched with "
                              f"{ctx.world_size}, configs need {sorted(worlds)})")
-        groups = build_groups(mesh_dims(ctx.world_size), ctx.rank)  # every rank takes part
-        self.mesh_group = None if groups is None else groups.tp_group
+        mesh = generator_mesh(ctx.world_size).build(ctx.rank)  # every rank takes part
+        self.mesh_group = None if mesh is None else mesh.group("tp")
         # Envelopes go down one communicator, results come back on another: see Controller.
         self.lanes = build_lanes([CONTROLLER, LEADER])
         prepared = ctx.prepared
@@ -128,9 +128,9 @@ def reference_stream(cfg: BringupConfig, model=None) -> dict[tuple[int, int], to
 
     Follows the same schedule (a cut resets the context) with the same seeds and prompts.
     """
-    model = model or load_dit(cfg)
+    model = model or cfg.source.dit()
     gen = ChunkGenerator(model, cfg.stream())
-    prompts = stream_prompts(cfg)
+    prompts = cfg.prompt_embeddings()
     out = {}
     for kind, video, index in cfg.schedule():
         if kind == "cut":

@@ -1,28 +1,30 @@
 """Prompt -> video, read the way ``WanPipeline.__call__`` reads: check the request, encode the
 prompts, draw the noise, denoise (on one device, or on the spec's layout), decode.
 
-``generate_latent`` is the single-device reference every layout must equal: the shared
-``Denoiser`` with the folder's scheduler as its update and ``WanPipeline``'s guidance
-arithmetic (``ppdit.checkpoint.solver.make_denoiser``). A layout runs its own plan
-(``t2v.layouts``: the same code a lesson runs).
+``prepare`` checks the request once and builds its plan once (``t2v.layouts.plan_for``: the
+folder's scheduler read once); the plan runs on one device in this process (every degree 1:
+``generate_latent``, the reference every layout must equal) or on its layout's ranks, the same
+runner either way (``ppdit.parallel.runner``): the shared ``Denoiser`` with the folder's
+scheduler as its update and ``WanPipeline``'s guidance arithmetic.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ppdit.checkpoint.folder import WanFolder, check_folder, load_folder
-from ppdit.checkpoint.solver import make_denoiser
 from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
+from ppdit.parallel.layout import Layout
+from ppdit.parallel.runner import LayoutPlan, loop_plan, run_local
 from ppdit.runtime.device import cpu_share, decide_placement
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Trace, Tracer, merge
 from ppdit.runtime.processes.rank import in_torchrun
-from ppdit.sampler import Conditioning, Request
+from ppdit.sampler import Conditioning
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
 from ppdit.vae.streaming import StreamingDecoder
@@ -41,14 +43,26 @@ class Generated:
     vae: VaeCost | None = None  # a split decode's ranks and per-rank cost (None: one device)
 
 
-def validate(spec: GenerateSpec) -> WanFolder:
-    """Check the folder, the request and its layout's plan against each other before loading
-    weights."""
+@dataclass(frozen=True)
+class Prepared:
+    """A request checked against its folder, and the plan that runs it (prompts still to
+    come): what ``prepare`` returns and ``generate`` runs."""
+
+    spec: GenerateSpec
+    folder: WanFolder
+    plan: LayoutPlan
+
+
+def prepare(spec: GenerateSpec | Prepared) -> Prepared:
+    """Check the folder, the request and its layout against each other before loading
+    weights, once, and build the plan (``ValueError`` naming the rule it breaks)."""
+    if isinstance(spec, Prepared):
+        return spec
     folder = WanFolder(check_folder(spec.checkpoint))
     check_spec(spec, folder.vae_factors, folder.transformer_config())
-    if spec.mesh.ranks > 1:
-        plan_for(spec, shape_of(spec, folder))  # the layout's own rules
-    return folder
+    plan = plan_for(spec, shape_of(spec, folder))
+    loop_plan(plan)  # the pipeline loop's own rules too
+    return Prepared(spec, folder, plan)
 
 
 def shape_of(spec: GenerateSpec, folder: WanFolder) -> tuple[int, ...]:
@@ -100,23 +114,14 @@ def _free(device: str | torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def generate_latent(spec: GenerateSpec, prompts: Conditioning, *,
+def generate_latent(spec: GenerateSpec | Prepared, prompts: Conditioning, *,
                     device: str | torch.device = "cpu",
                     on_step: Callable[[int], None] | None = None,
                     tracer: Tracer | None = None) -> torch.Tensor:
-    """All steps on one device: the single-device reference, final latent (fp32).
-    ``tracer`` (optional) records a compute span per step."""
-    folder = validate(spec)
-    parts = load_folder(folder.path, dtype=spec.dtype, device=device,
-                        parts=("transformer", "scheduler"))
-    den = make_denoiser(parts.transformer, parts.scheduler, spec.num_steps, spec.guidance_scale,
-                        solver=spec.solver)
-    request = Request(REQUEST_ID, spec.seed)
-    den.condition_on(request, prompts.text, prompts.null_text)
-    span = None if tracer is None else (lambda i: tracer.span("compute", f"step {i}", step=i))
-    [state] = den.run([den.initial_state(request, shape_of(spec, folder))], [request],
-                      range(spec.num_steps), span=span, on_step=on_step)
-    return state.latent
+    """All steps on one device, in this process: the single-device reference, final latent
+    (fp32), whatever the spec's layout. ``tracer`` (optional) records a compute span a step."""
+    plan = replace(prepare(spec).plan, layout=Layout(), prompts=(prompts,))
+    return run_local(plan, device, on_step=on_step, tracer=tracer)[REQUEST_ID]
 
 
 @torch.no_grad()
@@ -191,14 +196,15 @@ def decode_split(spec: GenerateSpec, latent: torch.Tensor, **launch_kwargs
     return postprocess(out.video, config), VaeCost(spec.vae_ranks, out.peak_bytes, out.seconds)
 
 
-def generate(spec: GenerateSpec, *, decode_video: bool = True,
+def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
              on_step: Callable[[int], None] | None = None, device: str | None = None,
              streaming_decode: bool = False, **launch_kwargs) -> Generated | None:
-    """Prompt -> video with ``spec.layout`` (``single`` in this process, others on ranks).
+    """Prompt -> video on the spec's layout (one device in this process, others on ranks).
     ``device`` ("cpu", "cuda", "auto"; default ``$PPDIT_DEVICE``) as for every launch; the
     text encoder and the VAE run there too. ``streaming_decode``: see ``decode``.
     ``None`` on torchrun ranks other than 0."""
-    folder = validate(spec)
+    prepared = prepare(spec)
+    spec = prepared.spec
     if spec.vae_ranks > 1 and in_torchrun():
         raise ValueError(f"vae_ranks={spec.vae_ranks}: a split decode launches its own ranks, "
                          "which torchrun's fixed world cannot; run it without torchrun")
@@ -207,15 +213,14 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     place = decide_placement(1, device=device).for_rank(0)
     with cpu_share(place):
         text = encode_with_cost(spec, place.device if spec.text_encoder == "device" else "cpu")
-    prompts = text.prompts
-    if spec.mesh.ranks == 1:
+    plan = replace(prepared.plan, prompts=(text.prompts,))
+    if spec.layout.ranks == 1:
         tracer = Tracer(0, place)
-        latent = generate_latent(spec, prompts, device=place.device, on_step=on_step,
-                                 tracer=tracer).cpu()
-        trace, handoff = merge([tracer.finish()]), {}
+        latent = run_local(plan, place.device, on_step=on_step, tracer=tracer)[REQUEST_ID]
+        latent, trace, handoff = latent.cpu(), merge([tracer.finish()]), {}
     else:
-        out = run_layout(spec, prompts, shape_of(spec, folder), on_step=on_step, device=device,
-                         **launch_kwargs)
+        launch_kwargs.setdefault("timeout_s", spec.timeout_s)
+        out = run_layout(plan, on_step=on_step, device=device, **launch_kwargs)
         if out is None:
             return None
         latent, trace, handoff = out.latent, out.trace, out.handoff_bytes
@@ -231,5 +236,6 @@ def generate(spec: GenerateSpec, *, decode_video: bool = True,
     return Generated(spec, latent, video, trace, handoff, text, vae_cost)
 
 
-__all__ = ["Generated", "VaeCost", "decode", "decode_split", "denormalize", "encode",
-           "generate", "generate_latent", "postprocess", "shape_of", "vae_config", "validate"]
+__all__ = ["Generated", "Prepared", "VaeCost", "decode", "decode_split", "denormalize",
+           "encode", "generate", "generate_latent", "postprocess", "prepare", "shape_of",
+           "vae_config"]

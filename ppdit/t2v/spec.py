@@ -5,9 +5,9 @@ It imports nothing heavy: ``ppdit --help`` lists the layouts from here without l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ppdit.t2v.layout import SHORTHANDS, Layout, parse_layout
+from ppdit.parallel.layout import SHORTHANDS, Layout
 
 LAYOUTS = SHORTHANDS  # the names; any "axis=degree,..." composition is a layout too
 
@@ -19,8 +19,8 @@ class GenerateSpec:
     checkpoint: str  # local pipeline folder
     prompt: str
     negative_prompt: str = ""  # diffusers' default: the empty prompt
-    layout: str = "single"  # a shorthand name or "cfg=2,ulysses=2,...": ``t2v.layout``
-    ranks: int = 1  # world size (pp_tp: 4 = 2 stages x 2 TP ranks; a composition's product)
+    # how the denoising is spread over ranks (``parallel.layout``: parsed once, at the boundary)
+    layout: Layout = field(default_factory=Layout)
     dtype: str = "fp32"  # transformer and text encoder; the VAE stays fp32
     num_steps: int = 4
     num_frames: int = 5  # pixel frames: 4k + 1 for Wan's VAE
@@ -41,9 +41,9 @@ class GenerateSpec:
     vae_ranks: int = 1
 
     @property
-    def mesh(self) -> Layout:
-        """The layout as the degree of every axis (raises ``ValueError`` naming the rule)."""
-        return parse_layout(self.layout, self.ranks)
+    def ranks(self) -> int:
+        """The world size: the layout's ranks."""
+        return self.layout.ranks
 
     @property
     def uses_cfg(self) -> bool:
@@ -71,7 +71,6 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
     """
     t, s = vae_factors
     patch = transformer_config.get("patch_size", (1, 2, 2))
-    spec.mesh  # noqa: B018 -- parsing is the check: the layout's name or axes, and the ranks
     if spec.text_encoder not in TEXT_ENCODER_PLACES:
         raise ValueError(f"text_encoder={spec.text_encoder!r} is not one of "
                          f"{TEXT_ENCODER_PLACES}")

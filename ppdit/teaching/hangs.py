@@ -6,14 +6,14 @@ posted ahead (so a transfer overlaps the work on the previous frame) and acknowl
 frame. With the acknowledgements on the frames' communicator, NCCL's one ordered queue per peer
 puts rank 1's next (posted-ahead) receive in front of the acknowledgement rank 0 waits for:
 both ranks wait forever. ``acks_own_group=True`` is the fix step split uses
-(``RankGroups.back_group``): the acknowledgements travel on a communicator of their own.
+(``RankMesh.back_group``): the acknowledgements travel on a communicator of their own.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
+from ppdit.runtime.comm.mesh import Mesh
 from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec
 from ppdit.runtime.processes.rank import RankContext
 
@@ -23,7 +23,9 @@ ACK = FrameSpec((1,), torch.int64, meta_slots=0)
 
 def relay(ctx: RankContext, n: int, max_in_flight: int, acks_own_group: bool) -> list[int]:
     """Rank 0: the frames it sent; rank 1: the frame indices it received, in order."""
-    back = dist.new_group([0, 1]) if acks_own_group else None  # both ranks, same order
+    # the credits' group step split uses: a 2-stage pipeline's back group (made on both ranks)
+    back = (Mesh((("step", 2),), pipeline="step").build(ctx.rank).back_group
+            if acks_own_group else None)
     acks = max(0, n - max_in_flight)
     if ctx.rank == 0:
         frames = FrameSender(FRAME, 1, **ctx.wire, timeout_s=30)

@@ -16,7 +16,8 @@ import torch
 
 from ppdit.checkpoint.solver import folder_sampling
 from ppdit.checkpoint.source import ModelSource
-from ppdit.parallel.sequence.run import SPPlan, SPResult, run_sps
+from ppdit.parallel.layout import Layout
+from ppdit.parallel.runner import LayoutPlan, LayoutResult, run_layouts
 from ppdit.sampler import Conditioning, Request
 from ppdit.toy import FOLDER, data, detect, evaluate
 
@@ -39,7 +40,7 @@ class AblationRow:
 
 def ablation_plans(n: int, thresholds=THRESHOLDS, steps: int = evaluate.FULL_STEPS,
                    folder: str | Path = FOLDER, seed0: int = 1000
-                   ) -> tuple[dict[str, SPPlan], list[data.ClipSpec], evaluate.Toy]:
+                   ) -> tuple[dict[str, LayoutPlan], list[data.ClipSpec], evaluate.Toy]:
     """The exact plan and one per threshold, over ``n`` held-out prompts (one launch)."""
     toy = evaluate.load(folder)
     specs = data.held_out_specs(n)
@@ -47,8 +48,8 @@ def ablation_plans(n: int, thresholds=THRESHOLDS, steps: int = evaluate.FULL_STE
     prompts = tuple(Conditioning(evaluate.embed(toy, s.prompt), null) for s in specs)
     source = ModelSource(folder=str(folder))
     sampling = folder_sampling(source.scheduler(), steps, evaluate.GUIDANCE)
-    base = SPPlan(2, tuple(Request(i, seed0 + i) for i in range(n)), sampling, source,
-                  LATENT_SHAPE, solver="folder", cfg="split", prompts=prompts)
+    base = LayoutPlan(Layout(ulysses=2), tuple(Request(i, seed0 + i) for i in range(n)),
+                      sampling, source, LATENT_SHAPE, solver="folder", cfg="split", prompts=prompts)
     plans = {"exact": base, **{f"{t}": replace(base, v_major=t) for t in thresholds}}
     return plans, specs, toy
 
@@ -57,7 +58,7 @@ def run_ablation(n: int = 8, thresholds=THRESHOLDS, steps: int = evaluate.FULL_S
                  **launch_kwargs) -> list[AblationRow]:
     """Generate, decode and score every plan; one row per plan, the exact run first."""
     plans, specs, toy = ablation_plans(n, thresholds, steps)
-    results = run_sps(plans, **launch_kwargs)
+    results = run_layouts(plans, **launch_kwargs)
     exact = _videos(toy, results["exact"], n)
     rows = [_row(None, results["exact"], exact, exact, specs, results["exact"])]
     for t in thresholds:
@@ -66,11 +67,11 @@ def run_ablation(n: int = 8, thresholds=THRESHOLDS, steps: int = evaluate.FULL_S
     return rows
 
 
-def _videos(toy: evaluate.Toy, res: SPResult, n: int) -> list[torch.Tensor]:
+def _videos(toy: evaluate.Toy, res: LayoutResult, n: int) -> list[torch.Tensor]:
     return [evaluate.decode(toy.vae, res.latents[i]) for i in range(n)]  # (3, T, H, W)
 
 
-def _row(t, res: SPResult, videos, exact, specs, exact_res: SPResult) -> AblationRow:
+def _row(t, res: LayoutResult, videos, exact, specs, exact_res: LayoutResult) -> AblationRow:
     diffs = [((v - e).abs() / 2) for v, e in zip(videos, exact, strict=True)]  # [-1,1] -> [0,1]
     scores = detect.accuracy([detect.score(v, s) for v, s in zip(videos, specs, strict=True)])
     if res.vmajor is None:

@@ -17,13 +17,13 @@ from ppdit.analysis.hardware import (
     GPUS,
     LINKS,
     Hardware,
-    Layout,
     Prediction,
     op_seconds,
     predict,
 )
 from ppdit.analysis.measure import Timed
 from ppdit.analysis.roofline import RESOLUTIONS, Op, latent_for, model_ops, totals
+from ppdit.parallel.layout import Layout
 from ppdit.presets import get_preset
 from ppdit.viz import explorer
 
@@ -223,14 +223,14 @@ def explorer_figure(model: str = "wan2.1-14b", resolution: str = "480p", frames:
                                       gridspec_kw={"width_ratios": [1.15, 1]})
     try:
         shape = latent_for(resolution, frames)
-        layout = Layout(tp=tp, pp=pp, split=split)
-        link = link if layout.gpus > 1 else None
+        layout = Layout(tp=tp, **{split: pp})
+        link = link if layout.ranks > 1 else None
         hw, p = GPUS[gpu], get_preset(model)
         ops = model_ops(p, shape, dtype=dtype, tp=tp)
         plot_ops_roofline(ops, hw, dtype, ax=left,
                           title=f"{model}, one forward on one TP rank (TP={tp})")
-        rows = [predict(model, gpu, Layout(), latent_shape=shape, dtype=dtype)]
-        if layout.gpus > 1:
+        rows = [predict(model, gpu, latent_shape=shape, dtype=dtype)]
+        if layout.ranks > 1:
             rows.append(predict(model, gpu, layout, link=link, latent_shape=shape, dtype=dtype))
         plot_predictions(rows, ax=right)
         t = totals(ops)

@@ -13,6 +13,9 @@ of the single-device forward (batch 1), so the result equals one device bit for 
 takes about one forward instead of two (the all-gather and the update are small).
 Compare: batching both halves on one device (ppdit's ``predict_velocity``) buys GEMM
 efficiency, not latency, and changes the bits.
+
+``CFGHalves`` is the policy a ``Denoiser`` calls for each guided step, so every loop (one
+forward per rank, a step-split stage) runs CFG-parallel the same way.
 """
 
 from __future__ import annotations
@@ -39,22 +42,23 @@ def exchange_halves(mine: torch.Tensor, half: int, group=None, staged: bool = Fa
     return v_cond, v_uncond
 
 
-def cfg_parallel_velocity(forward, latent: torch.Tensor, timestep: torch.Tensor,
-                          texts: tuple[torch.Tensor, torch.Tensor], guidance_scale: float,
-                          half: int, group=None, staged: bool = False) -> torch.Tensor:
-    """This rank's half of the forward, exchanged, guided: the same ``v`` on both ranks."""
-    mine = forward(latent, timestep, texts[half])
-    v_cond, v_uncond = exchange_halves(mine, half, group, staged)
-    return guide(v_cond, v_uncond, guidance_scale)
+class CFGHalves:
+    """The CFG-parallel policy of a ``Denoiser`` (``sampler.predict_velocity``): this branch's
+    half of every guided forward, the velocities exchanged, the same guided ``v`` on both.
+
+    It is the last forward transform the one runner applies (``parallel.runner``), so it wraps
+    whatever the forward already is: whole, tensor-parallel, or sequence-parallel."""
+
+    def __init__(self, half: int, group=None, staged: bool = False):
+        if half not in (0, 1):
+            raise ValueError(f"half={half} must be 0 (conditional) or 1 (unconditional)")
+        self.half, self.group, self.staged = half, group, staged
+
+    def __call__(self, forward, latent: torch.Tensor, timestep: torch.Tensor, cond,
+                 guidance_scale: float) -> torch.Tensor:
+        mine = forward(latent, timestep, cond.null_text if self.half else cond.text)
+        v_cond, v_uncond = exchange_halves(mine, self.half, self.group, self.staged)
+        return guide(v_cond, v_uncond, guidance_scale)
 
 
-def cfg_parallel_step(den, state, cond, half: int, group=None, staged: bool = False):
-    """One step of a ``Denoiser``'s request with this rank's half of the guided forward: the
-    velocities exchanged, then the solver update every rank applies alike."""
-    t = den.timesteps[state.step_index].expand(state.latent.shape[0])
-    v = cfg_parallel_velocity(den.forward, state.latent, t, (cond.text, cond.null_text),
-                              den.sampling.guidance_scale, half, group, staged)
-    return den.update([state], v)[0]
-
-
-__all__ = ["cfg_parallel_step", "cfg_parallel_velocity", "exchange_halves"]
+__all__ = ["CFGHalves", "exchange_halves"]

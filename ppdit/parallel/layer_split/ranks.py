@@ -274,6 +274,9 @@ class LayerStageRunner(Runner):
             return run_torch_gpipe(self.ctx, plan, self.models[i], tracer)
         return _Rank(self.ctx, plan, self.models[i], tracer, self.lanes).run()
 
+    def model_of(self, i: int):
+        return self.models[i]
+
     def result(self, i: int) -> int:
         """Parameters this rank holds for plan ``i``."""
         return sum(p.numel() for p in self.models[i].parameters())

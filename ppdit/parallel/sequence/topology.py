@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+
+from ppdit.runtime.comm.mesh import RankMesh
 
 
 @dataclass
@@ -89,24 +90,14 @@ def _off_rank(chunks: list[torch.Tensor], sizes: list[int], me: int, like: torch
     return (sum(sizes) - sizes[me]) * per_row
 
 
-def build_hierarchy(members: Sequence[int], ranks_per_node: int) -> Hierarchy | None:
-    """Split the global ranks ``members`` (in order, node-major) into nodes of
-    ``ranks_per_node``; ``None`` on a rank outside them. Collective over the world: every rank
-    calls it, so every group is made in the same order everywhere."""
-    members = list(members)
-    if ranks_per_node < 1 or len(members) % ranks_per_node:
-        raise ValueError(f"ranks_per_node={ranks_per_node} must divide the group's "
-                         f"{len(members)} ranks (whole nodes)")
-    n_nodes = len(members) // ranks_per_node
-    nodes = [members[m * ranks_per_node:(m + 1) * ranks_per_node] for m in range(n_nodes)]
-    rails = [[nodes[m][p] for m in range(n_nodes)] for p in range(ranks_per_node)]
-    intra = [dist.new_group(r) if len(r) > 1 else None for r in nodes]
-    inter = [dist.new_group(r) if len(r) > 1 else None for r in rails]
-    if dist.get_rank() not in members:
+def hierarchy(mesh: RankMesh) -> Hierarchy | None:
+    """This rank's (node x local) groups over the sequence axes, as the mesh made them
+    (``Layout.mesh(ranks_per_node=...)``); None without node groups."""
+    if mesh.node_groups is None:
         return None
-    index = members.index(dist.get_rank())
-    node, local = divmod(index, ranks_per_node)
-    return Hierarchy(n_nodes, ranks_per_node, index, intra[node], inter[local])
+    axes, per_node = mesh.mesh.nodes
+    intra, inter = mesh.node_groups
+    return Hierarchy(mesh.size(*axes) // per_node, per_node, mesh.index(*axes), intra, inter)
 
 
-__all__ = ["Hierarchy", "build_hierarchy"]
+__all__ = ["Hierarchy", "hierarchy"]

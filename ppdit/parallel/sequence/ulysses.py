@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ppdit.attention import attend, attention_out, install, project_qk, project_v
 from ppdit.model import project_out, prologue, run_blocks, unpatchify
+from ppdit.parallel.layout import check_sp_degree
 from ppdit.parallel.sequence.comms import A2ACounter, head_chunks, heads_to_seq, seq_to_heads
 from ppdit.parallel.sequence.topology import Hierarchy
 from ppdit.parallel.sequence.vmajor import VMajor, v_all_to_all
@@ -34,13 +35,6 @@ from ppdit.runtime.observe.trace import Tracer
 # are the same per row, so on this project's CPU the result is even bitwise, but GEMM kernels
 # may block rows differently on other machines: equality is promised to rounding.
 SP_TOL = {"rtol": 1e-5, "atol": 1e-5}
-
-
-def check_sp_degree(num_heads: int, degree: int) -> None:
-    """Heads must split evenly: attention runs H/P whole heads per rank."""
-    if degree < 1 or num_heads % degree:
-        raise ValueError(f"sequence parallel degree {degree} must divide the {num_heads} "
-                         f"attention heads (each rank attends with heads/degree heads)")
 
 
 class UlyssesAttnProcessor:
@@ -154,5 +148,5 @@ def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
     return torch.cat([p[:, :n] for p, n in zip(parts, split, strict=True)], dim=1)
 
 
-__all__ = ["SP_TOL", "UlyssesAttnProcessor", "check_sp_degree", "gather_tokens",
+__all__ = ["SP_TOL", "UlyssesAttnProcessor", "gather_tokens",
            "install_ulysses", "sp_forward"]

@@ -2,7 +2,7 @@
 
 Ulysses stops at the head count (its degree must divide the heads: 12 for Wan 1.3B, so no
 8-way Ulysses); ring attention has no such limit but sends every K/V block P - 1 hops. USP
-arranges the ranks of one forward as ``ulysses x ring`` (``runtime.comm.mesh.SPDims``): a Ulysses
+arranges the ranks of one forward as ``ring x ulysses`` (``runtime.comm.mesh``): a Ulysses
 group of U ranks first trades its token slices for a head split (each rank then holds the
 group's whole run of tokens for H/U heads), the R Ulysses groups then pass those runs around a
 ring, one rank per group and head slice, and the output comes back to the token split::
@@ -22,10 +22,10 @@ import torch
 import torch.distributed as dist
 
 from ppdit.attention import install
+from ppdit.parallel.layout import check_sp_degree
 from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
 from ppdit.parallel.sequence.ring import Ring, RingAttnProcessor, ring_attention
-from ppdit.parallel.sequence.ulysses import check_sp_degree
-from ppdit.runtime.comm.mesh import SPDims, SPGroups
+from ppdit.runtime.comm.mesh import RankMesh
 from ppdit.runtime.comm.nccl_rules import NcclRules
 from ppdit.runtime.observe.trace import Tracer
 
@@ -48,26 +48,26 @@ class USPAttnProcessor(RingAttnProcessor):
             return heads_to_seq(out.contiguous(), **self.a2a)
 
 
-def usp_splits(split: tuple[int, ...], dims: SPDims) -> tuple[tuple[int, ...], ...]:
-    """The branch's token split (one slice per rank, rank order) as the Ulysses groups' splits:
-    ``[ring_index] -> (slice of each Ulysses rank)``; a ring block is one group's sum."""
-    u = dims.ulysses
-    return tuple(tuple(split[r * u:(r + 1) * u]) for r in range(dims.ring))
+def usp_splits(split: tuple[int, ...], ulysses: int, ring: int) -> tuple[tuple[int, ...], ...]:
+    """The forward's token split (one slice per rank, rank order) as the Ulysses groups'
+    splits: ``[ring_index] -> (slice of each Ulysses rank)``; a ring block is one group's sum."""
+    return tuple(tuple(split[r * ulysses:(r + 1) * ulysses]) for r in range(ring))
 
 
-def install_usp(model, groups: SPGroups, dims: SPDims, split: tuple[int, ...], *,
+def install_usp(model, mesh: RankMesh, split: tuple[int, ...], *,
                 rules: NcclRules | None = None, staged: bool = False,
                 tracer: Tracer | None = None) -> tuple[A2ACounter, Ring]:
-    """Route every block's self-attention through USP; returns the all-to-all counter and the
-    ring (its hop counters)."""
-    check_sp_degree(model.config.num_attention_heads, dims.ulysses)
-    by_group = usp_splits(split, dims)
+    """Route every block's self-attention through USP over ``mesh``'s ring and ulysses axes;
+    returns the all-to-all counter and the ring (its hop counters)."""
+    ulysses, ring_size = mesh.size("ulysses"), mesh.size("ring")
+    check_sp_degree(model.config.num_attention_heads, ulysses)
+    by_group = usp_splits(split, ulysses, ring_size)
     blocks = tuple(sum(s) for s in by_group)
-    ring = Ring(groups.ring_group, blocks, dist.get_rank(groups.ring_group), rules, staged,
-                tracer)
+    ring_group = mesh.group("ring")
+    ring = Ring(ring_group, blocks, dist.get_rank(ring_group), rules, staged, tracer)
     counter = A2ACounter()
-    processor = USPAttnProcessor(groups.ulysses_group, by_group[groups.ring_index],
-                                 groups.ulysses_index, ring, counter, staged)
+    processor = USPAttnProcessor(mesh.group("ulysses"), by_group[mesh.coords["ring"]],
+                                 mesh.coords["ulysses"], ring, counter, staged)
     install(model, lambda i: processor)
     return counter, ring
 

@@ -23,8 +23,10 @@ throughput approaches P times one device, ``R P / (R + P - 1)`` of it for R requ
 Splits are contiguous and balanced by step count (``split_steps``) or by per-step cost
 (``weights``: e.g. ``SamplingConfig.step_costs()`` when only early steps use guidance).
 
-PP x TP: with ``tp > 1`` each stage is a tensor-parallel group of ``tp`` ranks
-(``ppdit.runtime.comm.mesh``: rank r is stage r // tp, TP rank r % tp). For pp = 2, tp = 2::
+PP x the forward axes: ``stage`` (a ``Layout`` of forward axes: tp, cfg, ulysses, ring, fsdp)
+says how each stage's ranks run one forward (``parallel.forward``). With ``stage=Layout(tp=2)``
+each stage is a tensor-parallel group of 2 ranks (``ppdit.runtime.comm.mesh``: rank r is stage
+r // 2, TP rank r % 2). For pp = 2, tp = 2::
 
                  TP group (all-reduces every block)
     stage 0:   rank 0  ==  rank 1        steps [0, n/2)
@@ -32,16 +34,16 @@ PP x TP: with ``tp > 1`` each stage is a tensor-parallel group of ``tp`` ranks
                  v           v           PP group {0, 2} and PP group {1, 3}
     stage 1:   rank 2  ==  rank 3        steps [n/2, n)
 
-Every TP rank ends a step with the same latent (the all-reduces hand every rank the same sum),
-so each sends it to its counterpart; no broadcast inside the group is needed (a leader that
-sends and broadcasts moves the latent once instead of ``tp`` times, but adds a collective to
-every handoff). The ranks of a stage issue the same collectives in the same order because they
-run the same steps of the same requests, and never touch another stage's group.
+Every rank of a stage ends a step with the same latent (TP's all-reduces hand every rank the
+same sum; the sequence axes gather the tokens; CFG's branches exchange their halves), so each
+sends it to its counterpart; no broadcast inside the stage is needed (a leader that sends and
+broadcasts moves the latent once instead of once per rank, but adds a collective to every
+handoff). The ranks of a stage issue the same collectives in the same order because they run
+the same steps of the same requests, and never touch another stage's groups.
 
 The same plan runs a pipeline folder (``source`` a folder, ``solver="folder"``, ``cfg="split"``,
 ``prompts`` its embeddings: what ``ppdit generate --layout step`` runs): the folder's scheduler
-is a multistep solver, and its memory travels in the frame beside the latent. One stage of
-``tp`` ranks is plain tensor parallelism (``--layout tp``).
+is a multistep solver, and its memory travels in the frame beside the latent.
 
 This file is the plan every rank agrees on; ``ranks.py`` is what one stage does on its rank,
 ``run.py`` launches a plan and holds the single-device references it must equal.
@@ -50,18 +52,17 @@ This file is the plan every rank agrees on; ``ranks.py`` is what one stage does 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ppdit.checkpoint.solver import SchedulerSolver
 from ppdit.checkpoint.source import ModelPlan, ModelSource
+from ppdit.parallel.forward import ForwardOptions
+from ppdit.parallel.layout import Layout, check_model
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
-from ppdit.parallel.tensor.layers import COLLECTIVES
-from ppdit.parallel.tensor.parallelize import check_tp_degree
-from ppdit.runtime.comm.mesh import ParallelDims
 from ppdit.runtime.comm.wire import FrameSpec
-from ppdit.sampler import CFG_MODES, Conditioning, Request, SamplingConfig
+from ppdit.sampler import Conditioning, Request, SamplingConfig, check_cfg
 
 MODES = ("filled", "stream_batch")
 
@@ -89,7 +90,7 @@ def split_steps(num_steps: int, num_stages: int,
 
 
 @dataclass(frozen=True)
-class StepSplitPlan(ModelPlan):
+class StepSplitPlan(ForwardOptions, ModelPlan):
     """Everything every stage must agree on; picklable, sent to each spawned rank."""
 
     requests: tuple[Request, ...]
@@ -112,16 +113,16 @@ class StepSplitPlan(ModelPlan):
     # floor of every P2P wait inside the ranks; a receive adds 3x the work that must happen
     # before its data exists (steps upstream x the step time measured in warm-up: p2p.work_bound)
     timeout_s: float = 120.0
-    # PP x TP: each stage a tensor-parallel group of ``tp`` ranks (see the module docstring).
-    tp: int = 1
-    collectives: str = "funcol"  # how TP all-reduces are issued (parallel.tensor.layers)
-    compiled: bool = False  # torch.compile(fullgraph=True) every block (TP stages)
+    # the forward axes of every stage (tp, cfg, ulysses, ring, fsdp; module docstring)
+    stage: Layout = field(default_factory=Layout)
     report_steps: bool = False  # "filled": each stage emits ("step", i) events (a progress bar)
 
     def __post_init__(self) -> None:
         self.check_workload()
-        if self.cfg not in CFG_MODES:
-            raise ValueError(f"cfg={self.cfg!r} is not one of {CFG_MODES}")
+        check_cfg(self.cfg)
+        if self.stage.pipeline is not None:
+            raise ValueError(f"stage={self.stage}: a stage runs forward axes only (its steps "
+                             "are the pipeline)")
         if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is not one of {MODES}")
         if not self.requests:
@@ -141,10 +142,10 @@ class StepSplitPlan(ModelPlan):
             raise ValueError(f"max_in_flight={self.max_in_flight} must be >= 1 (or None)")
         if self.replicas < 1 or self.warmup < 0:
             raise ValueError(f"replicas={self.replicas} must be >= 1, warmup={self.warmup} >= 0")
-        if self.tp > 1:
-            check_tp_degree(self.source.dit("meta").config, self.tp)
-        if self.collectives not in COLLECTIVES:
-            raise ValueError(f"collectives={self.collectives!r} is not one of {COLLECTIVES}")
+        every_step = self.sampling.uses_cfg and self.sampling.guidance_steps is None
+        check_model(self.layout, self.preset, num_steps=self.sampling.num_steps,
+                    latent_shape=self.shape, guided=every_step)
+        self.check_forward(self.stage)
         if len(self.requests) % (self.replicas * self.micro_batch):
             raise ValueError(f"{len(self.requests)} requests cannot be dealt to replicas="
                              f"{self.replicas} in groups of micro_batch={self.micro_batch}")
@@ -156,15 +157,18 @@ class StepSplitPlan(ModelPlan):
         return len(self.stages)
 
     @property
-    def world_size(self) -> int:
-        """Ranks the plan runs on: replicas x stages x tp."""
-        return self.replicas * self.num_stages * self.tp
+    def layout(self) -> Layout:
+        """The whole layout: the stages, each running the ``stage`` axes."""
+        return replace(self.stage, step=self.num_stages)
 
     @property
-    def dims(self) -> ParallelDims:
-        """The rank arrangement: dp = replicas, pp = stages, tp."""
-        return ParallelDims(pp=self.num_stages, tp=self.tp, world_size=self.world_size,
-                            dp=self.replicas)
+    def world_size(self) -> int:
+        """Ranks the plan runs on: replicas x stages x the ranks of a stage."""
+        return self.replicas * self.num_stages * self.stage.ranks
+
+    def mesh(self):
+        """The rank grid: dp = replicas, step = stages, then the stage's forward axes."""
+        return self.layout.mesh(dp=self.replicas, ranks_per_node=self.ranks_per_node)
 
 
     def groups(self, replica: int = 0) -> list[tuple[Request, ...]]:

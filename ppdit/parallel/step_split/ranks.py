@@ -1,11 +1,12 @@
 """What one step-split stage does on its rank: receive a group, run its steps, pass it on.
 
 ``plan.py`` holds the plan, ``run.py`` the entry points; this file is the per-rank side. Rank r
-serves pipeline ``dp_rank`` as stage ``pp_rank`` (and, under PP x TP, as TP rank ``tp_rank``
-of that stage: ``ppdit.runtime.comm.mesh``). Phases of a "filled" stage, per group of requests: wait
-for a credit (stage 0, if in-flight groups are capped) -> take (noise on stage 0, else a frame
-from the previous stage) -> run this stage's steps, the last one writing straight into the
-outgoing frame -> give (send on, or keep the result on the last stage and return a credit).
+serves replica ``dp`` as stage ``step`` of the plan's mesh (``ppdit.runtime.comm.mesh``), and
+runs each forward with the stage's axes (``parallel.forward``: TP, sequence, FSDP, CFG).
+Phases of a "filled" stage, per group of requests: wait for a credit (stage 0, if in-flight
+groups are capped) -> take (noise on stage 0, else a frame from the previous stage) -> run this
+stage's steps, the last one writing straight into the outgoing frame -> give (send on, or keep
+the result on the last stage and return a credit).
 """
 
 from __future__ import annotations
@@ -16,16 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.checkpoint.solver import plan_denoiser
+from ppdit.parallel.forward import ForwardStack, reads_shards
+from ppdit.parallel.layout import FORWARD
 from ppdit.parallel.step_split import handoff
 from ppdit.parallel.step_split.plan import StepSplitPlan
-from ppdit.parallel.tensor.load import load_tp
-from ppdit.parallel.tensor.parallelize import (
-    compile_blocks,
-    local_param_count,
-    parallelize_wan,
-)
-from ppdit.runtime.comm.mesh import RankGroups, build_groups
+from ppdit.parallel.tensor.parallelize import local_param_count
+from ppdit.runtime.comm.mesh import RankMesh
 from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, wire_device, work_bound
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.observe.timing import exchange, timed
@@ -41,8 +38,9 @@ class StageInfo:
 
     rank: int
     dp_rank: int
-    pp_rank: int
+    pp_rank: int  # the stage
     tp_rank: int
+    forward_rank: int  # index among the stage's ranks (0 keeps the final latents)
     local_params: int  # parameters this rank holds (1/tp of the split layers under TP)
     warmup_s: float  # the untimed warm-up, torch.compile included when the plan compiles
 
@@ -50,39 +48,25 @@ class StageInfo:
 class StepStageRunner(ReplicatedRunner):
     """Every plan of a side-by-side job on one rank (see ``ppdit.runtime.rounds``); every stage
     holds the whole model (a TP stage then shards a fresh copy of it), except where every plan
-    is TP from a folder: then a rank reads its shards only."""
+    reads shards from a folder (TP, FSDP): then a rank reads its shards only."""
 
     def __init__(self, ctx: RankContext, plans: Sequence[StepSplitPlan]):
         super().__init__(ctx, plans)
         if any(p.compiled for p in plans):
             use_project_compile_cache()
-        base = self.model
         # Every rank creates every plan's groups, in plan order (group creation is collective).
-        self.groups = [build_groups(p.dims, ctx.rank) for p in plans]
-        self.dens: list[Denoiser | None] = []
-        for plan, groups in zip(plans, self.groups, strict=True):
-            model = None if groups is None else self._model(base, plan, groups)
-            self.dens.append(None if model is None else plan_denoiser(model, plan))
+        self.groups = [p.mesh().build(ctx.rank) for p in plans]
+        self.stacks = [None if m is None else ForwardStack(ctx, p, m, self.model)
+                       for p, m in zip(plans, self.groups, strict=True)]
+        self.dens: list[Denoiser | None] = [None if s is None else s.denoiser()
+                                            for s in self.stacks]
         self.warmup_s = [0.0] * len(plans)
         self.step_s = [0.0] * len(plans)  # one step's time, measured in warm-up (0: none)
 
     @staticmethod
     def loads_shards(plans: tuple) -> bool:
-        """Every plan is TP from a folder: each rank reads only its shards (``tensor.load``)."""
-        return all(p.tp > 1 and p.source.folder is not None for p in plans)
-
-    def _model(self, base, plan: StepSplitPlan, groups: RankGroups):
-        """The plain model, or one sharded over the stage's TP group (and compiled): read shard
-        by shard from a folder, else a fresh copy of the seeded model, then sharded."""
-        if plan.tp == 1:
-            return compile_blocks(base) if plan.compiled else base
-        kw = dict(collectives=plan.collectives, staged=self.ctx.placement.staged)
-        if plan.source.folder is not None:
-            model, _ = load_tp(plan.source, groups.tp_group, self.ctx.device, **kw)
-        else:
-            model = parallelize_wan(plan.source.dit(self.ctx.device), tp_group=groups.tp_group,
-                                    **kw)
-        return compile_blocks(model) if plan.compiled else model
+        """Every plan reads shards of a folder (TP, FSDP): each rank reads only its own."""
+        return all(reads_shards(p) for p in plans)
 
     def takes_part(self, i: int) -> bool:
         return self.groups[i] is not None
@@ -91,6 +75,7 @@ class StepStageRunner(ReplicatedRunner):
         """Pay first-call costs (allocator, kernel choice, compiles) before the clock starts.
         The ranks of a TP group warm up together: they issue the same collectives."""
         plan, den = self.plans[i], self.dens[i]
+        self.stacks[i].install(None)
         probe = Request(-1, 0)
         batch = plan.micro_batch if plan.mode == "filled" else 1
         with timed(self.ctx.placement) as whole:
@@ -112,7 +97,8 @@ class StepStageRunner(ReplicatedRunner):
         if plan.num_stages == 1 or plan.warmup == 0:  # warmup=0: the cold start, shown whole
             return
         device = wire_device(self.ctx.device, self.ctx.placement.staged)
-        pairs = [(g.prev_rank, g.pp_group), (g.next_rank, g.pp_group)]
+        pipe = g.group("step")
+        pairs = [(g.prev_rank, pipe), (g.next_rank, pipe)]
         if g.is_first_stage:
             pairs.append((g.last_stage_rank, g.back_group))
         elif g.is_last_stage:
@@ -123,35 +109,46 @@ class StepStageRunner(ReplicatedRunner):
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round: this stage's share of plan ``i``; the last stage returns final latents."""
-        return _Stage(self.ctx, self.plans[i], self.dens[i], self.groups[i], tracer,
-                      self.step_s[i]).run()
+        stack = self.stacks[i]
+        stack.install(tracer)
+        gathers = stack.gathers(tracer)  # FSDP's all-gathers on the timeline
+        try:
+            return _Stage(self.ctx, self.plans[i], self.dens[i], self.groups[i], tracer,
+                          self.step_s[i]).run()
+        finally:
+            for handle in gathers:
+                handle.remove()
+
+    def model_of(self, i: int):
+        return self.dens[i].model
 
     def result(self, i: int) -> StageInfo:
         g = self.groups[i]
-        return StageInfo(self.ctx.rank, g.dp_rank, g.pp_rank, g.tp_rank,
-                         local_param_count(self.dens[i].model), self.warmup_s[i])
+        return StageInfo(self.ctx.rank, g.coords["dp"], g.stage, g.coords["tp"],
+                         g.index(*FORWARD), local_param_count(self.dens[i].model),
+                         self.warmup_s[i])
 
 
 class _Stage:
     """One rank's view of its pipeline: its steps, its requests, its neighbours, its channels."""
 
-    def __init__(self, ctx: RankContext, plan: StepSplitPlan, den: Denoiser, groups: RankGroups,
+    def __init__(self, ctx: RankContext, plan: StepSplitPlan, den: Denoiser, groups: RankMesh,
                  tracer: Tracer, step_s: float = 0.0):
         self.ctx, self.plan, self.den, self.tracer = ctx, plan, den, tracer
-        self.steps = plan.stages[groups.pp_rank]
-        self.groups = plan.groups(groups.dp_rank)
+        self.steps = plan.stages[groups.stage]
+        self.groups = plan.groups(groups.coords["dp"])
         self.is_first, self.is_last = groups.is_first_stage, groups.is_last_stage
         self.solver = plan.handoff_solver()  # whose memory travels with the latent
-        spec, pg = plan.frame_spec(), groups.pp_group
+        spec, pg = plan.frame_spec(), groups.group("step")
         n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
         # Waits are bounded by the work that must happen first (p2p.work_bound): every group
         # through the stages upstream for a frame, through the whole pipeline for a credit.
         # Every stage runs the same model on the same shape, so this rank's step time stands
         # for theirs. (14B at 480p spends minutes upstream before a first handoff.)
-        upstream = sum(len(plan.stages[s]) for s in range(groups.pp_rank)) * n_in
+        upstream = sum(len(plan.stages[s]) for s in range(groups.stage)) * n_in
         t_in = work_bound(plan.timeout_s, upstream, step_s)
         t_credit = work_bound(plan.timeout_s, plan.stages[-1].stop * len(self.groups), step_s)
-        # Each TP rank of a stage holds the same latent and hands it to its counterpart.
+        # Each rank of a stage holds the same latent and hands it to its counterpart.
         self.inbox = None if self.is_first else FrameReceiver(
             spec, groups.prev_rank, **ctx.wire, group=pg, count=n_in, timeout_s=t_in)
         self.outbox = None if self.is_last else FrameSender(
@@ -160,7 +157,7 @@ class _Stage:
         limited = (plan.mode == "filled" and plan.max_in_flight is not None
                    and plan.num_stages > 1)
         n_credits = max(0, len(self.groups) - (plan.max_in_flight or 0))
-        # Credits go back on a group of their own: see RankGroups.back_group.
+        # Credits go back on a group of their own: see RankMesh.back_group.
         back = groups.back_group
         self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, **ctx.wire, group=back,
                                          count=n_credits, timeout_s=t_credit)
@@ -169,7 +166,7 @@ class _Stage:
                                         timeout_s=t_credit)
                             if limited and self.is_last else None)
         self.finished_groups = 0
-        self.reports_progress = groups.tp_rank == 0  # one progress event per request
+        self.reports_progress = groups.index(*FORWARD) == 0  # one event per request
 
     def run(self) -> dict[int, torch.Tensor]:
         """Run this stage's share of the plan; the last stage returns the final latents."""

@@ -25,7 +25,7 @@ class StepSplitResult(Rounds):
     """The merged outcome of a plan: final latents, one timeline per round, each rank's place."""
 
     plan: StepSplitPlan
-    latents: dict[int, torch.Tensor]  # final latents by request id (TP rank 0 of last stages)
+    latents: dict[int, torch.Tensor]  # final latents by request id (rank 0 of each last stage)
     traces: list[Trace]
     boot_ns: dict[int, dict[str, int]] = field(default_factory=dict)  # per rank: boot_trace
     stages: dict[int, StageInfo] = field(default_factory=dict)  # per rank
@@ -35,7 +35,7 @@ class StepSplitResult(Rounds):
     def from_runs(cls, plan: StepSplitPlan, runs: PlanRuns) -> StepSplitResult:
         """Merge what the ranks of one plan returned."""
         last = runs.last()
-        latents = {rid: x for rank, got in last.items() if runs.results[rank].tp_rank == 0
+        latents = {rid: x for rank, got in last.items() if runs.results[rank].forward_rank == 0
                    for rid, x in got.items()}
         return cls(plan, dict(sorted(latents.items())), runs.traces, runs.boot_ns,
                    runs.results, last)

@@ -22,7 +22,7 @@ from ppdit.model import forward_by_stages, prologue, torch_dtype
 from ppdit.parallel.tensor.comms import CollectiveCounter, TraceReport, trace_report
 from ppdit.parallel.tensor.dtensor import parallelize_wan_dtensor
 from ppdit.parallel.tensor.parallelize import compile_blocks, local_param_count, parallelize_wan
-from ppdit.runtime.comm.mesh import ParallelDims, build_groups
+from ppdit.runtime.comm.mesh import world_group
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.device import Placement
 from ppdit.runtime.observe.timing import timed
@@ -138,9 +138,7 @@ class TPCompareRunner(Runner):
         self.models, self.results = [], []
         with torch.no_grad():
             self.reference = forward_by_stages(spec.source.dit(dev), *self.inputs)
-            world = ctx.world_size  # every rank one TP group (runtime.comm.mesh makes it)
-            self.group = build_groups(ParallelDims(pp=1, tp=world, world_size=world),
-                                      ctx.rank).tp_group
+            self.group = world_group(ctx.rank, ctx.world_size)  # every rank one TP group
             for _, v in plans:
                 model = build_variant(v, spec, self.group, ctx.placement)
                 with CollectiveCounter() as counter:

@@ -21,8 +21,9 @@ from diffusers import WanTransformer3DModel
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+from ppdit.parallel.layout import check_tp_degree
 from ppdit.parallel.tensor.layers import DistributedRMSNorm
-from ppdit.parallel.tensor.parallelize import _check_plain_wan, _localize_heads, check_tp_degree
+from ppdit.parallel.tensor.parallelize import _check_plain_wan, _localize_heads
 
 
 def block_plan() -> dict:

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from diffusers import WanTransformer3DModel
 from torch import nn
 
+from ppdit.parallel.layout import check_tp_degree
 from ppdit.parallel.tensor.layers import (
     COLLECTIVES,
     ColumnParallelLinear,
@@ -55,25 +56,6 @@ TP_TOL = {"rtol": 1e-4, "atol": 1e-4}
 # below allow ~5 such units (the torchtitan-style named tolerance for reduced precision).
 TP_TOL_BY_DTYPE = {"fp32": TP_TOL, "bf16": {"rtol": 2e-2, "atol": 2e-2},
                    "fp16": {"rtol": 3e-3, "atol": 3e-3}}
-
-
-def check_tp_degree(config, tp: int) -> None:
-    """Raise ``ValueError`` unless heads and FFN width of ``config`` divide by ``tp``.
-
-    ``config`` is a diffusers config (``model.config``) or any object with
-    ``num_attention_heads`` and ``ffn_dim``. Heads are the unit of the attention split (a head
-    cut in two would need its q.k dot product summed across ranks); FFN columns must split
-    evenly so every rank's GEMM has the same shape.
-    """
-    if tp < 1:
-        raise ValueError(f"tp={tp} must be >= 1")
-    heads, ffn = config.num_attention_heads, config.ffn_dim
-    if heads % tp:
-        raise ValueError(f"num_heads={heads} is not divisible by the TP degree tp={tp}: "
-                         f"tensor parallelism splits whole heads ({heads} % {tp} = {heads % tp})")
-    if ffn % tp:
-        raise ValueError(f"ffn_dim={ffn} is not divisible by the TP degree tp={tp}: the FFN "
-                         f"hidden features split evenly ({ffn} % {tp} = {ffn % tp})")
 
 
 def parallelize_wan(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup,
@@ -181,6 +163,6 @@ def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
     return model
 
 
-__all__ = ["TP_TOL", "TP_TOL_BY_DTYPE", "check_tp_degree", "compile_blocks",
+__all__ = ["TP_TOL", "TP_TOL_BY_DTYPE", "compile_blocks",
            "expected_tp_param_count", "local_param_count", "parallelize_wan",
            "sharded_param_names"]

@@ -1,91 +1,236 @@
-"""How ranks are arranged (``ParallelDims``) and the process groups each rank talks on.
+"""The one mesh: ranks on a grid of named axes, and every process group any axis needs.
 
-A world of ranks is laid out as ``dp x pp x tp`` (torchtitan's ``ParallelDims``, minus what an
-inference repo does not need), optionally after ``first_rank`` ranks that stand outside it (the
-bring-up system's controller, rank 0)::
+A layout (``ppdit.parallel.layout.Layout``) says how many ranks each axis has; the mesh lays
+them out, outermost axis first, after ``first_rank`` ranks that stand outside it (the bring-up
+system's controller, rank 0). For ``dp x step x cfg x ring x ulysses x tp``::
 
-    rank = first_rank + (dp_rank * pp + pp_rank) * tp + tp_rank
+    rank = first_rank + ((((dp_i * step + step_i) * cfg + cfg_i) * ring + ring_i)
+                         * ulysses + ulysses_i) * tp + tp_i
 
-    dp = 1, pp = 2, tp = 2:      TP group (all-reduces every block)
+    step = 2, tp = 2:            TP groups {0, 1} and {2, 3} (all-reduces every block)
         stage 0:   rank 0  ==  rank 1
-                     |           |        PP groups {0, 2} and {1, 3}: each TP rank hands the
-        stage 1:   rank 2  ==  rank 3     latent to its counterpart in the next stage
+                     |           |        step groups {0, 2} and {1, 3}: each TP rank hands
+        stage 1:   rank 2  ==  rank 3     the latent to its counterpart in the next stage
 
-TP gets the closest ranks (consecutive ranks: on a GPU node, NVLink neighbours) because it
-talks every block; PP talks once per handoff; dp (independent replicas) never talks.
+The innermost axes get the closest ranks (on a GPU node, NVLink neighbours) because they talk
+most: TP every block, Ulysses four all-to-alls a block, a ring one K/V block a hop (fine across
+nodes), CFG once a step, a pipeline once a handoff; ``dp`` (independent replicas) never.
 
-``dist.new_group`` is itself a collective over the whole world, so *every* rank creates *every*
-group in the same order, including groups it is not a member of (``build_groups`` does), then
-keeps its own. This module is the only place ppdit creates groups.
+``dist.new_group`` is itself a collective over the whole world, so ``Mesh.build`` makes *every*
+group of *every* axis on *every* rank, in one fixed order (groups it is not a member of
+included), then keeps its own: picotron's one grid and xDiT's one call, without their module
+globals. A rank reaches a group by axis name, ``mesh.group("tp")``, or by several axes at once,
+``mesh.group("ring", "ulysses")`` (the ranks that share one forward's tokens). Groups with the
+same ranks are one group, except the pipeline's *back* group (credits from the last stage to
+the first), which is a communicator of its own on purpose (``RankMesh.back_group``), as are
+the two ``Lanes``. This module is the only place ppdit creates groups (a test checks it; the
+NCCL rules' control group is the one exception, ``nccl_rules``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import product
 
 import torch.distributed as dist
 
 
 @dataclass(frozen=True)
-class ParallelDims:
-    """A ``dp x pp x tp`` arrangement of ``world_size`` ranks, validated when made."""
+class Mesh:
+    """A grid of ranks with named axes, outermost first; validated when made, picklable."""
 
-    pp: int  # pipeline stages
-    tp: int  # ranks per stage: one tensor-parallel group each
-    world_size: int  # must be first_rank + dp * pp * tp
-    dp: int = 1  # independent replicas of the whole pipeline
-    first_rank: int = 0  # ranks below this one are outside the arrangement (a controller)
+    axes: tuple[tuple[str, int], ...]  # (name, size), outermost first
+    first_rank: int = 0  # ranks below this one stand outside the grid (a controller)
+    pipeline: str | None = None  # the axis whose neighbours hand work on (prev / next)
+    joint: tuple[tuple[str, ...], ...] = ()  # several axes that also need one group together
+    # ((axes), ranks per node): each line along these axes split into nodes (two-phase
+    # all-to-alls: parallel.sequence.topology); None: no node groups
+    nodes: tuple[tuple[str, ...], int] | None = None
 
     def __post_init__(self) -> None:
-        if min(self.pp, self.tp, self.dp) < 1 or self.first_rank < 0:
-            raise ValueError(f"dp={self.dp}, pp={self.pp} and tp={self.tp} must be >= 1 and "
-                             f"first_rank={self.first_rank} >= 0")
-        if self.first_rank + self.dp * self.pp * self.tp != self.world_size:
-            raise ValueError(
-                f"first_rank + dp x pp x tp must equal the world size: {self.first_rank} + "
-                f"{self.dp} x {self.pp} x {self.tp} = "
-                f"{self.first_rank + self.dp * self.pp * self.tp}, but world_size = "
-                f"{self.world_size}")
+        names = [n for n, _ in self.axes]
+        if len(set(names)) != len(names) or any(s < 1 for _, s in self.axes):
+            raise ValueError(f"mesh axes {self.axes}: names must differ and sizes be >= 1")
+        wanted = {a for j in self.joint for a in j} | {self.pipeline} - {None}
+        if self.nodes is not None:
+            wanted |= set(self.nodes[0])
+        if not wanted <= set(names) or self.first_rank < 0:
+            raise ValueError(f"mesh axes {names} lack {sorted(wanted - set(names))} "
+                             f"(or first_rank={self.first_rank} < 0)")
 
-    def coords(self, rank: int) -> tuple[int, int, int] | None:
-        """(dp_rank, pp_rank, tp_rank) of a global rank, or None if it stands outside."""
+    @classmethod
+    def of(cls, first_rank: int = 0, **sizes: int) -> Mesh:
+        """``Mesh.of(tp=4)``: axes in the order given."""
+        return cls(tuple(sizes.items()), first_rank)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.axes)
+
+    def size(self, *axes: str) -> int:
+        """Ranks along ``axes`` together (every axis: the grid's ranks)."""
+        sizes = dict(self.axes)
+        return math.prod(sizes[a] for a in (axes or self.names))
+
+    @property
+    def world_size(self) -> int:
+        """The ranks a process group needs: the outside ones, then the grid."""
+        return self.first_rank + self.size()
+
+    def coords(self, rank: int) -> dict[str, int] | None:
+        """Each axis' index of a global rank, or None for a rank outside the grid."""
         local = rank - self.first_rank
-        if not 0 <= local < self.dp * self.pp * self.tp:
+        if not 0 <= local < self.size():
             return None
-        replica, rest = divmod(local, self.pp * self.tp)
-        return (replica, *divmod(rest, self.tp))
+        out = {}
+        for name, size in reversed(self.axes):
+            local, out[name] = divmod(local, size)
+        return {n: out[n] for n in self.names}
 
-    def rank_of(self, dp_rank: int, pp_rank: int, tp_rank: int) -> int:
-        """The global rank at these coordinates."""
-        return self.first_rank + (dp_rank * self.pp + pp_rank) * self.tp + tp_rank
+    def rank_of(self, coords: dict[str, int]) -> int:
+        """The global rank at ``coords`` (every axis named)."""
+        local = 0
+        for name, size in self.axes:
+            local = local * size + coords[name]
+        return self.first_rank + local
 
-    def tp_ranks(self, dp_rank: int, pp_rank: int) -> list[int]:
-        """Global ranks of one stage's TP group."""
-        return [self.rank_of(dp_rank, pp_rank, j) for j in range(self.tp)]
+    def line(self, rank: int, axes: Sequence[str]) -> list[int]:
+        """The ranks that differ from ``rank`` only along ``axes``, in rank order."""
+        base, sizes = self.coords(rank), dict(self.axes)
+        axes = [a for a in self.names if a in axes]  # outermost first: rank order
+        return [self.rank_of({**base, **dict(zip(axes, idx, strict=True))})
+                for idx in product(*(range(sizes[a]) for a in axes))]
 
-    def pp_ranks(self, dp_rank: int, tp_rank: int) -> list[int]:
-        """Global ranks of one pipeline (a TP rank and its counterparts in every stage)."""
-        return [self.rank_of(dp_rank, s, tp_rank) for s in range(self.pp)]
+    def lines(self, axes: Sequence[str]) -> list[list[int]]:
+        """Every line along ``axes``, in the order of their first rank."""
+        seen, out = set(), []
+        for r in range(self.first_rank, self.world_size):
+            line = self.line(r, axes)
+            if line[0] not in seen:
+                seen.add(line[0])
+                out.append(line)
+        return out
+
+    def build(self, rank: int) -> RankMesh | None:
+        """Make every group of the mesh, on every rank of the world in the same order, and
+        return this rank's view (``None`` for a rank outside the grid). Ranks above the grid
+        stay idle (a smaller plan beside a larger one)."""
+        if dist.get_world_size() < self.world_size:
+            raise ValueError(f"{self} needs {self.world_size} ranks, but the process group has "
+                             f"{dist.get_world_size()}")
+        made: dict[tuple[int, ...], object] = {}
+        groups = {}
+        for axes in [(a,) for a in self.names] + list(self.joint):
+            for line in self.lines(axes):
+                if len(line) > 1 and tuple(line) not in made:
+                    made[tuple(line)] = dist.new_group(line)
+                groups[(axes, line[0])] = made.get(tuple(line))
+        back = {}
+        if self.pipeline is not None and self.size(self.pipeline) > 1:
+            for line in self.lines((self.pipeline,)):
+                back[line[0]] = dist.new_group([line[0], line[-1]])
+        nodes = _node_groups(self, rank)
+        coords = self.coords(rank)
+        if coords is None:
+            return None
+        mine = {axes: g for (axes, first), g in groups.items()
+                if first == self.line(rank, axes)[0]}
+        pipe = self.line(rank, (self.pipeline,))[0] if self.pipeline else None
+        return RankMesh(self, rank, coords, mine, back.get(pipe), nodes)
+
+
+def _node_groups(mesh: Mesh, rank: int) -> tuple[object, object] | None:
+    """Every line's (node, rail) groups, made on every rank; this rank's pair."""
+    if mesh.nodes is None:
+        return None
+    axes, per_node = mesh.nodes
+    mine = None
+    for line in mesh.lines(axes):
+        if per_node < 1 or len(line) % per_node:
+            raise ValueError(f"ranks_per_node={per_node} must divide the {len(line)} ranks "
+                             f"along {axes} (whole nodes)")
+        n = len(line) // per_node
+        nodes = [line[m * per_node:(m + 1) * per_node] for m in range(n)]
+        rails = [[nodes[m][p] for m in range(n)] for p in range(per_node)]
+        intra = [dist.new_group(r) if len(r) > 1 else None for r in nodes]
+        inter = [dist.new_group(r) if len(r) > 1 else None for r in rails]
+        if rank in line:
+            node, local = divmod(line.index(rank), per_node)
+            mine = (intra[node], inter[local])
+    return mine
 
 
 @dataclass(frozen=True)
-class RankGroups:
-    """One rank's place in a ``ParallelDims`` arrangement and the groups it talks on."""
+class RankMesh:
+    """One rank's place in a ``Mesh`` and the groups it talks on (None where one rank)."""
 
+    mesh: Mesh
     rank: int
-    dp_rank: int
-    pp_rank: int  # stage index
-    tp_rank: int  # index inside the stage's TP group
-    tp_group: dist.ProcessGroup | None  # this stage's ranks (None when tp == 1)
-    pp_group: dist.ProcessGroup | None  # this rank's pipeline (None: use the default group)
+    coords: dict[str, int]
+    groups: dict[tuple[str, ...], object] = field(repr=False)
     # The last stage and the first, for what travels backwards (credits): a communicator of its
     # own, so under NCCL (one ordered stream per communicator and peer) a credit never queues
-    # behind a frame the other way, or a frame behind a credit. None when pp == 1.
-    back_group: dist.ProcessGroup | None
-    prev_rank: int | None  # global rank of the counterpart in the previous stage
-    next_rank: int | None  # ... in the next stage
-    first_stage_rank: int  # the counterpart in stage 0 (credits go back to it)
-    last_stage_rank: int  # ... in the last stage
+    # behind a frame the other way, or a frame behind a credit. None without stages.
+    back_group: object = field(default=None, repr=False)
+    node_groups: tuple[object, object] | None = field(default=None, repr=False)  # (node, rail)
+
+    def group(self, *axes: str) -> dist.ProcessGroup | None:
+        """The group of the ranks that differ from this one only along ``axes`` (made by
+        ``build``: one axis, or a ``joint`` of the mesh); None for a line of one rank."""
+        sized = {a for a in axes if self.mesh.size(a) > 1}
+        if not sized:
+            return None
+        for key, g in self.groups.items():
+            if {a for a in key if self.mesh.size(a) > 1} == sized:
+                return g
+        raise ValueError(f"the mesh {self.mesh.names} has no group along {axes}: name them "
+                         "in Mesh.joint")
+
+    def index(self, *axes: str) -> int:
+        """This rank's index along ``axes`` together (row-major, outermost first)."""
+        out = 0
+        for a in self.mesh.names:
+            if a in axes:
+                out = out * self.mesh.size(a) + self.coords[a]
+        return out
+
+    def size(self, *axes: str) -> int:
+        return self.mesh.size(*axes)
+
+    @property
+    def stage(self) -> int:
+        """My index along the pipeline axis (0 without one)."""
+        return self.coords[self.mesh.pipeline] if self.mesh.pipeline else 0
+
+    def _stage_rank(self, stage: int) -> int | None:
+        """My counterpart in ``stage`` (None past either end, or without a pipeline)."""
+        axis = self.mesh.pipeline
+        if axis is None or not 0 <= stage < self.mesh.size(axis):
+            return None
+        return self.mesh.rank_of({**self.coords, axis: stage})
+
+    @property
+    def prev_rank(self) -> int | None:
+        """My counterpart in the previous stage (None on the first)."""
+        return self._stage_rank(self.stage - 1)
+
+    @property
+    def next_rank(self) -> int | None:
+        """... in the next stage (None on the last)."""
+        return self._stage_rank(self.stage + 1)
+
+    @property
+    def first_stage_rank(self) -> int:
+        """My counterpart in stage 0 (credits go back to it)."""
+        return self._stage_rank(0) if self.mesh.pipeline else self.rank
+
+    @property
+    def last_stage_rank(self) -> int:
+        """... in the last stage."""
+        last = self.mesh.size(self.mesh.pipeline) - 1 if self.mesh.pipeline else 0
+        return self._stage_rank(last) if self.mesh.pipeline else self.rank
 
     @property
     def is_first_stage(self) -> bool:
@@ -96,35 +241,9 @@ class RankGroups:
         return self.next_rank is None
 
 
-def build_groups(dims: ParallelDims, rank: int) -> RankGroups | None:
-    """Create every TP and PP group on every rank in the same order; return this rank's.
-
-    Call it on every rank of the world (also ranks outside the arrangement, which get
-    ``None``; an arrangement smaller than the world leaves the ranks above it idle, as when a
-    1-stage plan runs beside a 2-stage one). With tp == 1 no TP group is made; with a single
-    pipeline starting at rank 0, P2P uses the default group and no PP group is made either.
-    """
-    if dist.get_world_size() < dims.world_size:
-        raise ValueError(f"{dims} needs {dims.world_size} ranks, but the process group has "
-                         f"{dist.get_world_size()}")
-    stages = [(d, s) for d in range(dims.dp) for s in range(dims.pp)]
-    pipes = [(d, j) for d in range(dims.dp) for j in range(dims.tp)]
-    tp_groups = ({ds: dist.new_group(dims.tp_ranks(*ds)) for ds in stages}
-                 if dims.tp > 1 else {})
-    one_pipeline = dims.first_rank == 0 and dims.dp == 1 and dims.tp == 1
-    pp_groups = ({} if one_pipeline or dims.pp == 1 else
-                 {dj: dist.new_group(dims.pp_ranks(*dj)) for dj in pipes})
-    back_groups = ({} if dims.pp == 1 else  # first and last stage: ranks in increasing order
-                   {dj: dist.new_group(dims.pp_ranks(*dj)[::dims.pp - 1]) for dj in pipes})
-    coords = dims.coords(rank)
-    if coords is None:
-        return None
-    d, s, j = coords
-    return RankGroups(
-        rank, d, s, j, tp_groups.get((d, s)), pp_groups.get((d, j)), back_groups.get((d, j)),
-        dims.rank_of(d, s - 1, j) if s > 0 else None,
-        dims.rank_of(d, s + 1, j) if s < dims.pp - 1 else None,
-        dims.rank_of(d, 0, j), dims.rank_of(d, dims.pp - 1, j))
+def world_group(rank: int, world_size: int) -> dist.ProcessGroup | None:
+    """One group of every rank (collective): what a job that talks to everyone needs."""
+    return Mesh.of(all=world_size).build(rank).group("all")
 
 
 @dataclass(frozen=True)
@@ -134,9 +253,9 @@ class Lanes:
 
     NCCL runs the un-batched sends and receives between two ranks on one ordered stream per
     communicator. Traffic both ways on one communicator then deadlocks as soon as a rank posts
-    a receive ahead of a send its peer is waiting for (``ppdit.runtime.comm.nccl_rules``). On a lane
-    each pair carries one direction only, sender and receiver post in the same order, and a
-    queued receive can never stand in front of a send.
+    a receive ahead of a send its peer is waiting for (``ppdit.runtime.comm.nccl_rules``). On a
+    lane each pair carries one direction only, sender and receiver post in the same order, and
+    a queued receive can never stand in front of a send.
     """
 
     up: dist.ProcessGroup
@@ -156,102 +275,4 @@ def build_lanes(ranks: list[int] | None = None) -> Lanes:
     return Lanes(dist.new_group(ranks), dist.new_group(ranks))
 
 
-@dataclass(frozen=True)
-class SPDims:
-    """A ``cfg x ring x ulysses`` arrangement of sequence-parallel ranks (xDiT's USP mesh, with
-    CFG-parallel outside it)::
-
-        rank = (cfg_index * ring + ring_index) * ulysses + ulysses_index
-
-        cfg = 1, ring = 2, ulysses = 2:     Ulysses groups {0, 1} and {2, 3} (all-to-alls, 4
-            ring 0:  rank 0 == rank 1       per layer: the closest ranks, one node), ring
-                       |         |          groups {0, 2} and {1, 3} (one K/V block per hop:
-            ring 1:  rank 2 == rank 3       fine across nodes); CFG pairs talk once per step.
-
-    The tokens are split over the ``ulysses x ring`` ranks of a CFG branch in rank order, so a
-    Ulysses group holds a contiguous run of tokens: the block its ring rank passes on.
-    """
-
-    ulysses: int = 1
-    ring: int = 1
-    cfg: int = 1  # 2: the conditional and unconditional halves on two branches
-
-    def __post_init__(self) -> None:
-        if min(self.ulysses, self.ring) < 1 or self.cfg not in (1, 2):
-            raise ValueError(f"ulysses={self.ulysses} and ring={self.ring} must be >= 1 and "
-                             f"cfg={self.cfg} 1 or 2")
-
-    @property
-    def degree(self) -> int:
-        """Ranks that share one forward's tokens."""
-        return self.ulysses * self.ring
-
-    @property
-    def world_size(self) -> int:
-        return self.cfg * self.degree
-
-    def coords(self, rank: int) -> tuple[int, int, int] | None:
-        """(cfg_index, ring_index, ulysses_index), or None for a rank outside."""
-        if not 0 <= rank < self.world_size:
-            return None
-        branch, rest = divmod(rank, self.degree)
-        return (branch, *divmod(rest, self.ulysses))
-
-    def rank_of(self, c: int, r: int, u: int) -> int:
-        return (c * self.ring + r) * self.ulysses + u
-
-
-@dataclass(frozen=True)
-class SPGroups:
-    """One rank's place in an ``SPDims`` mesh and its groups (None where an axis is 1; with one
-    axis of size > 1 its group is the branch's ``sp_group`` itself: no duplicate communicator)."""
-
-    cfg_index: int
-    ring_index: int
-    ulysses_index: int
-    sp_group: dist.ProcessGroup | None  # every rank of my CFG branch: the token all-gather
-    ulysses_group: dist.ProcessGroup | None
-    ring_group: dist.ProcessGroup | None
-    cfg_group: dist.ProcessGroup | None  # my counterpart in the other branch and me
-    plan_group: dist.ProcessGroup | None  # every rank of the mesh (with cfg = 1: sp_group)
-
-    @property
-    def sp_index(self) -> int:
-        """My index among my branch's ranks: which token slice is mine."""
-        return dist.get_rank(self.sp_group) if self.sp_group is not None else 0
-
-
-def build_sp_groups(dims: SPDims, rank: int) -> SPGroups | None:
-    """Create every group of the mesh on every rank, in the same order; return this rank's
-    (``None`` for a rank outside the mesh, as ``build_groups``)."""
-    if dist.get_world_size() < dims.world_size:
-        raise ValueError(f"{dims} needs {dims.world_size} ranks, but the process group has "
-                         f"{dist.get_world_size()}")
-    u_n, r_n, c_n = dims.ulysses, dims.ring, dims.cfg
-    sp = {c: _group([dims.rank_of(c, r, u) for r in range(r_n) for u in range(u_n)])
-          for c in range(c_n)}
-    both = u_n > 1 and r_n > 1  # else the one axis of size > 1 is the branch's sp group
-    uly = {(c, r): _group([dims.rank_of(c, r, u) for u in range(u_n)])
-           for c in range(c_n) for r in range(r_n)} if both else {}
-    ring = {(c, u): _group([dims.rank_of(c, r, u) for r in range(r_n)])
-            for c in range(c_n) for u in range(u_n)} if both else {}
-    cfg = {(r, u): _group([dims.rank_of(c, r, u) for c in range(c_n)])
-           for r in range(r_n) for u in range(u_n)}
-    whole = _group(list(range(dims.world_size))) if c_n > 1 else None
-    coords = dims.coords(rank)
-    if coords is None:
-        return None
-    c, r, u = coords
-    return SPGroups(c, r, u, sp[c],
-                    uly.get((c, r), sp[c] if u_n > 1 else None),
-                    ring.get((c, u), sp[c] if r_n > 1 else None), cfg[(r, u)],
-                    whole if c_n > 1 else sp[c])
-
-
-def _group(ranks: list[int]) -> dist.ProcessGroup | None:
-    """A group over ``ranks`` (collective over the world), or None for a single rank."""
-    return dist.new_group(ranks) if len(ranks) > 1 else None
-
-
-__all__ = ["Lanes", "ParallelDims", "RankGroups", "SPDims", "SPGroups", "build_groups",
-           "build_lanes", "build_sp_groups"]
+__all__ = ["Lanes", "Mesh", "RankMesh", "build_lanes", "world_group"]

@@ -13,7 +13,7 @@ kernel-internal workspaces, which no operator returns). Wrapper subclasses (``DT
 functional collectives' ``AsyncCollectiveTensor``) own no storage: their inner tensors count.
 
 Both count only what is allocated *inside* the block: weights and inputs made before it are
-the baseline, not part of the peak.
+the baseline, not part of the peak; ``held_bytes`` counts those weights.
 """
 
 from __future__ import annotations
@@ -41,6 +41,22 @@ class PeakMemory:
     def peak_mib(self) -> float:
         """The peak in MiB."""
         return self.peak_bytes / 2**20
+
+
+def held_bytes(module: torch.nn.Module | None) -> int:
+    """Bytes of a module's parameters and buffers held by this rank (each storage once; of a
+    sharded parameter, its local shard): the baseline a run's peak comes on top of."""
+    total, seen = 0, set()
+    for t in [] if module is None else [*module.parameters(), *module.buffers()]:
+        if hasattr(t, "to_local"):  # a DTensor (FSDP, TP): only the local shard is here
+            local = t.to_local()
+            total += local.numel() * local.element_size()
+            continue
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
 
 
 def _storage(t) -> torch.UntypedStorage | None:

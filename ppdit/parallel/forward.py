@@ -1,0 +1,219 @@
+"""The forward axes, applied to one rank's model in one fixed order: what every loop runs.
+
+A layout's forward axes (``Layout.forward``: tp, ring, ulysses, fsdp, cfg) each transform how a
+rank computes one denoising forward, and every rank of a forward ends it holding the same
+velocity. ``ForwardStack`` applies them in torchtitan's order, each on the mesh's axis of its
+name::
+
+    weights   the whole model (built once per rank), or only this rank's shards read from a
+              folder (TP: ``tensor.load``; FSDP: ``fsdp.load``): no rank holds the whole model
+    1. TP     the blocks' heads and FFN columns split over ``tp`` (``tensor.parallelize``)
+    2. ring, ulysses
+              self-attention routed through Ulysses, ring attention or both (USP) over the
+              sequence axes, re-installed every round with the round's tracer; the forward
+              runs this rank's token slice and gathers the tokens (``sequence.ulysses``)
+    3. FSDP   the blocks' weights sharded over every rank of the forward (``fsdp.shard``)
+    4. CFG    this branch's half of each guided step, the velocities exchanged
+              (``cfg.halves.CFGHalves``, the ``Denoiser``'s policy)
+
+A pipeline axis then picks the loop around the result (``parallel.runner``: one forward per
+step, the step-split stage loop; the layer split holds runs of blocks and stands alone). With
+every degree 1 the stack is the model itself: the single device is the same code.
+
+``ForwardOptions`` are the knobs of the transforms (V-first, the two-phase all-to-all,
+V-Major, how TP's all-reduces are issued, compiled blocks), a mixin of every plan that runs
+forward axes, checked once against its layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from ppdit.attention import use_diffusers_attention
+from ppdit.checkpoint.solver import plan_denoiser
+from ppdit.parallel.cfg.halves import CFGHalves
+from ppdit.parallel.fsdp.load import load_sharded
+from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks, trace_gathers
+from ppdit.parallel.layout import SEQUENCE, Layout
+from ppdit.parallel.sequence.comms import A2ACounter, even_split
+from ppdit.parallel.sequence.ring import Ring, install_ring
+from ppdit.parallel.sequence.topology import hierarchy
+from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
+from ppdit.parallel.sequence.usp import install_usp
+from ppdit.parallel.sequence.vmajor import VMajor
+from ppdit.parallel.tensor.layers import COLLECTIVES
+from ppdit.parallel.tensor.load import load_tp
+from ppdit.parallel.tensor.parallelize import compile_blocks, parallelize_wan
+from ppdit.runtime.comm.mesh import RankMesh
+from ppdit.runtime.observe.trace import Tracer
+from ppdit.runtime.processes.rank import RankContext
+from ppdit.sampler import Denoiser
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardOptions:
+    """How the forward axes run (a mixin of the plans: keyword fields with defaults)."""
+
+    v_first: bool = True  # Ulysses: V's all-to-all issued before the Q/K work (CoCoDiff)
+    # Ulysses: the all-to-alls in two phases over nodes of this many ranks (CoCoDiff's
+    # topology-aware all-to-all, ``sequence.topology``); None: flat
+    ranks_per_node: int | None = None
+    # Ulysses: V's all-to-all sends only the token rows whose relative change since they were
+    # last sent exceeds this (``sequence.vmajor``, CoCoDiff's V-Major); None: every row
+    v_major: float | None = None
+    collectives: str = "funcol"  # how TP all-reduces are issued (``tensor.layers``)
+    compiled: bool = False  # torch.compile(fullgraph=True) every block
+
+    def check_forward(self, layout: Layout) -> None:
+        """The options fit the layout (``ValueError`` naming the rule and the values)."""
+        ulysses_only = layout.ulysses > 1 and layout.ring == 1
+        if self.v_major is not None and (not ulysses_only or self.v_major < 0):
+            raise ValueError(f"v_major={self.v_major} needs a Ulysses-only layout (got "
+                             f"{layout}) and a threshold >= 0")
+        n = self.ranks_per_node
+        if n is not None and (not ulysses_only or n < 1 or layout.ulysses % n):
+            raise ValueError(f"ranks_per_node={n} needs a Ulysses-only layout (got {layout}) "
+                             f"and must divide ulysses={layout.ulysses}")
+        if self.collectives not in COLLECTIVES:
+            raise ValueError(f"collectives={self.collectives!r} is not one of {COLLECTIVES}")
+
+
+def reads_shards(plan) -> bool:
+    """Whether a plan's ranks read only their shards of a folder (TP or FSDP from a folder)."""
+    f = plan.layout.forward
+    return plan.source.folder is not None and (f.tp > 1 or f.fsdp > 1)
+
+
+class ForwardStack:
+    """One rank's model for one plan, with the plan's forward axes applied (module docstring).
+
+    ``base`` is the rank's one whole model, shared by every plan of a side-by-side job (None
+    when every plan reads shards instead). TP shards a fresh copy; FSDP shards ``base`` in
+    place; the sequence axes re-route its attention every round."""
+
+    def __init__(self, ctx: RankContext, plan, mesh: RankMesh | None, base=None):
+        self.ctx, self.plan, self.mesh = ctx, plan, mesh
+        self.layout = plan.layout.forward
+        self.staged = ctx.placement.staged if ctx is not None else False
+        self.load_peak_bytes = 0  # tensor bytes live at once while reading shards (FSDP)
+        self.shared = False  # the model is ``base``: other plans route its attention too
+        self.model = self._weights(base)
+        if plan.compiled:
+            self.model = compile_blocks(self.model)
+        tokens = plan.preset.num_tokens(plan.shape)
+        self.split = even_split(tokens, self.layout.sp)
+        self.hier = None if mesh is None else hierarchy(mesh)
+        self.vmajor = None if plan.v_major is None else VMajor(plan.v_major)
+        self.counter, self.ring = A2ACounter(), Ring(None, self.split, 0)
+
+    def _weights(self, base):
+        """Steps 1 and 3: the model TP-split or FSDP-sharded (read shard by shard from a
+        folder where there is no ``base``), or ``base`` itself."""
+        f, device = self.layout, self.ctx.device if self.ctx is not None else "cpu"
+        if f.tp > 1:
+            kw = dict(collectives=self.plan.collectives, staged=self.staged)
+            group = self.mesh.group("tp")
+            if base is None:
+                return load_tp(self.plan.source, group, device, **kw)[0]
+            return parallelize_wan(self.plan.source.dit(device), tp_group=group, **kw)
+        if f.fsdp > 1:
+            return self._shard(base)
+        if base is None:
+            raise ValueError(f"layout {self.plan.layout}: only TP and FSDP read shards")
+        self.shared = True
+        return base
+
+    def _shard(self, base):
+        if self.staged:
+            raise ValueError("FSDP gathers weights with the rank's own backend: ranks sharing "
+                             "a GPU over gloo (staged) cannot; give each rank its own GPU or "
+                             "run on the CPU")
+        group = self.mesh.group("cfg", *SEQUENCE)
+        if base is None:  # a folder: read this rank's shards, never the whole model
+            model, self.load_peak_bytes = load_sharded(self.plan.source, group,
+                                                       self.ctx.device)
+            return model
+        shard_blocks(base, group, self.ctx.device.type)  # in place: one mesh per job
+        self.shared = True
+        return base
+
+    def denoiser(self) -> Denoiser:
+        """The plan's ``Denoiser`` over this stack's forward (step 2) and CFG policy (step 4)."""
+        forward = None
+        if self.layout.sp > 1:
+            forward = partial(sp_forward, self.model, group=self.mesh.group(*SEQUENCE),
+                              split=self.split, staged=self.staged)
+            if self.vmajor is not None:
+                forward = _KeyedByText(forward, self.vmajor)
+        cfg = None
+        if self.layout.cfg > 1:
+            cfg = CFGHalves(self.mesh.coords["cfg"], self.mesh.group("cfg"), self.staged)
+        return plan_denoiser(self.model, self.plan, forward=forward, cfg=cfg)
+
+    def install(self, tracer: Tracer | None) -> None:
+        """Step 2 for one round: route self-attention for this plan, counters zeroed."""
+        f, rules = self.layout, self.ctx.rules if self.ctx is not None else None
+        kw = dict(staged=self.staged, tracer=tracer)
+        self.counter, self.ring = A2ACounter(), Ring(None, self.split, 0)
+        if f.sp == 1:
+            if self.shared:
+                use_diffusers_attention(self.model)
+        elif f.ring > 1 and f.ulysses > 1:
+            self.counter, self.ring = install_usp(self.model, self.mesh, self.split,
+                                                  rules=rules, **kw)
+        elif f.ring > 1:
+            self.ring = install_ring(self.model, self.mesh.group("ring"), self.split,
+                                     rules=rules, **kw)
+        else:
+            if self.hier is not None:
+                self.hier.reset()
+            if self.vmajor is not None:
+                self.vmajor.zero_counts()
+            self.counter = install_ulysses(self.model, self.mesh.group("ulysses"), self.split,
+                                           v_first=self.plan.v_first, hier=self.hier,
+                                           vmajor=self.vmajor, **kw)
+
+    def start_request(self, den: Denoiser, request) -> None:
+        """V-Major holds nothing at a request's first step, and learns which text is the
+        prompt's (its copies are per conditioning)."""
+        if self.vmajor is not None:
+            self.vmajor.reset()
+            den.forward.cond_text = den.conditioning(request).text
+
+    def gathers(self, tracer: Tracer) -> list:
+        """FSDP's all-gathers drawn on ``tracer`` (hooks to remove after the round)."""
+        return trace_gathers(self.model, tracer) if self.layout.fsdp > 1 else []
+
+    def counts(self) -> dict:
+        """What this round's traffic counters say."""
+        hier, vm = self.hier, self.vmajor
+        return {"a2a_calls": self.counter.calls, "a2a_bytes": self.counter.bytes_sent,
+                "a2a_per_call": self.counter.per_call, "ring_hops": self.ring.hops,
+                "ring_bytes": self.ring.bytes_sent,
+                "hier": None if hier is None else (hier.intra_bytes, hier.inter_bytes,
+                                                   hier.inter_messages),
+                "vmajor": None if vm is None else (vm.rows_sent, vm.rows_total, vm.bytes_sent,
+                                                   vm.bytes_full),
+                "param_bytes": local_parameter_bytes(self.model),
+                "load_peak_bytes": self.load_peak_bytes}
+
+
+class _KeyedByText:
+    """A forward that tells V-Major which conditioning it runs (the prompt's or the negative
+    one's: each has its own V, so its own copies)."""
+
+    def __init__(self, forward, vm: VMajor):
+        self.forward, self.vm = forward, vm
+        self.cond_text: torch.Tensor | None = None
+
+    def __call__(self, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor
+                 ) -> torch.Tensor:
+        same = self.cond_text is not None and torch.equal(text, self.cond_text)
+        self.vm.branch = 0 if same else 1
+        return self.forward(latent, timestep, text)
+
+
+__all__ = ["ForwardOptions", "ForwardStack", "reads_shards"]

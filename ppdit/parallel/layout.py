@@ -1,0 +1,254 @@
+"""One value for how a generation is spread over ranks, ``Layout(cfg=2, ulysses=2, ring=2)``,
+and the one rule for which axes compose.
+
+Each field is the degree of one axis (1: not split along it)::
+
+    cfg      the conditional and unconditional halves of a guided step on 2 branches
+    step     step split: pipeline stages that each run a run of the steps
+    layer    layer split: pipeline stages that each hold a run of the blocks
+    ring     ring attention (K/V blocks around a ring: any head count)
+    ulysses  Ulysses sequence parallelism (all-to-alls to a head split: divides the heads)
+    tp       tensor parallelism (the weights split, all-reduces in every block)
+    fsdp     the blocks' weights sharded (FSDP2) over the ranks of one forward
+
+The ranks are the product of the others (``fsdp`` adds none: it shards over them). The axes
+split into two kinds, and that is what the one runner (``parallel.runner``) follows:
+
+* the *forward* axes (tp, ring, ulysses, fsdp, cfg) transform one forward: every rank of a
+  forward ends a step holding the same latent, so they compose with each other and with a
+  pipeline, applied in one fixed order (TP, then the sequence axes, then FSDP, then CFG);
+* the *pipeline* axes (step, layer) pick the loop: the step-split stage loop, or the
+  layer-split schedule.
+
+The mesh (``mesh()``) puts the axes outermost to innermost as dp, step | layer, cfg, ring,
+ulysses, tp: the innermost talk most (TP every block: NVLink neighbours).
+
+The composition rule (``Layout.__post_init__``) is stated once and read by ``ppdit plan``,
+``ppdit generate`` and every notebook; ``check_model`` adds the rules that depend on the model
+and the request (heads, blocks, steps, tokens). Nothing here imports torch: the CLI parses a
+layout and ``ppdit plan`` answers in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+AXES = ("cfg", "step", "layer", "ring", "ulysses", "tp", "fsdp")
+PIPELINE_AXES = ("step", "layer")
+SEQUENCE = ("ring", "ulysses")  # one forward's tokens split over these ranks
+FORWARD = ("cfg", "ring", "ulysses", "tp")  # every rank of one forward (FSDP shards over them)
+# name -> the axes it sets, given the ranks (pp_tp: stages of 2 TP ranks)
+SHORTHANDS = ("single", "step", "layer", "tp", "sp", "ring", "usp", "pp_tp", "cfg")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The degree of every axis; the ranks are their product."""
+
+    cfg: int = 1
+    step: int = 1
+    layer: int = 1
+    ring: int = 1
+    ulysses: int = 1
+    tp: int = 1
+    fsdp: int = 1
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"layout {f.name}={value!r} must be an integer >= 1")
+        _check_composition(self)
+
+    @property
+    def ranks(self) -> int:
+        """World size: the product of the degrees (fsdp shards over them, adding none)."""
+        n = 1
+        for name in AXES[:-1]:
+            n *= getattr(self, name)
+        return n
+
+    @property
+    def pipeline(self) -> str | None:
+        """The pipeline axis, "step" or "layer", or None."""
+        return next((a for a in PIPELINE_AXES if getattr(self, a) > 1), None)
+
+    @property
+    def stages(self) -> int:
+        """Pipeline stages (1 without a pipeline)."""
+        return self.step * self.layer
+
+    @property
+    def sp(self) -> int:
+        """Ranks that share one forward's tokens (ring x ulysses)."""
+        return self.ring * self.ulysses
+
+    @property
+    def forward(self) -> Layout:
+        """The forward axes alone: what each stage's ranks run (no pipeline)."""
+        return replace(self, step=1, layer=1)
+
+    def split(self) -> dict[str, int]:
+        """The axes with a degree above 1."""
+        return {name: getattr(self, name) for name in AXES if getattr(self, name) > 1}
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.split().items()) or "single"
+
+    @property
+    def name(self) -> str:
+        """A label for tables: "1 GPU", "TP=2", "CFG=2 x Ulysses=4 x FSDP", "step-split P=4"."""
+        label = {"cfg": "CFG", "ring": "ring", "ulysses": "Ulysses", "tp": "TP"}
+        parts = [f"{label[a]}={getattr(self, a)}" for a in ("cfg", "ulysses", "ring", "tp")
+                 if getattr(self, a) > 1]
+        if self.pipeline:
+            parts.append(f"{self.pipeline}-split P={self.stages}")
+        return " x ".join(parts + (["FSDP"] if self.fsdp > 1 else [])) or "1 GPU"
+
+    def mesh(self, dp: int = 1, first_rank: int = 0, ranks_per_node: int | None = None):
+        """The rank grid of this layout (``dp`` replicas of it), with every group its axes
+        need: ``runtime.comm.mesh.Mesh`` (its ``build(rank)`` makes them)."""
+        from ppdit.runtime.comm.mesh import Mesh
+
+        pipe = self.pipeline or "step"
+        axes = (("dp", dp), (pipe, self.stages), *((a, getattr(self, a)) for a in FORWARD))
+        joint = (SEQUENCE,) + ((FORWARD,) if self.fsdp > 1 else ())
+        return Mesh(axes, first_rank, self.pipeline, joint,
+                    None if ranks_per_node is None else (SEQUENCE, ranks_per_node))
+
+
+def _check_composition(m: Layout) -> None:
+    """The one composition rule: ``ValueError`` naming what does not compose, and why."""
+    if m.cfg > 2:
+        raise ValueError(f"layout cfg={m.cfg} must be 1 or 2 (a guided step has two halves)")
+    if m.step > 1 and m.layer > 1:
+        raise ValueError(f"layout {m}: step and layer split do not compose (one pipeline axis: "
+                         "a stage runs either whole steps or a run of the blocks)")
+    if m.layer > 1 and m.split().keys() - {"layer"}:
+        raise ValueError(f"layout {m}: layer split stands alone (its stages hold runs of the "
+                         "blocks and hand hidden states on; the forward axes act on whole "
+                         "forwards): use step split to compose a pipeline with them")
+    if m.tp > 1 and m.sp > 1:
+        raise ValueError(f"layout {m}: tp and the sequence axes (ulysses, ring) do not compose "
+                         "here: both split each attention (by heads, by tokens); use one or "
+                         "the other in each forward")
+    lockstep = m.cfg * m.sp
+    if m.fsdp > 1 and lockstep == 1:
+        raise ValueError(f"layout {m}: fsdp={m.fsdp} alone: every rank would compute the same "
+                         "video. Shard beside the axes that split the work, e.g. cfg=2,fsdp=2 "
+                         f"(a guidance half each) or ulysses={m.fsdp},fsdp={m.fsdp}")
+    if m.fsdp > 1 and (m.tp > 1 or m.fsdp != lockstep):
+        raise ValueError(f"layout {m}: fsdp shards the weights over the ranks that run one "
+                         "forward block by block in lockstep (the all-gathers need it): the "
+                         f"sequence axes and the guidance halves, cfg x ring x ulysses = "
+                         f"{lockstep} here, so fsdp must equal it, with no tp (its weights are "
+                         "split already), e.g. cfg=2,fsdp=2 or ulysses=2,fsdp=2")
+
+
+def parse_layout(text: str, ranks: int | None = None) -> Layout:
+    """``"cfg=2,ulysses=2"`` or a shorthand name with ``ranks`` (``"sp"``, 4 -> ulysses=4).
+
+    A composed value fixes the ranks itself: a ``ranks`` given beside it must agree."""
+    text = text.strip()
+    if "=" not in text:
+        return _shorthand(text, ranks)
+    degrees = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in AXES:
+            raise ValueError(f"layout axis {name!r} is not one of {AXES} (in {text!r})")
+        if name in degrees:
+            raise ValueError(f"layout axis {name!r} is given twice (in {text!r})")
+        try:
+            degrees[name] = int(value)
+        except ValueError:
+            raise ValueError(f"layout {name}={value.strip()!r} must be an integer "
+                             f"(in {text!r})") from None
+    layout = Layout(**degrees)
+    if ranks is not None and ranks != layout.ranks:
+        raise ValueError(f"layout {text!r} runs on {layout.ranks} ranks (the product of its "
+                         f"degrees), but ranks={ranks}")
+    return layout
+
+
+def _shorthand(name: str, ranks: int | None) -> Layout:
+    if name not in SHORTHANDS:
+        raise ValueError(f"layout={name!r} is not one of {SHORTHANDS} nor axis=degree pairs "
+                         f"over {AXES} (e.g. 'cfg=2,ulysses=2')")
+    r = ranks if ranks is not None else {"single": 1, "pp_tp": 4, "usp": 4}.get(name, 2)
+    if r < 1:
+        raise ValueError(f"ranks={r} must be >= 1")
+    if name == "single":
+        if r != 1:
+            raise ValueError(f"layout 'single' runs on 1 rank, got ranks={r}")
+        return Layout()
+    if name == "pp_tp":
+        if r % 2 or r < 4:
+            raise ValueError(f"layout 'pp_tp' runs stages of 2 TP ranks: ranks={r} must be "
+                             "an even number >= 4")
+        return Layout(step=r // 2, tp=2)
+    if name == "usp":
+        if r % 2 or r < 4:
+            raise ValueError(f"layout 'usp' runs a ring of 2 Ulysses groups: ranks={r} must "
+                             "be an even number >= 4")
+        return Layout(ulysses=r // 2, ring=2)
+    if name == "cfg" and r != 2:
+        raise ValueError(f"layout 'cfg' runs the conditional and unconditional halves on "
+                         f"exactly 2 ranks, got ranks={r}")
+    return Layout(**{{"sp": "ulysses"}.get(name, name): r})
+
+
+def check_sp_degree(num_heads: int, degree: int) -> None:
+    """Ulysses' degree must divide the heads: attention runs H/P whole heads per rank."""
+    if degree < 1 or num_heads % degree:
+        raise ValueError(f"sequence parallel degree {degree} must divide the {num_heads} "
+                         f"attention heads (each rank attends with heads/degree heads)")
+
+
+def check_tp_degree(config, tp: int) -> None:
+    """Heads and FFN width must divide by ``tp`` (``ValueError`` otherwise).
+
+    ``config``: a diffusers config (``model.config``) or a ``ModelPreset``. Heads are the unit
+    of the attention split (a head cut in two would need its q.k dot product summed across
+    ranks); FFN columns must split evenly so every rank's GEMM has the same shape.
+    """
+    if tp < 1:
+        raise ValueError(f"tp={tp} must be >= 1")
+    heads = getattr(config, "num_attention_heads", None) or config.num_heads
+    ffn = config.ffn_dim
+    if heads % tp:
+        raise ValueError(f"num_heads={heads} is not divisible by the TP degree tp={tp}: "
+                         f"tensor parallelism splits whole heads ({heads} % {tp} = {heads % tp})")
+    if ffn % tp:
+        raise ValueError(f"ffn_dim={ffn} is not divisible by the TP degree tp={tp}: the FFN "
+                         f"hidden features split evenly ({ffn} % {tp} = {ffn % tp})")
+
+
+def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[int, ...],
+                guided: bool = True) -> None:
+    """The rules a layout owes the model and the request (``preset``: a ``ModelPreset``):
+    whole heads per Ulysses and TP rank, a block or a step per stage, a token per sequence
+    rank, and a second half for CFG-parallel. ``ValueError`` naming the rule and the values."""
+    if layout.ulysses > 1:
+        check_sp_degree(preset.num_heads, layout.ulysses)
+    if layout.tp > 1:
+        check_tp_degree(preset, layout.tp)
+    if layout.layer > preset.num_layers:
+        raise ValueError(f"layer-split over {layout.layer} stages needs at least one block per "
+                         f"stage, but the model has {preset.num_layers}")
+    if layout.step > num_steps:
+        raise ValueError(f"num_steps={num_steps} cannot be split over {layout.step} stages: "
+                         "step-split PP needs at least one step per stage "
+                         "(num_steps >= num_stages)")
+    tokens = preset.num_tokens(latent_shape)
+    if layout.sp > tokens:
+        raise ValueError(f"ring x ulysses = {layout.sp} ranks exceed the {tokens} tokens: "
+                         "sequence parallelism needs at least one token per rank")
+    if layout.cfg == 2 and not guided:
+        raise ValueError("CFG-parallel needs guidance on every step (guidance_scale != 1, "
+                         "guidance_steps None): without it there is no second half")
+
+
+__all__ = ["AXES", "FORWARD", "PIPELINE_AXES", "SEQUENCE", "SHORTHANDS", "Layout",
+           "check_model", "check_sp_degree", "check_tp_degree", "parse_layout"]

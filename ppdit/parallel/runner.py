@@ -1,0 +1,226 @@
+"""One runner for every layout: a ``LayoutPlan`` is a ``Layout`` and a workload, and running it
+is the same three moves whatever the axes (torchtitan's ``parallelize`` then the loop)::
+
+    LayoutPlan(layout, requests, sampling, source, ...)     validated once (layout.py's rule,
+         |                                                   the model's, the options')
+    the mesh   layout.mesh(): every group of every axis (runtime.comm.mesh)
+    weights + forward axes   ForwardStack: whole or sharded, then TP, sequence, FSDP, CFG
+    the loop, picked by the pipeline axis:
+        none    every request through ``Denoiser.run`` (``LayoutRunner``, below)
+        step    the step-split stage loop (``step_split``: a stage's ranks run the forward axes)
+        layer   the layer-split schedule (``layer_split``: it stands alone)
+
+The single device is the same plan with every degree 1 (``run_local``: in this process, the
+stack is the model itself), which is what ``ppdit generate`` compares every layout with.
+Adding a forward axis means a step in ``ForwardStack``; adding a loop, a branch in
+``loop_plan``: no runner per combination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ppdit.checkpoint.source import ModelPlan, ModelSource
+from ppdit.parallel.forward import ForwardOptions, ForwardStack, reads_shards
+from ppdit.parallel.layer_split.run import run_layer_split
+from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.parallel.layout import Layout, check_model
+from ppdit.parallel.step_split.plan import StepSplitPlan, split_steps
+from ppdit.parallel.step_split.run import run_step_split
+from ppdit.runtime.observe.trace import Trace, Tracer
+from ppdit.runtime.processes.rank import RankContext
+from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
+from ppdit.sampler import Conditioning, Denoiser, Request, SamplingConfig, check_cfg
+
+
+@dataclass(frozen=True)
+class LayoutPlan(ForwardOptions, ModelPlan):
+    """Requests generated on a layout; the same on every rank (picklable)."""
+
+    layout: Layout = field(default_factory=Layout)
+    requests: tuple[Request, ...] = (Request(0, 0),)
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(num_steps=4))
+    source: ModelSource = field(default_factory=ModelSource)
+    latent_shape: tuple[int, ...] | None = None  # None: the source's default
+    solver: str = "euler"  # or "folder": the source folder's scheduler
+    cfg: str = "batched"  # the two halves where cfg=1: one batch, or "split" (WanPipeline's)
+    prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
+    report_steps: bool = False  # one rank emits ("step", i) events (a progress bar)
+
+    def __post_init__(self) -> None:
+        self.check_workload()
+        check_cfg(self.cfg)
+        every_step = self.sampling.uses_cfg and self.sampling.guidance_steps is None
+        check_model(self.layout, self.preset, num_steps=self.sampling.num_steps,
+                    latent_shape=self.shape, guided=every_step)
+        self.check_forward(self.layout)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the plan runs on."""
+        return self.layout.ranks
+
+    def mesh(self):
+        """The plan's rank grid (``Layout.mesh``)."""
+        return self.layout.mesh(ranks_per_node=self.ranks_per_node)
+
+
+def loop_plan(plan: LayoutPlan):
+    """The plan of the loop the pipeline axis picks: a ``StepSplitPlan`` whose stages run the
+    forward axes, a ``LayerSplitPlan``, or ``plan`` itself (no pipeline)."""
+    m = plan.layout
+    common = dict(sampling=plan.sampling, source=plan.source, latent_shape=plan.latent_shape,
+                  solver=plan.solver, prompts=plan.prompts, report_steps=plan.report_steps)
+    if m.layer > 1:  # the guided halves as micro-batches of one sample: batch-1 forwards
+        return LayerSplitPlan(plan.requests, m.layer, 2 if plan.sampling.uses_cfg else 1,
+                              **common)
+    if m.step > 1:
+        options = {f: getattr(plan, f) for f in ForwardOptions.__dataclass_fields__}
+        stages = tuple(split_steps(plan.sampling.num_steps, m.step))
+        return StepSplitPlan(plan.requests, stages, cfg=plan.cfg, stage=m.forward, **common,
+                             **options)
+    return plan
+
+
+def run_plan(plan: LayoutPlan, rounds: int = 1, **launch_kwargs):
+    """Launch ``plan.world_size`` ranks and run the plan in its loop; the loop's result (its
+    ``latents`` by request id, its ``traces``), ``None`` on torchrun ranks other than 0."""
+    loop = loop_plan(plan)
+    if isinstance(loop, StepSplitPlan):
+        return run_step_split(loop, rounds, **launch_kwargs)
+    if isinstance(loop, LayerSplitPlan):
+        return run_layer_split(loop, rounds, **launch_kwargs)
+    out = run_layouts({"plan": plan}, rounds, **launch_kwargs)
+    return None if out is None else out["plan"]
+
+
+def run_requests(plan: LayoutPlan, stack: ForwardStack, den: Denoiser,
+                 tracer: Tracer | None = None,
+                 on_step: Callable[[int], None] | None = None) -> dict[int, torch.Tensor]:
+    """Every request of the plan, start to end, through the one loop (``Denoiser.run``); the
+    final latents by request id. A compute span per step, unless the sequence processors draw
+    their own (compute, all-to-all waits)."""
+    out = {}
+    for r in plan.requests:
+        span = None if tracer is None or plan.layout.sp > 1 else (
+            lambda i, rid=r.request_id: tracer.span("compute", f"r{rid} step {i}",
+                                                    request=rid, step=i))
+        stack.start_request(den, r)
+        [state] = den.run([den.initial_state(r, plan.shape)], [r],
+                          range(plan.sampling.num_steps), span=span, on_step=on_step)
+        out[r.request_id] = state.latent
+    return out
+
+
+def run_local(plan: LayoutPlan, device: str | torch.device = "cpu", *,
+              on_step: Callable[[int], None] | None = None,
+              tracer: Tracer | None = None) -> dict[int, torch.Tensor]:
+    """The plan on one device, in this process (every degree 1): the single-device reference
+    every layout must equal, reached through the same source, stack and loop."""
+    if plan.layout.ranks != 1:
+        raise ValueError(f"run_local runs the single device; layout {plan.layout} needs "
+                         f"{plan.layout.ranks} ranks (run_plan)")
+    stack = ForwardStack(None, plan, None, plan.source.dit(device))
+    return run_requests(plan, stack, stack.denoiser(), tracer, on_step)
+
+
+class LayoutRunner(ReplicatedRunner):
+    """Every plan of a side-by-side job without a pipeline axis, on one rank: its stack, its
+    ``Denoiser``, each request start to end."""
+
+    @staticmethod
+    def loads_shards(plans: tuple) -> bool:
+        """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model."""
+        return all(reads_shards(p) for p in plans)
+
+    def __init__(self, ctx: RankContext, plans: Sequence[LayoutPlan]):
+        super().__init__(ctx, plans)
+        sharded = {p.layout for p in plans if p.layout.fsdp > 1}
+        if sharded and len({p.layout for p in plans}) > 1:
+            raise ValueError("FSDP shards the rank's one model in place: every plan of a job "
+                             f"must ask for it on the same layout, got "
+                             f"{[str(p.layout) for p in plans]}")
+        # every plan's groups, every rank creating every group in order (runtime.comm.mesh)
+        meshes = [p.mesh().build(ctx.rank) for p in plans]
+        self.stacks = [None if m is None else ForwardStack(ctx, p, m, self.model)
+                       for p, m in zip(plans, meshes, strict=True)]
+        self.dens = [None if s is None else s.denoiser() for s in self.stacks]
+
+    def takes_part(self, i: int) -> bool:
+        return self.stacks[i] is not None
+
+    def model_of(self, i: int):
+        return self.stacks[i].model
+
+    @torch.no_grad()
+    def run(self, i: int, tracer: Tracer) -> dict:
+        """One round: every request of plan ``i``; every rank returns the latents."""
+        plan, stack = self.plans[i], self.stacks[i]
+        stack.install(tracer)
+        report = (lambda step: self.ctx.emit(("step", step))) if (
+            plan.report_steps and self.ctx.rank == 0) else None
+        gathers = stack.gathers(tracer)  # FSDP's all-gathers on the timeline
+        try:
+            latents = run_requests(plan, stack, self.dens[i], tracer, report)
+        finally:
+            for handle in gathers:
+                handle.remove()
+        return {"latents": latents, **stack.counts()}
+
+
+@dataclass
+class LayoutResult:
+    """Every rank's latents (equal: each rank of a forward holds the whole result), what rank
+    0's traffic counters said, one merged timeline per round."""
+
+    plan: LayoutPlan
+    rank_latents: list[dict[int, torch.Tensor]]  # by rank, last round
+    a2a_calls: int
+    a2a_bytes: int  # sent by rank 0 in the last round
+    traces: list[Trace]
+    ring_bytes: int = 0  # K/V blocks rank 0 sent around the ring in the last round
+    # with ranks_per_node: rank 0's (intra-node bytes, inter-node bytes, inter-node messages)
+    hierarchy: tuple[int, int, int] | None = None
+    # with v_major: rank 0's (V rows sent, rows a plain all-to-all sends, bytes sent, bytes)
+    vmajor: tuple[int, int, int, int] | None = None
+    param_bytes: list[int] = field(default_factory=list)  # the weights each rank holds
+    # FSDP from a folder: the most tensor bytes each rank held while loading (load_sharded)
+    load_peak_bytes: list[int] = field(default_factory=list)
+
+    @property
+    def latents(self) -> dict[int, torch.Tensor]:
+        """Rank 0's final latents by request id."""
+        return self.rank_latents[0]
+
+    @classmethod
+    def from_runs(cls, plan: LayoutPlan, runs: PlanRuns) -> LayoutResult:
+        """Merge what the ranks of one plan returned."""
+        last = runs.last()
+        ranks = sorted(last)
+        first = last[ranks[0]]
+        return cls(plan, [last[r]["latents"] for r in ranks], first["a2a_calls"],
+                   first["a2a_bytes"], runs.traces, first["ring_bytes"], first["hier"],
+                   first["vmajor"], [last[r]["param_bytes"] for r in ranks],
+                   [last[r]["load_peak_bytes"] for r in ranks])
+
+
+def run_layouts(plans: dict[str, LayoutPlan], rounds: int = 1,
+                **launch_kwargs) -> dict[str, LayoutResult] | None:
+    """Several plans without a pipeline axis (one model source) in one launch, interleaved
+    round by round; ``None`` on torchrun ranks other than 0."""
+    if any(p.layout.pipeline for p in plans.values()):
+        raise ValueError("run_layouts runs layouts without a pipeline axis; run_plan picks "
+                         "the step or layer loop")
+    world = max(p.world_size for p in plans.values())
+    runs = run_side_by_side(plans, runner=LayoutRunner, world_size=world, rounds=rounds,
+                            **launch_kwargs)
+    if runs is None:
+        return None
+    return {name: LayoutResult.from_runs(plans[name], r) for name, r in runs.items()}
+
+
+__all__ = ["LayoutPlan", "LayoutResult", "LayoutRunner", "loop_plan", "run_layouts",
+           "run_local", "run_plan", "run_requests"]
