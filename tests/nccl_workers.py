@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ppdit.runtime.comm.mesh import build_lanes
-from ppdit.runtime.comm.wire import post_recv, post_send, wait_for
+from ppdit.runtime.comm.wire import wait_for
 from ppdit.runtime.processes.launch import RankContext
 
 
@@ -20,10 +20,10 @@ def crossed(ctx: RankContext, fused: bool) -> list[float]:
     peer = 1 - ctx.rank
     x, y = torch.full((4,), float(ctx.rank)), torch.empty(4)
     if fused:
-        rx, tx = ctx.rules.batch([("recv", y, peer, None), ("send", x, peer, None)])
+        rx, tx = ctx.wire.batch([("recv", y, peer), ("send", x, peer)])
     else:
-        rx = post_recv(y, peer, rules=ctx.rules)
-        tx = post_send(x, peer, rules=ctx.rules)
+        rx = ctx.wire.recv(y, peer)
+        tx = ctx.wire.send(x, peer)
     wait_for(tx, 20, "send")
     wait_for(rx, 20, "recv")
     return y.tolist()
@@ -34,9 +34,9 @@ def both_send_first(ctx: RankContext, numel: int) -> float:
     rendezvous deadlock once both are above the limit."""
     peer = 1 - ctx.rank
     x, y = torch.full((numel,), float(ctx.rank)), torch.empty(numel)
-    tx = post_send(x, peer, rules=ctx.rules)
+    tx = ctx.wire.send(x, peer)
     wait_for(tx, 20, "send")
-    wait_for(post_recv(y, peer, rules=ctx.rules), 20, "recv")
+    wait_for(ctx.wire.recv(y, peer), 20, "recv")
     return float(y[0])
 
 
@@ -46,7 +46,7 @@ def late_wait(ctx: RankContext, sleep_s: float, timeout_s: float) -> str:
     import time
 
     if ctx.rank == 1:
-        work = post_recv(torch.zeros(4), 0, rules=ctx.rules)
+        work = ctx.wire.recv(torch.zeros(4), 0)
         time.sleep(sleep_s)
         wait_for(work, timeout_s, "late receive")
     return "done"
@@ -56,7 +56,7 @@ def both_give_up(ctx: RankContext) -> str:
     """Both ranks wait for a message nobody sends, and catch the timeout: their communicators
     count as aborted, so each skips the closing barrier and still reports."""
     try:
-        wait_for(post_recv(torch.zeros(4), 1 - ctx.rank, rules=ctx.rules), 0.5, "nothing")
+        wait_for(ctx.wire.recv(torch.zeros(4), 1 - ctx.rank), 0.5, "nothing")
     except TimeoutError:
         return "gave up"
     return "received?"
@@ -87,20 +87,20 @@ def serve_fixture(ctx: RankContext, fixed: bool) -> str:
     up = lanes.between(1, 0) if lanes else None
     n, size = 4, 8192
     if ctx.rank == 0:
-        sends = [post_send(torch.full((size,), float(i)), 1, down, ctx.rules) for i in range(2)]
+        sends = [ctx.wire.send(torch.full((size,), float(i)), 1, down) for i in range(2)]
         for i in range(n):
             res = torch.empty(size)
-            wait_for(post_recv(res, 1, up, ctx.rules), 30, f"result {i}")
+            wait_for(ctx.wire.recv(res, 1, up), 30, f"result {i}")
             if i + 2 < n:
-                sends.append(post_send(torch.full((size,), float(i + 2)), 1, down, ctx.rules))
+                sends.append(ctx.wire.send(torch.full((size,), float(i + 2)), 1, down))
         for s in sends:
             wait_for(s, 30, "envelope")
         return "controller"
     pending = []
     for i in range(n):
         env = torch.empty(size)
-        wait_for(post_recv(env, 0, down, ctx.rules), 30, f"envelope {i}")
-        pending.append(post_send(env * 2, 0, up, ctx.rules))
+        wait_for(ctx.wire.recv(env, 0, down), 30, f"envelope {i}")
+        pending.append(ctx.wire.send(env * 2, 0, up))
     for s in pending:
         wait_for(s, 30, "result")
     return "mesh"
@@ -115,10 +115,10 @@ def slow_reply(ctx: RankContext) -> float:
     peer, x = 1 - ctx.rank, torch.zeros(4)
     if ctx.rank == 0:
         time.sleep(1.3)  # past the 1 s stall: rank 1 publishes its queue
-        wait_for(post_send(torch.ones(4), peer, rules=ctx.rules), 20, "A")
-        wait_for(post_recv(x, peer, rules=ctx.rules), 20, "B")
+        wait_for(ctx.wire.send(torch.ones(4), peer), 20, "A")
+        wait_for(ctx.wire.recv(x, peer), 20, "B")
         return float(x[0])
-    wait_for(post_recv(x, peer, rules=ctx.rules), 20, "A")
+    wait_for(ctx.wire.recv(x, peer), 20, "A")
     time.sleep(2.0)  # rank 0 stalls > 1 s on B meanwhile
-    wait_for(post_send(x * 2, peer, rules=ctx.rules), 20, "B")
+    wait_for(ctx.wire.send(x * 2, peer), 20, "B")
     return float(x[0])

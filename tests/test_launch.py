@@ -76,3 +76,15 @@ def test_bad_world_size(world_size):
 def test_bad_backend():
     with pytest.raises(ValueError, match="backend='mpi' is not one of"):
         launch(hello, 1, backend="mpi")
+
+
+def test_a_live_pool_runs_a_worker_imported_by_path_after_it_started(pools, tmp_path):
+    """A lab's checker imports itself by path (``labkit.load_module``) after the suite's pool
+    started: the job carries the caller's import path, so the live ranks unpickle its worker."""
+    from ppdit.teaching.labkit import load_module
+
+    pool = pools(2)
+    launch(hello, 2, pool=pool)  # the ranks are up before the module exists
+    (tmp_path / "late_worker_mod.py").write_text("def worker(ctx):\n    return ctx.rank * 10\n")
+    module = load_module(tmp_path / "late_worker_mod.py")
+    assert launch(module.worker, 2, pool=pool) == [0, 10]

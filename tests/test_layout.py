@@ -145,8 +145,27 @@ def test_each_layout_is_a_folder():
                    "fsdp", "vae_patch"):
         assert (ROOT / "parallel" / layout / "__init__.py").exists(), layout
     flat = sorted(p.name for p in (ROOT / "parallel").glob("*.py"))
-    assert flat == ["__init__.py", "compare.py", "partition.py"]  # PP x TP is step split
+    # the spine (a layout, its forward axes, the one runner) and the helpers every layout shares
+    assert flat == ["__init__.py", "compare.py", "forward.py", "layout.py", "partition.py",
+                    "runner.py"]
     assert not (ROOT / "pipeline").exists()  # a folder is checkpoint/ or t2v/, never both
+
+
+def test_groups_are_made_only_by_the_mesh():
+    """Every process group comes from ``runtime/comm/mesh.py`` (one grid, every axis), except
+    the NCCL rules' own control group (a gloo side channel, never a layout's)."""
+    makers = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py")
+                    if "new_group(" in p.read_text())
+    assert makers == ["runtime/comm/mesh.py", "runtime/comm/nccl_rules.py"]
+
+
+def test_one_layout_value():
+    """One class named ``Layout`` in the package; the old arrangements are gone."""
+    classes = sorted(f"{p.relative_to(ROOT).as_posix()}:{n.name}" for p in ROOT.rglob("*.py")
+                     for n in ast.walk(ast.parse(p.read_text()))
+                     if isinstance(n, ast.ClassDef) and n.name in ("Layout", "SPDims",
+                                                                    "ParallelDims"))
+    assert classes == ["parallel/layout.py:Layout"]
 
 
 def test_pictures_only_in_viz():

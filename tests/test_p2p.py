@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ppdit.runtime import RankError, launch
-from ppdit.runtime.comm.wire import FrameSpec
+from ppdit.runtime.comm.wire import FrameSpec, Wire
 from tests import workers
 
 
@@ -33,7 +33,7 @@ def test_mismatched_frame_specs_are_reported(no_orphans):
 def test_frame_layout_is_aligned():
     spec = FrameSpec((3,), torch.float16, meta_slots=2)  # 6 payload bytes -> padded to 8
     assert spec.payload_nbytes == 8 and spec.nbytes == 24
-    f = spec.new_frame()
+    f = spec.new_frame(Wire())
     f.fill(spec, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16), [7, 8])
     assert f.read_meta() == [7, 8]
     assert torch.equal(f.payload, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float16))

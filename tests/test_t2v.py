@@ -29,9 +29,10 @@ from ppdit.parallel.vae_patch.decode import PATCH_TOL
 from ppdit.presets import ModelPreset
 from ppdit.runtime.observe.memory import held_bytes
 from ppdit.sampler import Request
-from ppdit.t2v.generate import decode, encode, generate, generate_latent, prepare
+from ppdit.t2v.generate import encode, generate, generate_latent, prepare
 from ppdit.t2v.layouts import plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec
+from ppdit.vae.decode import decode
 
 PROMPT, NEGATIVE = "a red fox jumps over the river", "blurry low quality"
 
@@ -453,7 +454,6 @@ def test_bf16_layouts_on_cuda(folders, layout):
 def test_streaming_decode_equals_the_full_decode(folders):
     """One latent frame at a time through Wan's causal cache: the same pixels, bit for bit."""
     from ppdit.checkpoint.folder import load_folder
-    from ppdit.t2v.generate import decode
 
     spec = spec_for(folders["unipc"], num_frames=9)
     latent = generate_latent(spec, encode(spec))

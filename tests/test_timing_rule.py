@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.device import Placement
 from ppdit.runtime.observe.timing import MIN_ROUNDS, repeat, timed, warm_up_pairs
 from ppdit.runtime.processes.launch import RankContext, launch
@@ -155,8 +156,8 @@ def test_step_costs_take_the_runtime_timer_and_refuse_a_gpu_model_without_one(ti
 
 def warm_pair(ctx: RankContext, through_rules: bool) -> int:
     """Warm the pair and the world, then one timed all-reduce (what a timed round would do)."""
-    warm_up_pairs(ctx.placement, [(0, 1), (1, 1)], ctx.rank,
-                  rules=ctx.rules if through_rules else None)
+    wire = ctx.wire if through_rules else Wire(ctx.device, ctx.placement.staged)
+    warm_up_pairs(wire, [(0, 1), (1, 1)], ctx.rank)
     x = torch.ones(4)
     with timed(ctx.placement) as t:
         torch.distributed.all_reduce(x)

@@ -15,12 +15,12 @@ from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.runtime.observe.memory import track_peak_memory
 from ppdit.sampler import SamplingConfig
+from ppdit.vae.decode import denormalize
 from ppdit.vae.presets import build_vae, get_vae_preset
 from ppdit.vae.streaming import (
     StreamingDecoder,
     decode_full,
     decode_streaming,
-    denormalize,
     iter_chunks,
     output_frames,
 )
@@ -137,9 +137,17 @@ def test_streams_and_decode_full_share_a_vae_without_interfering(vae, latents, f
     torch.testing.assert_close(torch.cat([first, rest], dim=2), full, **CHUNKED_TOL)
 
 
-def test_denormalize_is_applied_per_chunk(vae, latents):
-    streamed = decode_streaming(vae, latents, 1, denormalize_latents=True)
-    assert torch.equal(streamed, decode_full(vae, denormalize(vae, latents)))
+def test_denormalize_commutes_with_chunks_and_is_wan_pipelines(vae, latents):
+    """One ``denormalize`` for every decode: elementwise, so a chunk or a row band denormalizes
+    as the whole video does; ``WanPipeline``'s arithmetic (``/ (1 / std)``), not ``* std``."""
+    whole = denormalize(latents, vae.config)
+    parts = torch.cat([denormalize(c, vae.config) for c in iter_chunks(latents, 2)], dim=2)
+    assert torch.equal(parts, whole)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    assert torch.equal(whole, latents / (1.0 / std) + mean)
+    streamed = decode_streaming(vae, whole, 1)
+    assert torch.equal(streamed, decode_full(vae, whole))
 
 
 # -- errors ---------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from ppdit.parallel.vae_patch.decode import (
     patch_decoder,
 )
 from ppdit.parallel.vae_patch.halo import RowGroup, edge_rows, place_halos, split_rows
-from ppdit.parallel.vae_patch.run import max_abs_error, one_process_decode, run_patch_decode
+from ppdit.parallel.vae_patch.run import PatchPlan, one_process_decode, run_patches
 from ppdit.vae.presets import build_vae
 
 CHUNKS = (1, 2)  # 1: diffusers' per-frame loop (== decode_full); 2: streamed chunks
@@ -45,9 +45,9 @@ def references(vae, cases):
 
 @pytest.fixture(scope="module")
 def patch_run(pools, cases):
-    """One launch of 3 ranks: every case and chunk size over all 3, then over a group of 2."""
-    return run_patch_decode(cases, 3, group_sizes=(2, 3), chunk_frames=CHUNKS, timeout_s=300,
-                            pool=pools(3))
+    """One launch of 3 ranks: every case and chunk size over all 3, and over a group of 2."""
+    plans = {n: PatchPlan(tuple(cases), n, chunk_frames=CHUNKS, peaks=True) for n in (2, 3)}
+    return run_patches(plans, timeout_s=300, pool=pools(3))
 
 
 # -- with ranks ---------------------------------------------------------------------------------
@@ -58,27 +58,27 @@ def patch_run(pools, cases):
 def test_patch_decode_equals_the_full_decode(patch_run, references, n):
     for i, (full, _) in enumerate(references):
         for k in CHUNKS:
-            video = patch_run.videos[(n, i, k)]
+            video = patch_run[n].videos[(i, k)]
             assert video.shape == full.shape
-            err = max_abs_error(video, full)
+            err = (video - full).abs().max().item()
             print(f"{n} ranks, case {i}, chunk_frames={k}: max error {err:.2e}"
                   f"{' (bitwise)' if err == 0 else ''}")
             torch.testing.assert_close(video, full, **PATCH_TOL)
-    assert patch_run.same_everywhere  # gather="all": every rank holds the same whole video
+    assert patch_run[n].same_everywhere  # gather="all": every rank holds the same video
 
 
 @pytest.mark.slow
 def test_each_rank_peaks_below_one_process(patch_run, references):
     one = references[0][1]
     for n in (2, 3):
-        for rank, (p, rows) in enumerate(zip(patch_run.peaks[n], split_rows(7, n), strict=True)):
+        for rank, (p, rows) in enumerate(zip(patch_run[n].peaks, split_rows(7, n), strict=True)):
             print(f"{n} ranks, rank {rank} ({rows}/7 rows): peak {p.rows / one:.3f} of one "
                   f"process's, {p.gathered / one:.3f} with the video gathered on rank 0")
             assert p.gathered < one, (n, rank, p, one)
             # about its share of the rows: the halos and the whole latent add a little
             assert p.rows < one * (rows / 7 + 0.1), (n, rank, p, one)
         # 7 rows: a rank of 3 ranks holds at most 3 of them, one of 2 ranks 4
-        assert max(p.rows for p in patch_run.peaks[3]) < max(p.rows for p in patch_run.peaks[2])
+        assert max(p.rows for p in patch_run[3].peaks) < max(p.rows for p in patch_run[2].peaks)
 
 
 # -- without ranks ------------------------------------------------------------------------------

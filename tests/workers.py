@@ -43,16 +43,16 @@ def tensors_round_trip(ctx: RankContext) -> list[torch.Tensor] | None:
              torch.randn(3, generator=g).to(torch.bfloat16), torch.tensor(True)]
     if ctx.rank == 0:
         for t in cases:
-            send_tensor(t.to(ctx.device), 1, **ctx.wire)
+            send_tensor(t.to(ctx.device), 1, ctx.wire)
         return cases
-    return [recv_tensor(0, **ctx.wire) for _ in cases]
+    return [recv_tensor(0, ctx.wire) for _ in cases]
 
 
 def frames(ctx: RankContext, n: int = 5) -> dict | None:
     """Rank 0 sends n frames, some zero-copy through claim(); rank 1 returns payloads + meta."""
     spec = FrameSpec((2, 3), torch.float32, meta_slots=3)
     if ctx.rank == 0:
-        tx = FrameSender(spec, 1, max_in_flight=2, **ctx.wire)
+        tx = FrameSender(spec, 1, ctx.wire, max_in_flight=2)
         sent, claimed_ptrs = [], []
         for i in range(n):
             x = torch.full((2, 3), float(i), device=ctx.device)
@@ -66,7 +66,7 @@ def frames(ctx: RankContext, n: int = 5) -> dict | None:
             sent.append(x)
         tx.flush()
         return {"sent": sent, "claimed": claimed_ptrs}
-    rx = FrameReceiver(spec, 0, depth=2, **ctx.wire)
+    rx = FrameReceiver(spec, 0, ctx.wire, depth=2)
     got = [rx.recv(copy=True) for _ in range(n)]
     return {"payloads": [p for p, _ in got], "meta": [m for _, m in got]}
 
@@ -74,11 +74,11 @@ def frames(ctx: RankContext, n: int = 5) -> dict | None:
 def mismatched_frames(ctx: RankContext) -> None:
     """The two sides build different FrameSpecs: the receiver must say so."""
     if ctx.rank == 0:
-        tx = FrameSender(FrameSpec((4,), torch.float32, 1), 1, **ctx.wire)
+        tx = FrameSender(FrameSpec((4,), torch.float32, 1), 1, ctx.wire)
         tx.send(torch.zeros(4, device=ctx.device), [0])
         time.sleep(5)  # keep the sender alive while the receiver reads the header
     else:
-        FrameReceiver(FrameSpec((5,), torch.float32, 1), 0, timeout_s=20, **ctx.wire).recv()
+        FrameReceiver(FrameSpec((5,), torch.float32, 1), 0, ctx.wire, timeout_s=20).recv()
 
 
 class SlowStepRunner(StepStageRunner):

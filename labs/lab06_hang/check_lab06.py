@@ -4,7 +4,7 @@ One launch of 2 real gloo ranks keeping NCCL's point-to-point rules (16 KiB eage
 20 KiB frames rendezvous as real frames do). On the ranks, ``relay_cases`` runs each part of
 your file for every (n, max_in_flight) in ``CASES``, and watches the wire:
 
-* every send and receive must go through the rules (``**ctx.wire`` / ``rules=ctx.rules``): a
+* every send and receive must go through the rules (``ctx.wire``, which keeps them): a
   ``dist.isend`` behind their back would run on plain gloo, which forgives every hang;
 * ``consume`` is wrapped to note how many frame receives rank 1 had posted when it started
   working on each frame (the receive of frame k + 1 must already be posted then);
@@ -111,10 +111,10 @@ def _only_through_the_rules():
         def call(*args, **kwargs):
             if threading.current_thread() is main:
                 raise RuntimeError(
-                    f"{OUTSIDE}: dist.{name} was called without ctx.rules, so gloo ran it as it "
-                    "is, and gloo forgives the hangs this lab is about. Pass **ctx.wire (or "
-                    "rules=ctx.rules) to every P2P helper; to fuse operations, use "
-                    "ctx.rules.batch(...), which is batch_isend_irecv under the rules.")
+                    f"{OUTSIDE}: dist.{name} was called around ctx.wire, so gloo ran it as it "
+                    "is, and gloo forgives the hangs this lab is about. Pass ctx.wire to every "
+                    "P2P helper and post single operations with ctx.wire.send / .recv; to fuse "
+                    "operations, use ctx.wire.batch(...), batch_isend_irecv under the rules.")
             return saved[name](*args, **kwargs)
         return call
 

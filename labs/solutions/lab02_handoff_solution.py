@@ -22,15 +22,15 @@ def stage_worker(ctx, stages, sampling, requests) -> dict[int, torch.Tensor]:
         if ctx.rank == 0:
             state = den.initial_state(request, SHAPE)
         else:
-            rid, step = recv_tensor(ctx.rank - 1).tolist()
+            rid, step = recv_tensor(ctx.rank - 1, ctx.wire).tolist()
             if (rid, step) != (request.request_id, steps.start):
                 raise RuntimeError(f"expected request {request.request_id} at step "
                                    f"{steps.start}, got {rid} at {step}")
-            state = StepState(rid, step, recv_tensor(ctx.rank - 1))
+            state = StepState(rid, step, recv_tensor(ctx.rank - 1, ctx.wire))
         [state] = den.run([state], [request], steps)
         if last:
             out[request.request_id] = state.latent
         else:
-            send_tensor(torch.tensor([state.request_id, state.step_index]), ctx.rank + 1)
-            send_tensor(state.latent, ctx.rank + 1)
+            send_tensor(torch.tensor([state.request_id, state.step_index]), ctx.rank + 1, ctx.wire)
+            send_tensor(state.latent, ctx.rank + 1, ctx.wire)
     return out

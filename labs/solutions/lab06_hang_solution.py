@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, post_recv, wait_for
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, wait_for
 
 SPEC = FrameSpec((80, 64), torch.float32, meta_slots=1)
 ACK = FrameSpec((1,), torch.int64, meta_slots=0)
@@ -49,11 +49,11 @@ def relay_worker(ctx, n: int, max_in_flight: int) -> list:
     back = dist.new_group([0, 1])  # a collective: both ranks, in the same order
     needed = max(0, n - max_in_flight)  # acknowledgements rank 0 waits for
     if ctx.rank == 0:
-        frames = FrameSender(SPEC, 1, **ctx.wire, timeout_s=TIMEOUT_S)
-        acks = FrameReceiver(ACK, 1, **ctx.wire, group=back, count=needed, timeout_s=TIMEOUT_S)
+        frames = FrameSender(SPEC, 1, ctx.wire, timeout_s=TIMEOUT_S)
+        acks = FrameReceiver(ACK, 1, ctx.wire, group=back, count=needed, timeout_s=TIMEOUT_S)
         return _send_in_window(frames, acks, n, max_in_flight)
-    inbox = FrameReceiver(SPEC, 0, **ctx.wire, count=n, timeout_s=TIMEOUT_S)  # posts ahead
-    outbox = FrameSender(ACK, 0, **ctx.wire, group=back, timeout_s=TIMEOUT_S)
+    inbox = FrameReceiver(SPEC, 0, ctx.wire, count=n, timeout_s=TIMEOUT_S)  # posts ahead
+    outbox = FrameSender(ACK, 0, ctx.wire, group=back, timeout_s=TIMEOUT_S)
     sums = []
     for k in range(n):
         frame, _ = inbox.recv()
@@ -70,19 +70,19 @@ def relay_one_communicator(ctx, n: int, max_in_flight: int) -> list:
     if ctx.rank == 0:
         # no header (rank 1 receives raw frames), and no acknowledgement posted ahead: that
         # receive would stand in front of the next frame, which rank 1 needs to acknowledge
-        frames = FrameSender(SPEC, 1, **ctx.wire, announce=False, timeout_s=TIMEOUT_S)
-        acks = FrameReceiver(ACK, 1, **ctx.wire, timeout_s=TIMEOUT_S)  # no count: on demand
+        frames = FrameSender(SPEC, 1, ctx.wire, announce=False, timeout_s=TIMEOUT_S)
+        acks = FrameReceiver(ACK, 1, ctx.wire, timeout_s=TIMEOUT_S)  # no count: on demand
         return _send_in_window(frames, acks, n, max_in_flight)
-    outbox = FrameSender(ACK, 0, **ctx.wire, timeout_s=TIMEOUT_S)
-    ring = [SPEC.new_frame(ctx.device) for _ in range(2)]
-    posted = post_recv(ring[0].buf, 0, rules=ctx.rules)
+    outbox = FrameSender(ACK, 0, ctx.wire, timeout_s=TIMEOUT_S)
+    ring = [SPEC.new_frame(ctx.wire) for _ in range(2)]
+    posted = ctx.wire.recv(ring[0].buf, 0)
     sums = []
     for k in range(n):
         wait_for(posted, TIMEOUT_S, f"receiving frame {k} from rank 0")
         if k < needed:  # first the acknowledgement: nothing may queue in front of it ...
             outbox.send(torch.ones(1, dtype=torch.int64), [])
         if k + 1 < n:  # ... then the next receive, still posted before the work on this frame
-            posted = post_recv(ring[(k + 1) % 2].buf, 0, rules=ctx.rules)
+            posted = ctx.wire.recv(ring[(k + 1) % 2].buf, 0)
         sums.append(consume(ring[k % 2].payload))
     outbox.flush()
     return sums

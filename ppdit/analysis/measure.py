@@ -25,9 +25,9 @@ from ppdit.runtime.comm.wire import (
     FrameReceiver,
     FrameSender,
     FrameSpec,
+    Wire,
     recv_tensor,
     send_tensor,
-    wire_device,
 )
 from ppdit.runtime.device import Placement
 from ppdit.runtime.observe.timing import MIN_ROUNDS, timed, warm_up_pairs
@@ -184,14 +184,14 @@ def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
         raise ValueError(f"handoff_pingpong needs world_size=2, got {ctx.world_size}")
     # The bare and described trips move the wire's tensor (host memory when staged); the frame
     # trip includes the staging copies a pipeline stage pays.
-    x = torch.randn(shape, device=wire_device(ctx.device, ctx.placement.staged))
+    x = torch.randn(shape, device=ctx.wire.buffers)
     peer = 1 - ctx.rank
     spec = FrameSpec(tuple(shape), x.dtype, meta_slots=2)
-    tx = FrameSender(spec, peer, **ctx.wire)
-    rx = FrameReceiver(spec, peer, **ctx.wire)
+    tx = FrameSender(spec, peer, ctx.wire)
+    rx = FrameReceiver(spec, peer, ctx.wire)
     ways = {"bare": _bare, "frame": _frame, "header+payload": _described}
     out: dict[str, list[float]] = {k: [] for k in ways}
-    warm_up_pairs(ctx.placement, [(0, 1)], ctx.rank, rules=ctx.rules)  # NCCL's pair set-up
+    warm_up_pairs(ctx.wire, [(0, 1)], ctx.rank)  # NCCL's pair set-up
     for _ in range(rounds):
         for name, trip in ways.items():
             dist.barrier()
@@ -218,11 +218,12 @@ def _frame(rank, peer, x, tx, rx, i):
 
 
 def _described(rank, peer, x, tx, rx, i):
+    plain = Wire(x.device)  # the tensor where the bare trip has it, no staging
     if rank == 0:
-        send_tensor(x, peer)
-        recv_tensor(peer, device=x.device)
+        send_tensor(x, peer, plain)
+        recv_tensor(peer, plain)
     else:
-        send_tensor(recv_tensor(peer, device=x.device), peer)
+        send_tensor(recv_tensor(peer, plain), peer, plain)
 
 
 def summarize_pingpong(times: dict[str, list[float]]) -> dict[str, float]:
@@ -241,10 +242,11 @@ def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
     if ctx.world_size != 2:
         raise ValueError(f"comm_sweep needs world_size=2, got {ctx.world_size}")
     peer, out = 1 - ctx.rank, {"bytes": [], "p2p_s": [], "allreduce_s": []}
-    warm_up_pairs(ctx.placement, [(0, 1)], ctx.rank)  # the raw sends below: no rules either
+    bare = Wire(ctx.device, ctx.placement.staged)  # the raw sends below: no rules either
+    warm_up_pairs(bare, [(0, 1)], ctx.rank)
     for size in sizes:
         # gloo moves host memory only: ranks that share a GPU time the host transport
-        x = torch.zeros(max(1, size // 4), device=wire_device(ctx.device, ctx.placement.staged))
+        x = torch.zeros(max(1, size // 4), device=bare.buffers)
         iters = max(2, min(30, int(3e7 // size)))
 
         def pingpong(x=x, iters=iters):

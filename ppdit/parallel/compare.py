@@ -79,7 +79,7 @@ class CompareRunner(Runner):
         """Once, before any round: one exchange on the group the SP all-to-alls and the TP
         all-reduces share, so that NCCL's lazy set-up of its communicator is not timed."""
         if not self.warm:
-            warm_up_pairs(self.ctx.placement, [], self.ctx.rank, group=self.world)
+            warm_up_pairs(self.ctx.wire, [], self.ctx.rank, group=self.world)
             self.warm = True
 
     def _forward(self, name: str) -> None:
@@ -90,8 +90,7 @@ class CompareRunner(Runner):
         elif name == "TP":
             forward_by_stages(self.tp_model, self.x, self.t, self.text)
         elif name == RING:
-            install_ring(self.full, self.world, self.split, rules=self.ctx.rules,
-                         staged=self.staged)
+            install_ring(self.full, self.world, self.split, self.ctx.wire)
             sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
         else:
             install_ulysses(self.full, self.world, self.split, v_first=name != "SP, V last",

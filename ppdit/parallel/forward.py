@@ -155,18 +155,17 @@ class ForwardStack:
 
     def install(self, tracer: Tracer | None) -> None:
         """Step 2 for one round: route self-attention for this plan, counters zeroed."""
-        f, rules = self.layout, self.ctx.rules if self.ctx is not None else None
-        kw = dict(staged=self.staged, tracer=tracer)
+        f = self.layout
         self.counter, self.ring = A2ACounter(), Ring(None, self.split, 0)
         if f.sp == 1:
             if self.shared:
                 use_diffusers_attention(self.model)
         elif f.ring > 1 and f.ulysses > 1:
             self.counter, self.ring = install_usp(self.model, self.mesh, self.split,
-                                                  rules=rules, **kw)
+                                                  self.ctx.wire, tracer=tracer)
         elif f.ring > 1:
             self.ring = install_ring(self.model, self.mesh.group("ring"), self.split,
-                                     rules=rules, **kw)
+                                     self.ctx.wire, tracer=tracer)
         else:
             if self.hier is not None:
                 self.hier.reset()
@@ -174,7 +173,8 @@ class ForwardStack:
                 self.vmajor.zero_counts()
             self.counter = install_ulysses(self.model, self.mesh.group("ulysses"), self.split,
                                            v_first=self.plan.v_first, hier=self.hier,
-                                           vmajor=self.vmajor, **kw)
+                                           vmajor=self.vmajor, staged=self.staged,
+                                           tracer=tracer)
 
     def start_request(self, den: Denoiser, request) -> None:
         """V-Major holds nothing at a request's first step, and learns which text is the

@@ -18,10 +18,10 @@ import torch
 from ppdit.runtime.device import PlacementDecision
 
 
-def weight_bytes(source) -> int:
-    """Bytes of the DiT's parameters and buffers as the plans' ``source`` builds it (on the
-    meta device: shapes only, nothing allocated)."""
-    model = source.dit("meta")
+def weight_bytes(source, part: str = "dit") -> int:
+    """Bytes of the parameters and buffers of the ``part`` ("dit" or "vae") the plans'
+    ``source`` builds (on the meta device: shapes only, nothing allocated)."""
+    model = source.dit("meta") if part == "dit" else source.vae("meta")
     return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
 
 
@@ -40,10 +40,10 @@ def device_bytes(decision: PlacementDecision) -> int:
 
 
 def check_fits(source, world_size: int, decision: PlacementDecision,
-               capacity: int | None = None) -> None:
+               capacity: int | None = None, part: str = "dit") -> None:
     """``ValueError`` naming the sizes when the ranks on one device cannot hold their copies
-    of the weights. ``capacity`` overrides the device's memory (tests, what-ifs)."""
-    each = weight_bytes(source)
+    of the ``part``'s weights. ``capacity`` overrides the device's memory (tests, what-ifs)."""
+    each = weight_bytes(source, part)
     sharing = ranks_per_device(decision, world_size)
     have = device_bytes(decision) if capacity is None else capacity
     if sharing * each > have:
@@ -51,8 +51,8 @@ def check_fits(source, world_size: int, decision: PlacementDecision,
         raise ValueError(
             f"{sharing} rank(s) on {where} would hold {sharing} x {each / 1e9:.3g} GB of "
             f"{source.name} weights = {sharing * each / 1e9:.3g} GB, more than its "
-            f"{have / 1e9:.3g} GB (every rank builds the whole DiT). Use fewer ranks per "
-            "device, more devices, or a smaller dtype.")
+            f"{have / 1e9:.3g} GB (every rank builds the whole {part.upper()}). Use fewer ranks "
+            "per device, more devices, or a smaller dtype.")
 
 
 __all__ = ["check_fits", "device_bytes", "ranks_per_device", "weight_bytes"]

@@ -227,15 +227,21 @@ def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_si
 def check_weights_fit(plans: Mapping[str, Any], world_size: int, launch_kwargs: dict) -> None:
     """Before any rank starts: the ranks sharing a device can hold their copies of the
     weights (``ppdit.runtime.fit``), else a ``ValueError`` with the sizes."""
-    source = next((s for s in map(_source, plans.values()) if s is not None), None)
-    if source is None:
+    plan = next((p for p in map(_plan, plans.values()) if _source(p) is not None), None)
+    if plan is None:
         return
+    source = _source(plan)
     pool = launch_kwargs.get("pool")
     local = local_world_size() if in_torchrun() else world_size
     decision = pool.placement if pool is not None else decide_placement(
         local, backend=launch_kwargs.get("backend", "auto"), device=launch_kwargs.get("device"),
         stage=launch_kwargs.get("stage"))
-    check_fits(source, local, decision)
+    check_fits(source, local, decision, part=getattr(plan, "weights", "dit"))
+
+
+def _plan(plan: Any) -> Any:
+    """A plan itself, or the first item of a (plan, variant) pair."""
+    return _plan(plan[0]) if isinstance(plan, tuple) and plan else plan
 
 
 def _source(plan: Any) -> Any:

@@ -25,6 +25,7 @@ from ppdit.runtime.processes.launch import RankContext
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator
+from ppdit.vae.decode import denormalize
 from ppdit.vae.streaming import StreamingDecoder
 
 
@@ -66,9 +67,9 @@ class Controller:
         # send waits for that receive, the envelope for the leader's next receive.
         self.to_mesh = lanes.between(CONTROLLER, LEADER) if lanes is not None else None
         self.from_mesh = lanes.between(LEADER, CONTROLLER) if lanes is not None else None
+        self.decoder = None if vae is None else StreamingDecoder(vae)
         # A trained folder's DiT works on normalised latents (its VAE config holds the stats).
-        self.decoder = (None if vae is None else
-                        StreamingDecoder(vae, denormalize_latents=cfg.source.folder is not None))
+        self.normalised = cfg.source.folder is not None
         self.d_in = BoundedQueue("D_IN", cfg.ahead, tracer)
         self.d_out = BoundedQueue("D_OUT", cfg.d_out_capacity, tracer)
         self.report = ControllerReport()
@@ -134,7 +135,7 @@ class Controller:
     def receive(self) -> None:
         """One result from the leader: drop it if stale or repeated, else decode and deliver."""
         with self.tracer.span("recv", "result"):
-            res = recv_message(LEADER, **self.ctx.wire, group=self.from_mesh,
+            res = recv_message(LEADER, self.ctx.wire, group=self.from_mesh,
                                timeout_s=self.cfg.timeout_s)
         if not isinstance(res, PPResultV1):
             raise RuntimeError(f"expected a PPResultV1 from the mesh, got {type(res).__name__}")
@@ -156,6 +157,8 @@ class Controller:
         if self.decoder is None:
             return None
         with self.tracer.span("decode", f"v{video} c{index}", request=video, step=index):
+            if self.normalised:  # elementwise: a chunk denormalizes as the whole video would
+                latent = denormalize(latent, self.decoder.vae.config)
             pieces = []
             if self.pushed.get(video, 0) == 0:
                 pieces.append(self.decoder.push(latent[:, :, :1]))
@@ -166,7 +169,7 @@ class Controller:
             return torch.cat(pieces, dim=2)
 
     def _send(self, env: PPEnvelopeV1, version: int = 1) -> None:
-        self.sends.append(isend_message(env, LEADER, **self.ctx.wire, group=self.to_mesh,
+        self.sends.append(isend_message(env, LEADER, self.ctx.wire, group=self.to_mesh,
                                         version=version))
         self.sends = [s for s in self.sends if not s.done()]
 

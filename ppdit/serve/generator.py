@@ -90,7 +90,7 @@ class GeneratorRank:
             return self.channel.receive()
         try:
             with self.tracer.span("wait", "envelope"):
-                env = recv_message(CONTROLLER, **self.ctx.wire, group=self.from_controller,
+                env = recv_message(CONTROLLER, self.ctx.wire, group=self.from_controller,
                                    timeout_s=self.cfg.timeout_s)
         except ProtocolError:
             raise
@@ -129,6 +129,6 @@ class GeneratorRank:
             took = torch.tensor([0.0, t.seconds], dtype=torch.float64)
             res = PPResultV1(env.request_id, env.epoch, env.seq, env.chunk_index, latent=latent,
                              timings=took)
-            self.sends.append(isend_message(res, CONTROLLER, **self.ctx.wire,
+            self.sends.append(isend_message(res, CONTROLLER, self.ctx.wire,
                                             group=self.to_controller))
             self.sends = [s for s in self.sends if not s.done()]

@@ -33,14 +33,14 @@ class MeshChannel:
     def share(self, env: PPEnvelopeV1) -> None:
         """Leader: broadcast ``env`` (header, then each payload with its shape)."""
         header, payloads = encode(env)
-        broadcast_tensor(header, LEADER, group=self.group, **self.ctx.wire)
+        broadcast_tensor(header, LEADER, self.ctx.wire, group=self.group)
         for t in payloads:
-            broadcast_tensor(t, LEADER, group=self.group, **self.ctx.wire)
+            broadcast_tensor(t, LEADER, self.ctx.wire, group=self.group)
 
     def receive(self) -> PPEnvelopeV1:
         """Follower: the envelope the leader is about to process."""
-        header = broadcast_tensor(None, LEADER, group=self.group, **self.ctx.wire)
-        payloads = [broadcast_tensor(None, LEADER, group=self.group, **self.ctx.wire)
+        header = broadcast_tensor(None, LEADER, self.ctx.wire, group=self.group)
+        payloads = [broadcast_tensor(None, LEADER, self.ctx.wire, group=self.group)
                     for _ in range(int(header[10]))]
         return decode(header.cpu(), payloads)
 

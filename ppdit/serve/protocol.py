@@ -19,8 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import PendingSend, isend_tensor, recv_tensor
+from ppdit.runtime.comm.wire import PendingSend, Wire, isend_tensor, recv_tensor
 
 MAGIC = 0x50504556  # "PPEV"
 VERSION = 1
@@ -140,38 +139,31 @@ def _code(value: int, names: tuple[str, ...], what: str) -> int:
     return value
 
 
-def send_message(msg: Message, dst: int, *, device: torch.device | str = "cpu", group=None,
-                 staged: bool = False, rules: NcclRules | None = None, timeout_s: float = 60.0,
+def send_message(msg: Message, dst: int, wire: Wire, *, group=None, timeout_s: float = 60.0,
                  version: int = VERSION) -> None:
     """Header, then each payload, to global rank ``dst``; blocks until all were taken."""
-    isend_message(msg, dst, device=device, group=group, staged=staged, rules=rules,
-                  version=version).wait(timeout_s)
+    isend_message(msg, dst, wire, group=group, version=version).wait(timeout_s)
 
 
-def isend_message(msg: Message, dst: int, *, device: torch.device | str = "cpu", group=None,
-                  staged: bool = False, rules: NcclRules | None = None,
+def isend_message(msg: Message, dst: int, wire: Wire, *, group=None,
                   version: int = VERSION) -> PendingSend:
-    """Post a message without waiting (the overlap phase). Tensors go on ``device`` first:
-    NCCL only moves GPU tensors (and ``staged`` then copies them to the host for gloo)."""
+    """Post a message without waiting (the overlap phase). Tensors go on the wire's device
+    first: NCCL only moves GPU tensors (a staged wire then copies them to the host for gloo)."""
     header, payloads = encode(msg, version)
-    wire = dict(group=group, staged=staged, rules=rules)
-    pending = isend_tensor(header.to(device), dst, **wire)
+    pending = isend_tensor(header.to(wire.device), dst, wire, group=group)
     for t in payloads:
-        isend_tensor(t.to(device), dst, **wire, pending=pending)
+        isend_tensor(t.to(wire.device), dst, wire, group=group, pending=pending)
     return pending
 
 
-def recv_message(src: int, *, device: torch.device | str = "cpu", group=None,
-                 staged: bool = False, rules: NcclRules | None = None,
-                 timeout_s: float = 60.0) -> Message:
+def recv_message(src: int, wire: Wire, *, group=None, timeout_s: float = 60.0) -> Message:
     """Receive one message from global rank ``src``: the header says how many payloads."""
-    wire = dict(device=device, group=group, staged=staged, rules=rules, timeout_s=timeout_s)
-    header = recv_tensor(src, **wire).cpu()
+    header = recv_tensor(src, wire, group=group, timeout_s=timeout_s).cpu()
     if header.shape != (HEADER_LEN,):
         raise ProtocolError(f"expected a {HEADER_LEN}-int header from rank {src}, got shape "
                             f"{tuple(header.shape)}")
     n = int(header[10]) if int(header[0]) == MAGIC else 0
-    payloads = [recv_tensor(src, **wire) for _ in range(n)]
+    payloads = [recv_tensor(src, wire, group=group, timeout_s=timeout_s) for _ in range(n)]
     return decode(header, payloads)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ppdit.checkpoint.folder import WanFolder, check_folder, load_folder
+from ppdit.checkpoint.source import ModelSource
 from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
 from ppdit.parallel.layout import Layout
@@ -27,7 +28,7 @@ from ppdit.runtime.processes.rank import in_torchrun
 from ppdit.sampler import Conditioning
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
-from ppdit.vae.streaming import StreamingDecoder
+from ppdit.vae.decode import decode, denormalize, postprocess, vae_config
 
 
 @dataclass
@@ -124,42 +125,6 @@ def generate_latent(spec: GenerateSpec | Prepared, prompts: Conditioning, *,
     return run_local(plan, device, on_step=on_step, tracer=tracer)[REQUEST_ID]
 
 
-@torch.no_grad()
-def decode(vae, latent: torch.Tensor, *, streaming: bool = False) -> torch.Tensor:
-    """Latent -> video (1, F, 3, H, W) in [0, 1], on the VAE's device: un-normalise with the
-    VAE's latents_mean / latents_std, decode in fp32, post-process as
-    ``WanPipeline(output_type="pt")``. ``streaming`` decodes one latent frame at a time with
-    Wan's causal cache (``ppdit.vae.streaming``): the same pixels, a peak of one frame's
-    activations instead of the whole video's (a 480p x 81-frame decode is 275 TFLOP and
-    tens of GB of activations at once)."""
-    latent = denormalize(latent.to(next(vae.parameters()).device, vae.dtype), vae.config)
-    if streaming:
-        with StreamingDecoder(vae) as decoder:
-            video = torch.cat([decoder.push(latent[:, :, i:i + 1])
-                               for i in range(latent.shape[2])], dim=2)
-    else:
-        video = vae.decode(latent, return_dict=False)[0]
-    return postprocess(video, vae.config)
-
-
-def denormalize(latent: torch.Tensor, config) -> torch.Tensor:
-    """The DiT's latent as the VAE reads it: ``WanPipeline``'s arithmetic (divide by the
-    inverse std, add the mean), so its pixels bit for bit."""
-    z = config.z_dim
-    mean = torch.tensor(config.latents_mean).view(1, z, 1, 1, 1).to(latent.device, latent.dtype)
-    inv_std = 1.0 / torch.tensor(config.latents_std).view(1, z, 1, 1, 1).to(latent.device,
-                                                                            latent.dtype)
-    return latent / inv_std + mean
-
-
-def postprocess(video: torch.Tensor, config) -> torch.Tensor:
-    """The decoder's (1, 3, F, H, W) in [-1, 1] -> (1, F, 3, H, W) in [0, 1] on the CPU."""
-    from diffusers.video_processor import VideoProcessor
-
-    processor = VideoProcessor(vae_scale_factor=config.scale_factor_spatial)
-    return processor.postprocess_video(video, output_type="pt").cpu()
-
-
 @dataclass(frozen=True)
 class VaeCost:
     """Where the decode ran and what it held: one device, or ``ranks`` split by rows."""
@@ -175,25 +140,18 @@ class VaeCost:
                 f"activations per rank, {max(self.seconds):.1f} s")
 
 
-def vae_config(folder: str):
-    """The folder's VAE config with diffusers' defaults filled in, no weights read (the model
-    is built on the meta device)."""
-    from diffusers import AutoencoderKLWan
-
-    with torch.device("meta"):
-        return AutoencoderKLWan.from_config(AutoencoderKLWan.load_config(f"{folder}/vae")).config
-
-
 def decode_split(spec: GenerateSpec, latent: torch.Tensor, **launch_kwargs
                  ) -> tuple[torch.Tensor, VaeCost]:
     """``decode`` over ``spec.vae_ranks`` ranks, the latent split by rows
-    (``parallel.vae_patch``): equal to the one-device decode within ``PATCH_TOL``."""
-    from ppdit.parallel.vae_patch.folder import decode_on_ranks
+    (``parallel.vae_patch``, the folder's VAE from its ``ModelSource``): equal to the
+    one-device decode within ``PATCH_TOL``. A second launch, after the denoising ranks end."""
+    from ppdit.parallel.vae_patch.run import PatchPlan, run_patch
 
     config = vae_config(spec.checkpoint)
-    out = decode_on_ranks(spec.checkpoint, denormalize(latent.float(), config), spec.vae_ranks,
-                          **launch_kwargs)
-    return postprocess(out.video, config), VaeCost(spec.vae_ranks, out.peak_bytes, out.seconds)
+    plan = PatchPlan((denormalize(latent.float().cpu(), config).contiguous(),), spec.vae_ranks,
+                     ModelSource(folder=spec.checkpoint), gather="first")
+    out = run_patch(plan, memory=True, **launch_kwargs)
+    return postprocess(out.video, config), VaeCost(spec.vae_ranks, out.run_peaks, out.seconds)
 
 
 def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
@@ -236,6 +194,5 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
     return Generated(spec, latent, video, trace, handoff, text, vae_cost)
 
 
-__all__ = ["Generated", "Prepared", "VaeCost", "decode", "decode_split", "denormalize",
-           "encode", "generate", "generate_latent", "postprocess", "prepare", "shape_of",
-           "vae_config"]
+__all__ = ["Generated", "Prepared", "VaeCost", "decode_split", "encode", "generate",
+           "generate_latent", "prepare", "shape_of"]

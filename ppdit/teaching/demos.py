@@ -15,7 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.comm.wire import recv_tensor, wire_device
+from ppdit.runtime.comm.wire import recv_tensor
 from ppdit.runtime.processes.rank import RankContext
 
 
@@ -23,7 +23,7 @@ def raise_on(ctx: RankContext, bad_rank: int, message: str = "boom") -> int:
     """``bad_rank`` raises; every other rank blocks on a receive from it (and would hang)."""
     if ctx.rank == bad_rank:
         raise ValueError(message)
-    recv_tensor(bad_rank, **ctx.wire, timeout_s=600)
+    recv_tensor(bad_rank, ctx.wire, timeout_s=600)
     return ctx.rank
 
 
@@ -31,7 +31,7 @@ def die_on(ctx: RankContext, bad_rank: int) -> int:
     """``bad_rank`` is killed with SIGKILL (no Python cleanup at all); the others wait on it."""
     if ctx.rank == bad_rank:
         os.kill(os.getpid(), signal.SIGKILL)
-    recv_tensor(bad_rank, **ctx.wire, timeout_s=600)
+    recv_tensor(bad_rank, ctx.wire, timeout_s=600)
     return ctx.rank
 
 
@@ -44,7 +44,7 @@ def sleep_for(ctx: RankContext, seconds: float) -> int:
 def recv_never(ctx: RankContext, timeout_s: float = 2.0) -> int:
     """Rank 1 waits for a tensor rank 0 never sends: the P2P timeout turns it into an error."""
     if ctx.rank == 1:
-        recv_tensor(0, **ctx.wire, timeout_s=timeout_s)
+        recv_tensor(0, ctx.wire, timeout_s=timeout_s)
     else:
         time.sleep(timeout_s + 5)  # stay alive so the failure is the timeout, not a dead peer
     return ctx.rank
@@ -54,7 +54,7 @@ def mismatched_collectives(ctx: RankContext) -> int:
     """The classic multi-rank hang: two ranks issue the same two collectives in different
     orders. Each waits inside its first collective for a partner that is in another one; only
     the process group's timeout (``launch(..., pg_timeout_s=...)``) ends it, as an error."""
-    x = torch.ones(4, device=wire_device(ctx.device, ctx.placement.staged))
+    x = torch.ones(4, device=ctx.wire.buffers)
     if ctx.rank == 0:
         dist.all_reduce(x)
         dist.broadcast(x, src=0)

@@ -28,16 +28,16 @@ def relay(ctx: RankContext, n: int, max_in_flight: int, acks_own_group: bool) ->
             if acks_own_group else None)
     acks = max(0, n - max_in_flight)
     if ctx.rank == 0:
-        frames = FrameSender(FRAME, 1, **ctx.wire, timeout_s=30)
-        inbox = FrameReceiver(ACK, 1, **ctx.wire, group=back, count=acks, timeout_s=30)
+        frames = FrameSender(FRAME, 1, ctx.wire, timeout_s=30)
+        inbox = FrameReceiver(ACK, 1, ctx.wire, group=back, count=acks, timeout_s=30)
         for k in range(n):
             if k >= max_in_flight:
                 inbox.recv()  # frame k - max_in_flight has arrived
             frames.send(torch.full(FRAME.shape, float(k)), [k])
         frames.flush()
         return list(range(n))
-    inbox = FrameReceiver(FRAME, 0, **ctx.wire, count=n, timeout_s=30)  # posts ahead
-    outbox = FrameSender(ACK, 0, **ctx.wire, group=back, timeout_s=30)
+    inbox = FrameReceiver(FRAME, 0, ctx.wire, count=n, timeout_s=30)  # posts ahead
+    outbox = FrameSender(ACK, 0, ctx.wire, group=back, timeout_s=30)
     got = []
     for k in range(n):
         _, (index,) = inbox.recv()

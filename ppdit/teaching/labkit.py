@@ -18,6 +18,8 @@ from unittest import mock
 
 import torch
 
+from ppdit.runtime.comm.wire import Wire
+
 
 def load_module(path: str | Path) -> ModuleType:
     """Import the Python file at ``path`` under its own stem, with its folder on ``sys.path``
@@ -55,14 +57,14 @@ class LoopbackWire:
         self.rank = 0  # the rank running now
         self.queues: dict[tuple[int, int], deque[torch.Tensor]] = defaultdict(deque)
 
-    def send_tensor(self, tensor: torch.Tensor, dst: int, **_: Any) -> None:
+    def send_tensor(self, tensor: torch.Tensor, dst: int, *_: Any, **__: Any) -> None:
         """Queue a copy (a real send gives the receiver its own tensor, too)."""
         if not isinstance(dst, int) or dst <= self.rank:
             raise RuntimeError(f"rank {self.rank} sends to rank {dst}: here a rank sends only "
                                "to a later rank")
         self.queues[(self.rank, dst)].append(tensor.detach().clone())
 
-    def recv_tensor(self, src: int, **_: Any) -> torch.Tensor:
+    def recv_tensor(self, src: int, *_: Any, **__: Any) -> torch.Tensor:
         """The oldest message from ``src``; a message never sent is an error, not a hang."""
         queue = self.queues[(src, self.rank)]
         if not queue:
@@ -81,7 +83,7 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
     ``send_tensor`` / ``recv_tensor`` in ``modules`` (and in ``runtime.comm.wire``) replaced by
     a ``LoopbackWire``; return the results by rank. A rank's exception propagates with a note
     naming the rank; a message left unread is an error."""
-    from ppdit.runtime.comm import wire as p2p
+    from ppdit.runtime.comm import wire as p2p  # the module whose functions are patched
 
     wire, world = LoopbackWire(), len(args_by_rank)
     results = []
@@ -93,7 +95,7 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
         for rank, args in enumerate(args_by_rank):
             wire.rank = rank
             ctx = SimpleNamespace(rank=rank, world_size=world, device=torch.device("cpu"),
-                                  wire={"device": torch.device("cpu"), "staged": False})
+                                  wire=Wire())
             try:
                 results.append(worker(ctx, *args))
             except Exception as err:

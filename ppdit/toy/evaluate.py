@@ -64,10 +64,11 @@ def embed(toy: Toy, prompt: str) -> torch.Tensor:
 
 @torch.no_grad()
 def decode(vae, latents: torch.Tensor) -> torch.Tensor:
-    """DiT latents (1, C, F, H, W) -> pixels (3, T, H, W) in [-1, 1]."""
-    from ppdit.vae.streaming import denormalize
+    """DiT latents (1, C, F, H, W) -> pixels (3, T, H, W) in [-1, 1] (the detector's range;
+    ``vae.decode.decode`` post-processes the same pixels to [0, 1] as ``WanPipeline`` does)."""
+    from ppdit.vae.decode import denormalize
 
-    return vae.decode(denormalize(vae, latents), return_dict=False)[0][0].clamp(-1, 1)
+    return vae.decode(denormalize(latents, vae.config), return_dict=False)[0][0].clamp(-1, 1)
 
 
 @torch.no_grad()

@@ -102,6 +102,9 @@ def build_vae(
             raise ValueError(f"checkpoint={str(checkpoint)!r} is neither a diffusers VAE folder "
                              "nor a pipeline folder with vae/config.json; no weights are "
                              "downloaded at run time")
+        if str(device) == "meta":  # shapes only (weights are not read)
+            with torch.device("meta"):
+                return AutoencoderKLWan.from_config(AutoencoderKLWan.load_config(path))
         vae = AutoencoderKLWan.from_pretrained(path, torch_dtype=dtype, local_files_only=True)
         return own_memory(vae.to(device)).eval().requires_grad_(False)  # as build_model does
     vae = build_seeded(AutoencoderKLWan, get_vae_preset(preset).diffusers_config(), seed, device)

@@ -38,8 +38,6 @@ import torch
 from diffusers import AutoencoderKLWan
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
 
-from ppdit.vae.presets import VAE_PRESETS, VAEPreset, build_vae, get_vae_preset
-
 
 def temporal_factor(vae: AutoencoderKLWan) -> int:
     """Pixel frames per latent frame after the first, read from the VAE's config."""
@@ -51,15 +49,6 @@ def output_frames(latent_frames: int, factor: int = 4) -> int:
     if latent_frames < 1:
         raise ValueError(f"latent_frames={latent_frames} must be >= 1")
     return 1 + factor * (latent_frames - 1)
-
-
-def denormalize(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
-    """DiT latents -> VAE latents: ``z · std + mean`` per channel, as Wan's pipeline does
-    before ``decode``. Elementwise, so it commutes with chunking (bitwise)."""
-    shape = (1, vae.config.z_dim, 1, 1, 1)
-    mean = torch.tensor(vae.config.latents_mean, dtype=latents.dtype).view(shape)
-    std = torch.tensor(vae.config.latents_std, dtype=latents.dtype).view(shape)
-    return latents * std.to(latents.device) + mean.to(latents.device)
 
 
 @torch.no_grad()
@@ -84,10 +73,10 @@ def iter_chunks(latents: torch.Tensor, chunk_frames: int) -> Iterator[torch.Tens
         yield latents[:, :, start:start + chunk_frames]
 
 
-def decode_streaming(vae: AutoencoderKLWan, latents: torch.Tensor, chunk_frames: int = 1,
-                     **kwargs) -> torch.Tensor:
+def decode_streaming(vae: AutoencoderKLWan, latents: torch.Tensor, chunk_frames: int = 1
+                     ) -> torch.Tensor:
     """Push ``latents`` through a fresh ``StreamingDecoder`` and concatenate what comes out."""
-    with StreamingDecoder(vae, **kwargs) as decoder:
+    with StreamingDecoder(vae) as decoder:
         return torch.cat([decoder.push(c) for c in iter_chunks(latents, chunk_frames)], dim=2)
 
 
@@ -111,7 +100,7 @@ class StreamingDecoder:
     decoders may share one VAE, and ``decode_full`` on it is unaffected.
     """
 
-    def __init__(self, vae: AutoencoderKLWan, *, denormalize_latents: bool = False):
+    def __init__(self, vae: AutoencoderKLWan):
         if vae.config.patch_size is not None or vae.config.is_residual:
             raise ValueError("StreamingDecoder follows the Wan 2.1 VAE (is_residual=False, "
                              f"patch_size=None); got is_residual={vae.config.is_residual}, "
@@ -119,7 +108,6 @@ class StreamingDecoder:
         if vae.use_tiling:
             raise ValueError("StreamingDecoder decodes untiled: call vae.disable_tiling() first")
         self.vae = vae
-        self.denormalize_latents = denormalize_latents
         self.factor = temporal_factor(vae)
         self.num_slots = sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules())
         param = next(vae.parameters())
@@ -138,9 +126,7 @@ class StreamingDecoder:
         """
         state = self._check(chunk)
         first = state.latent_frames == 0
-        z = chunk.to(device=self.device, dtype=self.dtype)
-        if self.denormalize_latents:
-            z = denormalize(self.vae, z)
+        z = chunk.to(device=self.device, dtype=self.dtype)  # as the VAE reads it: denormalized
         x = self.vae.post_quant_conv(z)  # 1x1x1 conv: per frame, so slicing it is exact
         # feat_idx is the cursor into the cache: every causal conv reads and advances it, in the
         # same order on every call, so slot i always belongs to the same conv.
@@ -223,7 +209,5 @@ class StreamingDecoder:
         return state
 
 
-__all__ = [
-    "VAE_PRESETS", "StreamingDecoder", "VAEPreset", "build_vae", "decode_full", "decode_streaming",
-    "denormalize", "get_vae_preset", "iter_chunks", "output_frames", "temporal_factor",
-]
+__all__ = ["StreamingDecoder", "decode_full", "decode_streaming", "iter_chunks", "output_frames",
+           "temporal_factor"]

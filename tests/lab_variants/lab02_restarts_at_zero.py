@@ -20,13 +20,13 @@ def stage_worker(ctx, stages, sampling, requests) -> dict[int, torch.Tensor]:
         if ctx.rank == 0:
             state = den.initial_state(request, SHAPE)
         else:
-            rid, _step = recv_tensor(ctx.rank - 1).tolist()
-            state = StepState(rid, 0, recv_tensor(ctx.rank - 1))  # the bug: step 0
+            rid, _step = recv_tensor(ctx.rank - 1, ctx.wire).tolist()
+            state = StepState(rid, 0, recv_tensor(ctx.rank - 1, ctx.wire))  # the bug: step 0
         for _ in steps:
             state = den.step(state, request)
         if ctx.rank == len(stages) - 1:
             out[request.request_id] = state.latent
         else:
-            send_tensor(torch.tensor([state.request_id, state.step_index]), ctx.rank + 1)
-            send_tensor(state.latent, ctx.rank + 1)
+            send_tensor(torch.tensor([state.request_id, state.step_index]), ctx.rank + 1, ctx.wire)
+            send_tensor(state.latent, ctx.rank + 1, ctx.wire)
     return out

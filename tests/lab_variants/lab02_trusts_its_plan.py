@@ -23,10 +23,10 @@ def stage_worker(ctx, stages, sampling, requests) -> dict[int, torch.Tensor]:
         if ctx.rank == 0:
             state = den.initial_state(request, SHAPE)
         else:
-            state = StepState(request.request_id, steps.start, recv_tensor(ctx.rank - 1))
+            state = StepState(request.request_id, steps.start, recv_tensor(ctx.rank - 1, ctx.wire))
         [state] = den.run([state], [request], steps)
         if ctx.rank == len(stages) - 1:
             out[request.request_id] = state.latent
         else:
-            send_tensor(state.latent, ctx.rank + 1)
+            send_tensor(state.latent, ctx.rank + 1, ctx.wire)
     return out

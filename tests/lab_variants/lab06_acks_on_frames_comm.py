@@ -26,8 +26,8 @@ def consume(frame: torch.Tensor) -> float:
 def relay_worker(ctx, n: int, max_in_flight: int) -> list:
     needed = max(0, n - max_in_flight)
     if ctx.rank == 0:
-        frames = FrameSender(SPEC, 1, **ctx.wire, timeout_s=TIMEOUT_S)
-        acks = FrameReceiver(ACK, 1, **ctx.wire, count=needed, timeout_s=TIMEOUT_S)
+        frames = FrameSender(SPEC, 1, ctx.wire, timeout_s=TIMEOUT_S)
+        acks = FrameReceiver(ACK, 1, ctx.wire, count=needed, timeout_s=TIMEOUT_S)
         acks_before, got = [], 0
         for k in range(n):
             if k >= max_in_flight:
@@ -37,8 +37,8 @@ def relay_worker(ctx, n: int, max_in_flight: int) -> list:
             frames.send(make_frame(k), [k])
         frames.flush()
         return acks_before
-    inbox = FrameReceiver(SPEC, 0, **ctx.wire, count=n, timeout_s=TIMEOUT_S)
-    outbox = FrameSender(ACK, 0, **ctx.wire, timeout_s=TIMEOUT_S)
+    inbox = FrameReceiver(SPEC, 0, ctx.wire, count=n, timeout_s=TIMEOUT_S)
+    outbox = FrameSender(ACK, 0, ctx.wire, timeout_s=TIMEOUT_S)
     sums = []
     for k in range(n):
         frame, _ = inbox.recv()

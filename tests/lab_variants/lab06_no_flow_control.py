@@ -30,16 +30,16 @@ def relay_worker(ctx, n: int, max_in_flight: int) -> list:
     back = dist.new_group([0, 1])
     needed = max(0, n - max_in_flight)
     if ctx.rank == 0:
-        frames = FrameSender(SPEC, 1, **ctx.wire, timeout_s=TIMEOUT_S)
-        acks = FrameReceiver(ACK, 1, **ctx.wire, group=back, count=needed, timeout_s=TIMEOUT_S)
+        frames = FrameSender(SPEC, 1, ctx.wire, timeout_s=TIMEOUT_S)
+        acks = FrameReceiver(ACK, 1, ctx.wire, group=back, count=needed, timeout_s=TIMEOUT_S)
         for k in range(n):
             frames.send(make_frame(k), [k])
         for _ in range(needed):
             acks.recv()
         frames.flush()
         return [0] * n  # no acknowledgement had arrived before any frame went out
-    inbox = FrameReceiver(SPEC, 0, **ctx.wire, count=n, timeout_s=TIMEOUT_S)
-    outbox = FrameSender(ACK, 0, **ctx.wire, group=back, timeout_s=TIMEOUT_S)
+    inbox = FrameReceiver(SPEC, 0, ctx.wire, count=n, timeout_s=TIMEOUT_S)
+    outbox = FrameSender(ACK, 0, ctx.wire, group=back, timeout_s=TIMEOUT_S)
     sums = []
     for k in range(n):
         frame, _ = inbox.recv()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, post_recv, wait_for
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, wait_for
 from ppdit.teaching.labkit import load_module
 
 _solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
@@ -28,14 +28,14 @@ def consume(frame: torch.Tensor) -> float:
 def relay_one_communicator(ctx, n: int, max_in_flight: int) -> list:
     needed = max(0, n - max_in_flight)
     if ctx.rank == 0:
-        frames = FrameSender(SPEC, 1, **ctx.wire, announce=False, timeout_s=TIMEOUT_S)
-        acks = FrameReceiver(ACK, 1, **ctx.wire, timeout_s=TIMEOUT_S)
+        frames = FrameSender(SPEC, 1, ctx.wire, announce=False, timeout_s=TIMEOUT_S)
+        acks = FrameReceiver(ACK, 1, ctx.wire, timeout_s=TIMEOUT_S)
         return _send_in_window(frames, acks, n, max_in_flight)
-    outbox = FrameSender(ACK, 0, **ctx.wire, timeout_s=TIMEOUT_S)
-    frame = SPEC.new_frame(ctx.device)
+    outbox = FrameSender(ACK, 0, ctx.wire, timeout_s=TIMEOUT_S)
+    frame = SPEC.new_frame(ctx.wire)
     sums = []
     for k in range(n):
-        wait_for(post_recv(frame.buf, 0, rules=ctx.rules), TIMEOUT_S, f"frame {k}")
+        wait_for(ctx.wire.recv(frame.buf, 0), TIMEOUT_S, f"frame {k}")
         sums.append(consume(frame.payload))
         if k < needed:
             outbox.send(torch.ones(1, dtype=torch.int64), [])

@@ -78,9 +78,9 @@ class _Generator:
         self._graphs.clear()
 
     def run(self, plan: OverlapPlan, tracer: Tracer) -> None:
-        outbox = FrameSender(plan.frame_spec(), DECODER_RANK, **self.ctx.wire, group=self.chunks,
+        outbox = FrameSender(plan.frame_spec(), DECODER_RANK, self.ctx.wire, group=self.chunks,
                              max_in_flight=2, timeout_s=plan.timeout_s)
-        credits = (FrameReceiver(CREDIT, DECODER_RANK, **self.ctx.wire, group=self.credits,
+        credits = (FrameReceiver(CREDIT, DECODER_RANK, self.ctx.wire, group=self.credits,
                                  count=plan.num_credits(), timeout_s=plan.timeout_s)
                    if plan.num_credits() else None)
         den = Denoiser(self.model, plan.preset, plan.sampling)
@@ -138,9 +138,9 @@ class _Decoder:
         """Nothing outlives a run: each run's StreamingDecoder is closed when it ends."""
 
     def run(self, plan: OverlapPlan, tracer: Tracer) -> tuple[torch.Tensor, torch.Tensor]:
-        inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, **self.ctx.wire, group=self.chunks,
+        inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, self.ctx.wire, group=self.chunks,
                               count=plan.num_chunks, timeout_s=plan.timeout_s)
-        credits = (FrameSender(CREDIT, GENERATOR_RANK, **self.ctx.wire, group=self.credits,
+        credits = (FrameSender(CREDIT, GENERATOR_RANK, self.ctx.wire, group=self.credits,
                                timeout_s=plan.timeout_s) if plan.num_credits() else None)
         frames, chunks = [], []
         with StreamingDecoder(self.vae) as decoder:

@@ -14,8 +14,7 @@ import torch
 from ppdit.model import torch_dtype
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan, Message, messages_sent, sender_of
 from ppdit.runtime.comm.mesh import Lanes
-from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import Frame, FrameSpec, post_recv, wait_for
+from ppdit.runtime.comm.wire import Frame, FrameSpec, Wire, wait_for
 
 KINDS = ("hidden", "latent")
 
@@ -50,11 +49,10 @@ class Mailbox:
     produce the hidden state (``tests/test_nccl_rules.py`` keeps that order as a fixture).
     """
 
-    def __init__(self, plan: LayerSplitPlan, rank: int, dim: int, device, timeout_s: float,
-                 ahead: int = 2, staged: bool = False, rules: NcclRules | None = None,
-                 lanes: Lanes | None = None):
-        self.plan, self.rank, self.dim, self.device = plan, rank, dim, torch.device(device)
-        self.timeout_s, self.ahead, self.staged, self.rules = timeout_s, ahead, staged, rules
+    def __init__(self, plan: LayerSplitPlan, rank: int, dim: int, wire: Wire, timeout_s: float,
+                 ahead: int = 2, lanes: Lanes | None = None):
+        self.plan, self.rank, self.dim, self.wire = plan, rank, dim, wire
+        self.timeout_s, self.ahead = timeout_s, ahead
         self.lanes = lanes
         self.expected = {src: deque(m for dst, m in messages_sent(plan, src) if dst == rank)
                          for src in range(plan.num_stages) if src != rank}
@@ -75,7 +73,7 @@ class Mailbox:
             if frame.read_meta() != encode(nxt):
                 raise RuntimeError(f"rank {self.rank} expected {nxt} from rank {src}, "
                                    f"got metadata {frame.read_meta()}")
-            self.stash[nxt] = frame.arrived(self.device, copy=True)
+            self.stash[nxt] = frame.arrived(self.wire.device, copy=True)
             self.pool.setdefault(spec, []).append(frame)
         self._post(src)  # keep receives in flight while this rank computes
         return self.stash.pop(msg)
@@ -85,9 +83,9 @@ class Mailbox:
             nxt = self.expected[src].popleft()
             spec = message_spec(self.plan, nxt, self.dim)
             free = self.pool.get(spec)
-            frame = free.pop() if free else spec.new_frame(self.device, self.staged)
+            frame = free.pop() if free else spec.new_frame(self.wire)
             self.posted[src].append((nxt, spec, frame,
-                                     post_recv(frame.buf, src, self.group(src), self.rules)))
+                                     self.wire.recv(frame.buf, src, self.group(src))))
 
     def group(self, src: int):
         """The communicator messages from ``src`` arrive on (None: the default group)."""

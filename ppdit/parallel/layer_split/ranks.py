@@ -41,7 +41,7 @@ from ppdit.parallel.layer_split.schedule import (
 from ppdit.parallel.layer_split.torch_baseline import run_torch_gpipe
 from ppdit.presets import get_preset
 from ppdit.runtime.comm.mesh import Lanes, build_lanes
-from ppdit.runtime.comm.wire import FrameSender, FrameSpec, wire_device
+from ppdit.runtime.comm.wire import FrameSender, FrameSpec
 from ppdit.runtime.observe.timing import exchange
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
@@ -116,8 +116,8 @@ class _Rank:
         self.rank = ctx.rank
         self.dim = model.config.num_attention_heads * model.config.attention_head_dim
         self.dtype = model.dtype  # activations; latents and the update stay fp32
-        self.mailbox = Mailbox(plan, self.rank, self.dim, ctx.device, plan.timeout_s,
-                               staged=ctx.placement.staged, rules=ctx.rules, lanes=lanes)
+        self.mailbox = Mailbox(plan, self.rank, self.dim, ctx.wire, plan.timeout_s,
+                               lanes=lanes)
         self.senders: dict[tuple[int, FrameSpec], FrameSender] = {}
         # The shared sampling loop's pieces: conditioning, guidance and the solver update.
         self.den = plan_denoiser(model, plan)
@@ -178,7 +178,7 @@ class _Rank:
             return
         spec = message_spec(self.plan, msg, self.dim)
         tx = self.senders.setdefault((dst, spec), FrameSender(
-            spec, dst, **self.ctx.wire, max_in_flight=1 << 30, announce=False,
+            spec, dst, self.ctx.wire, max_in_flight=1 << 30, announce=False,
             group=self.lanes.between(self.rank, dst) if self.lanes is not None else None,
             timeout_s=self.plan.timeout_s))
         with self.tracer.span("send", f"m{msg.micro}", step=msg.step, micro=msg.micro,
@@ -260,12 +260,11 @@ class LayerStageRunner(Runner):
     def _warm_pairs(self, stages: int) -> None:
         """One fused exchange on both lanes of every pair of stages, pairs in one global
         order: NCCL's lazy per-pair set-up belongs to the warm-up, not the first timed round."""
-        device = wire_device(self.ctx.device, self.ctx.placement.staged)
         me = self.ctx.rank
         for a, b in itertools.combinations(range(stages), 2):
             if me in (a, b):
                 for lane in (self.lanes.up, self.lanes.down):
-                    exchange(b if me == a else a, device, lane, self.ctx.rules)
+                    exchange(b if me == a else a, self.ctx.wire, lane)
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round; the last rank returns the final latents."""

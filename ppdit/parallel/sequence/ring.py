@@ -11,7 +11,7 @@ step, and each rank folds every block it sees into its running output with the o
 
 After P - 1 hops every query has met every key once. The hop of the next block is posted
 before the current block's attention is computed, so the transfer overlaps that compute; a hop
-is one fused send + receive (``p2p.post_batch``), which NCCL launches as a group and which
+is one fused send + receive (``Wire.batch``), which NCCL launches as a group and which
 therefore cannot block itself (``runtime.comm.nccl_rules``).
 
 Why not bitwise: each rank merges the blocks in its own order (its own block first), and the
@@ -22,14 +22,13 @@ the bound, and the tests measure the error against one device.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from ppdit.attention import attention_out, install, project_qk, project_v
-from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, post_batch, wait_for
+from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, Wire, wait_for
 from ppdit.runtime.observe.trace import Tracer
 
 # The merge reorders and rescales the softmax sums; on the tiny model over 2 steps the error
@@ -72,8 +71,7 @@ class Ring:
     group: object  # the SP process group (None: the world)
     split: tuple[int, ...]  # tokens per rank, in rank order
     rank: int  # this rank's index in the group
-    rules: NcclRules | None = None
-    staged: bool = False  # gloo with CUDA tensors: blocks travel through host memory
+    wire: Wire = field(default_factory=Wire)  # how blocks travel (host memory when staged)
     tracer: Tracer | None = None
     hops: int = 0  # K/V blocks sent (a counter for the bytes formula)
     bytes_sent: int = 0
@@ -107,11 +105,10 @@ def _post_hop(kv: torch.Tensor, step: int, ring: Ring):
     nxt, prv = (ring.rank + 1) % p, (ring.rank - 1) % p
     source = (ring.rank - step - 1) % p  # whose tokens arrive in this hop
     shape = (*kv.shape[:2], ring.split[source], *kv.shape[3:])
-    wire = torch.device("cpu") if ring.staged else kv.device
-    outgoing = kv.to(wire)
-    incoming = torch.empty(shape, dtype=kv.dtype, device=wire)
-    works = post_batch([("send", outgoing, ring.global_rank(nxt)),
-                        ("recv", incoming, ring.global_rank(prv))], ring.group, ring.rules)
+    outgoing = kv.to(ring.wire.buffers)
+    incoming = torch.empty(shape, dtype=kv.dtype, device=ring.wire.buffers)
+    works = ring.wire.batch([("send", outgoing, ring.global_rank(nxt)),
+                             ("recv", incoming, ring.global_rank(prv))], ring.group)
     ring.hops += 1
     ring.bytes_sent += outgoing.numel() * outgoing.element_size()
     return works, outgoing, incoming, prv
@@ -143,12 +140,12 @@ class RingAttnProcessor:
         return ring_attention(q, k, v, self.ring)
 
 
-def install_ring(model, group, split: tuple[int, ...], *, rules: NcclRules | None = None,
-                 staged: bool = False, tracer: Tracer | None = None) -> Ring:
+def install_ring(model, group, split: tuple[int, ...], wire: Wire, *,
+                 tracer: Tracer | None = None) -> Ring:
     """Route every block's self-attention through ring attention; returns the ring (its
     counters). Any head count works: nothing is split by heads."""
     rank = dist.get_rank(group) if group is not None else dist.get_rank()
-    ring = Ring(group, tuple(split), rank, rules, staged, tracer)
+    ring = Ring(group, tuple(split), rank, wire, tracer)
     install(model, lambda i: RingAttnProcessor(ring))
     return ring
 

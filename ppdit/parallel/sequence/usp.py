@@ -26,7 +26,7 @@ from ppdit.parallel.layout import check_sp_degree
 from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
 from ppdit.parallel.sequence.ring import Ring, RingAttnProcessor, ring_attention
 from ppdit.runtime.comm.mesh import RankMesh
-from ppdit.runtime.comm.nccl_rules import NcclRules
+from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.observe.trace import Tracer
 
 
@@ -54,8 +54,7 @@ def usp_splits(split: tuple[int, ...], ulysses: int, ring: int) -> tuple[tuple[i
     return tuple(tuple(split[r * ulysses:(r + 1) * ulysses]) for r in range(ring))
 
 
-def install_usp(model, mesh: RankMesh, split: tuple[int, ...], *,
-                rules: NcclRules | None = None, staged: bool = False,
+def install_usp(model, mesh: RankMesh, split: tuple[int, ...], wire: Wire, *,
                 tracer: Tracer | None = None) -> tuple[A2ACounter, Ring]:
     """Route every block's self-attention through USP over ``mesh``'s ring and ulysses axes;
     returns the all-to-all counter and the ring (its hop counters)."""
@@ -64,10 +63,10 @@ def install_usp(model, mesh: RankMesh, split: tuple[int, ...], *,
     by_group = usp_splits(split, ulysses, ring_size)
     blocks = tuple(sum(s) for s in by_group)
     ring_group = mesh.group("ring")
-    ring = Ring(ring_group, blocks, dist.get_rank(ring_group), rules, staged, tracer)
+    ring = Ring(ring_group, blocks, dist.get_rank(ring_group), wire, tracer)
     counter = A2ACounter()
     processor = USPAttnProcessor(mesh.group("ulysses"), by_group[mesh.coords["ring"]],
-                                 mesh.coords["ulysses"], ring, counter, staged)
+                                 mesh.coords["ulysses"], ring, counter, wire.staged)
     install(model, lambda i: processor)
     return counter, ring
 

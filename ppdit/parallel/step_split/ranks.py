@@ -23,7 +23,7 @@ from ppdit.parallel.step_split import handoff
 from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.tensor.parallelize import local_param_count
 from ppdit.runtime.comm.mesh import RankMesh
-from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, wire_device, work_bound
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, work_bound
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.observe.timing import exchange, timed
 from ppdit.runtime.observe.trace import Tracer, collectives_into
@@ -96,7 +96,6 @@ class StepStageRunner(ReplicatedRunner):
         g, plan = self.groups[i], self.plans[i]
         if plan.num_stages == 1 or plan.warmup == 0:  # warmup=0: the cold start, shown whole
             return
-        device = wire_device(self.ctx.device, self.ctx.placement.staged)
         pipe = g.group("step")
         pairs = [(g.prev_rank, pipe), (g.next_rank, pipe)]
         if g.is_first_stage:
@@ -105,7 +104,7 @@ class StepStageRunner(ReplicatedRunner):
             pairs.append((g.first_stage_rank, g.back_group))
         for peer, group in pairs:
             if peer is not None:
-                exchange(peer, device, group, self.ctx.rules)
+                exchange(peer, self.ctx.wire, group)
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round: this stage's share of plan ``i``; the last stage returns final latents."""
@@ -150,19 +149,19 @@ class _Stage:
         t_credit = work_bound(plan.timeout_s, plan.stages[-1].stop * len(self.groups), step_s)
         # Each rank of a stage holds the same latent and hands it to its counterpart.
         self.inbox = None if self.is_first else FrameReceiver(
-            spec, groups.prev_rank, **ctx.wire, group=pg, count=n_in, timeout_s=t_in)
+            spec, groups.prev_rank, ctx.wire, group=pg, count=n_in, timeout_s=t_in)
         self.outbox = None if self.is_last else FrameSender(
-            spec, groups.next_rank, **ctx.wire, group=pg, timeout_s=t_credit)
+            spec, groups.next_rank, ctx.wire, group=pg, timeout_s=t_credit)
         credit = FrameSpec((1,), torch.int64, meta_slots=0)
         limited = (plan.mode == "filled" and plan.max_in_flight is not None
                    and plan.num_stages > 1)
         n_credits = max(0, len(self.groups) - (plan.max_in_flight or 0))
         # Credits go back on a group of their own: see RankMesh.back_group.
         back = groups.back_group
-        self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, **ctx.wire, group=back,
+        self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, ctx.wire, group=back,
                                          count=n_credits, timeout_s=t_credit)
                            if limited and self.is_first else None)
-        self.credits_out = (FrameSender(credit, groups.first_stage_rank, **ctx.wire, group=back,
+        self.credits_out = (FrameSender(credit, groups.first_stage_rank, ctx.wire, group=back,
                                         timeout_s=t_credit)
                             if limited and self.is_last else None)
         self.finished_groups = 0

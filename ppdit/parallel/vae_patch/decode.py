@@ -43,6 +43,7 @@ from diffusers.models.autoencoders.autoencoder_kl_wan import (
 from torch import nn
 
 from ppdit.parallel.vae_patch.halo import RowGroup, fill_halos, gather_rows, split_rows
+from ppdit.runtime.comm.wire import Wire
 from ppdit.vae.streaming import StreamingDecoder, iter_chunks
 
 # Layers whose output at a position depends only on that position (or, for the listed convs
@@ -189,16 +190,15 @@ class PatchStreamingDecoder(StreamingDecoder):
     """
 
     def __init__(self, vae: AutoencoderKLWan, latent_height: int, *, group=None,
-                 gather: str = "all", rows: RowGroup | None = None,
-                 denormalize_latents: bool = False):
+                 gather: str = "all", rows: RowGroup | None = None):
         if gather not in GATHER:
             raise ValueError(f"gather={gather!r} is not one of {GATHER}")
-        self.rows = rows if rows is not None else RowGroup.of(group)
+        self.rows = rows if rows is not None else RowGroup.of(group, Wire())
         self.split = split_rows(latent_height, self.rows.world, check_decoder(vae.decoder))
         self.start = sum(self.split[:self.rows.rank])
         self.gather = gather
         twin = patch_decoder(vae.decoder, self.rows, self.split)
-        super().__init__(PatchVAE(vae, twin), denormalize_latents=denormalize_latents)
+        super().__init__(PatchVAE(vae, twin))
 
     def push(self, chunk: torch.Tensor) -> torch.Tensor | None:
         """Decode this rank's rows of the next latent frames; gather as ``gather`` says."""
@@ -223,7 +223,7 @@ def decode_patch_parallel(vae: AutoencoderKLWan, latents: torch.Tensor, group=No
     so it equals ``decode_full`` up to ``PATCH_TOL``; larger chunks stream as
     ``decode_streaming`` does. ``gather`` as in ``PatchStreamingDecoder``; with "first" the
     ranks other than group rank 0 return ``None``. ``rows`` overrides ``group`` (to pass NCCL
-    rules or a timeout: ``RowGroup.of(group, rules=..., timeout_s=...)``).
+    rules or a timeout: ``RowGroup.of(group, ctx.wire, timeout_s=...)``).
     """
     with PatchStreamingDecoder(vae, latents.shape[3], group=group, gather=gather,
                                rows=rows) as decoder:

@@ -13,21 +13,20 @@ with that neighbour's edge rows, and the zero rows stay only at the true image b
              [ own rows of rank 1 ]
              [ 0 0 0 ]  <- the bottom border
 
-Every exchange is one ``batch_isend_irecv`` (``ppdit.runtime.comm.wire.post_batch``): a rank both
+Every exchange is one ``batch_isend_irecv`` (``ppdit.runtime.comm.wire.Wire.batch``): a rank both
 sends to and receives from each neighbour, and under NCCL a receive posted ahead of the send
 its peer waits for would block; fused, it cannot. Every wait has a timeout (``wait_for``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from ppdit.parallel.partition import even_sizes
-from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, post_batch, wait_for
+from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, Wire, wait_for
 
 ROW_DIM = -2  # rows (height) are the second-to-last dim of every activation, 4D and 5D alike
 
@@ -74,17 +73,16 @@ class RowGroup:
     rank: int  # this rank's index in the group: 0 holds the top rows
     peers: tuple[int, ...]  # the global rank of each index (P2P addresses global ranks)
     group: object = None  # the process group (None: the world)
-    rules: NcclRules | None = None  # NCCL's P2P rules kept by a gloo rank (tests), or None
+    wire: Wire = field(default_factory=Wire)  # how the halos travel (``ctx.wire``)
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     @classmethod
-    def of(cls, group=None, *, rules: NcclRules | None = None,
-           timeout_s: float = DEFAULT_TIMEOUT_S) -> RowGroup:
+    def of(cls, group, wire: Wire, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> RowGroup:
         """This process's place in ``group`` (the world when ``None``)."""
         size = dist.get_world_size(group)
         peers = tuple(r if group is None else dist.get_global_rank(group, r)
                       for r in range(size))
-        return cls(dist.get_rank(group), peers, group, rules, timeout_s)
+        return cls(dist.get_rank(group), peers, group, wire, timeout_s)
 
     @property
     def world(self) -> int:
@@ -104,7 +102,7 @@ class RowGroup:
     def exchange(self, ops: list[tuple[str, torch.Tensor, int]], what: str) -> None:
         """Post ``ops`` as one batch and wait for all of them, each within the timeout."""
         if ops:
-            for work in post_batch(ops, self.group, self.rules):
+            for work in self.wire.batch(ops, self.group):
                 wait_for(work, self.timeout_s, what)
 
 

@@ -1,11 +1,18 @@
-"""The patch-parallel decode from the caller's side: launch ranks, decode, measure, compare.
+"""The patch-parallel decode from the caller's side: one plan, any VAE, on the rounds harness.
 
-``run_patch_decode(cases, world_size)`` starts ``world_size`` ranks that each build the same
-seeded VAE (before the process group exists, as ``launch``'s ``setup`` allows), decode every
-latent case with every chunk size (the whole video gathered on every rank), and measure each rank's
-peak tensor bytes of one decode (``ppdit.runtime.observe.memory``). ``group_sizes`` repeats all that
-over the first n ranks for each n: one launch, several splits. ``one_process_decode`` is the
-reference: ``decode_full`` and its peak, measured the same way.
+``PatchPlan(latents, ranks, source)`` decodes latents (as the VAE reads them: denormalized)
+split by rows over ``ranks`` ranks. The VAE comes from the plan's ``ModelSource``, like every
+layout's weights: a seeded preset (the lessons and tests) or a pipeline folder's VAE
+(``ppdit generate --vae-ranks N``); every rank builds it before the process group exists and
+holds it whole (Wan's is a few hundred MB: the activations are what the split is for). Plans of
+several sizes run side by side in one launch (``run_patches``), each over the first n ranks of
+its own group (``runtime.comm.mesh``), interleaved round by round as every layout's are.
+
+What a rank reports: the videos it gathered (``gather="all"``: every rank; "first": rank 0),
+its decodes' seconds, with ``memory=True`` (the harness's) the peak tensor bytes of its round
+above the weights and the latents, and with ``peaks`` the peaks of decoding the first case once
+keeping only its rows and once gathering on rank 0 (``runtime.observe.memory``).
+``one_process_decode`` is the reference: ``decode_full`` and its peak, measured the same way.
 """
 
 from __future__ import annotations
@@ -14,30 +21,40 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 from diffusers import AutoencoderKLWan
 
-from ppdit.parallel.vae_patch.decode import decode_patch_parallel
+from ppdit.checkpoint.source import ModelSource
+from ppdit.parallel.vae_patch.decode import GATHER, decode_patch_parallel
 from ppdit.parallel.vae_patch.halo import RowGroup
+from ppdit.runtime.comm.mesh import Mesh
 from ppdit.runtime.observe.memory import track_peak_memory
-from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.observe.timing import timed
+from ppdit.runtime.observe.trace import Tracer, peak_memory
 from ppdit.runtime.processes.rank import RankContext
-from ppdit.vae.presets import build_vae
+from ppdit.runtime.rounds import Runner, run_side_by_side
 from ppdit.vae.streaming import decode_full
 
 
 @dataclass(frozen=True)
-class PatchJob:
-    """What the ranks decode: the same VAE, the same latents (every rank holds them whole)."""
+class PatchPlan:
+    """Latents decoded split by rows over ``ranks`` ranks (picklable: every rank gets it)."""
 
-    cases: tuple[torch.Tensor, ...]  # latents (B, z, F, H, W), one decode per case and chunk
+    latents: tuple[torch.Tensor, ...]  # (B, z, F, H, W) each, denormalized, held by every rank
+    ranks: int = 2
+    source: ModelSource = field(default_factory=ModelSource)  # whose VAE (a preset's, seeded)
     chunk_frames: tuple[int, ...] = (1,)  # 1: diffusers' per-frame loop; > 1: streamed chunks
-    # Decode over the first n ranks, for each n here (n < the world: a subgroup of them), so one
-    # launch checks several splits; the other ranks wait.
-    group_sizes: tuple[int, ...] = ()  # () : all the ranks
-    preset: str = "tiny"
-    seed: int = 0
-    memory: bool = True  # measure peak bytes (case 0, chunk_frames[0]); slows dispatch a little
+    gather: str = "all"  # who gets the whole video: every rank, or rank 0 ("first")
+    peaks: bool = False  # after the rounds: case 0's peaks, rows kept and rows gathered
+    weights = "vae"  # what each rank holds (``runtime.fit`` checks it fits)
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.gather not in GATHER[:2] or not self.latents:
+            raise ValueError(f"ranks={self.ranks} must be >= 1, gather={self.gather!r} one of "
+                             f"{GATHER[:2]}, and there must be latents to decode")
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks
 
 
 @dataclass
@@ -48,78 +65,98 @@ class RankPeaks:
     gathered: int  # the same, then the whole video gathered on rank 0
 
 
+class PatchRunner(Runner):
+    """Every plan of a side-by-side job on one rank: its row group, its decodes."""
+
+    @staticmethod
+    def prepare(rank: int, world_size: int, plans: tuple) -> AutoencoderKLWan:
+        """Before the process group exists: the plans' one VAE (``check_one_model``)."""
+        return plans[0].source.vae()
+
+    def __init__(self, ctx: RankContext, plans: Sequence[PatchPlan]):
+        super().__init__(ctx, plans)
+        self.vae = (ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)).to(ctx.device)
+        meshes = [Mesh.of(rows=p.ranks).build(ctx.rank) for p in plans]  # collective, in order
+        self.rows = [None if m is None else RowGroup(m.index("rows"), tuple(
+            m.mesh.line(ctx.rank, ("rows",))), m.group("rows"), ctx.wire) for m in meshes]
+
+    def takes_part(self, i: int) -> bool:
+        return self.rows[i] is not None
+
+    def model_of(self, i: int):
+        return self.vae
+
+    def run(self, i: int, tracer: Tracer) -> dict:
+        """Every case with every chunk size: the videos this rank gathered, and the seconds."""
+        plan, videos = self.plans[i], {}
+        with timed(self.ctx.placement) as clock:
+            for c, latents in enumerate(plan.latents):
+                for k in plan.chunk_frames:
+                    with tracer.span("compute", f"decode case {c}, chunks of {k}"):
+                        video = decode_patch_parallel(
+                            self.vae, latents.to(self.ctx.device), chunk_frames=k,
+                            gather=plan.gather, rows=self.rows[i])
+                    videos[(c, k)] = None if video is None else video.cpu()
+        return {"videos": videos, "seconds": clock.seconds}
+
+    def result(self, i: int) -> RankPeaks | None:
+        """After the rounds: the two peaks of case 0, when the plan asks."""
+        plan = self.plans[i]
+        if not plan.peaks:
+            return None
+        return RankPeaks(*(self._peak(plan, self.rows[i], g) for g in ("none", "first")))
+
+    def _peak(self, plan: PatchPlan, rows: RowGroup, gather: str) -> int:
+        latents = plan.latents[0].to(self.ctx.device)
+        with track_peak_memory(self.ctx.placement) as mem:
+            decode_patch_parallel(self.vae, latents, chunk_frames=plan.chunk_frames[0],
+                                  gather=gather, rows=rows)
+        return mem.peak_bytes
+
+
 @dataclass
 class PatchRun:
-    """Merged outcome, per group size n: rank 0's whole videos, and the n ranks' peaks."""
+    """One plan's outcome: rank 0's videos by (case, chunk frames), whether every rank that
+    gathered holds the same, and per rank its decodes' seconds, its round's peak (run with
+    ``memory=True``; else 0) and (``peaks``) case 0's two peaks."""
 
-    # (n, case index, chunk_frames) -> (B, 3, T, H', W') as gathered on rank 0
-    videos: dict[tuple[int, int, int], torch.Tensor]
-    same_everywhere: bool  # every rank of each group gathered the very same videos
-    peaks: dict[int, list[RankPeaks]] = field(default_factory=dict)  # n -> peaks by rank
+    plan: PatchPlan
+    videos: dict[tuple[int, int], torch.Tensor]
+    same_everywhere: bool
+    seconds: list[float]
+    run_peaks: list[int]
+    peaks: list[RankPeaks | None]
 
-
-def setup_vae(rank: int, world_size: int, job: PatchJob) -> AutoencoderKLWan:
-    """``launch``'s setup hook: every rank builds the same VAE before the group exists."""
-    return build_vae(job.preset, seed=job.seed)
-
-
-def patch_worker(ctx: RankContext, job: PatchJob) -> tuple[dict, dict]:
-    """Every rank, for every group size it belongs to: every case and chunk size gathered on
-    every rank, then the memory runs."""
-    videos, peaks = {}, {}
-    for n in job.group_sizes or (ctx.world_size,):
-        # new_group is collective: every rank makes every group, members or not
-        group = dist.new_group(list(range(n))) if n < ctx.world_size else None
-        if ctx.rank < n:
-            rows = RowGroup.of(group, rules=ctx.rules)
-            videos.update(_decode_cases(ctx.prepared, job, rows, n))
-            if job.memory:
-                peaks[n] = RankPeaks(*(_peak(ctx.prepared, job, g, rows, ctx)
-                                       for g in ("none", "first")))
-    return videos, peaks
+    @property
+    def video(self) -> torch.Tensor:
+        """Case 0 at the first chunk size."""
+        return self.videos[(0, self.plan.chunk_frames[0])]
 
 
-def _decode_cases(vae: AutoencoderKLWan, job: PatchJob, rows: RowGroup, n: int) -> dict:
+def run_patches(plans: dict[str, PatchPlan], rounds: int = 1,
+                **launch_kwargs) -> dict[str, PatchRun]:
+    """Several patch plans (one VAE source) in one launch, interleaved round by round; ranks
+    get one thread each unless ``threads_per_rank`` says otherwise."""
+    launch_kwargs.setdefault("echo", False)
+    world = max(p.ranks for p in plans.values())
+    runs = run_side_by_side(plans, runner=PatchRunner,
+                            world_size=world, rounds=rounds, **launch_kwargs)
     out = {}
-    for i, latents in enumerate(job.cases):
-        for k in job.chunk_frames:
-            out[(n, i, k)] = decode_patch_parallel(vae, latents, chunk_frames=k, gather="all",
-                                                   rows=rows)
+    for name, r in runs.items():
+        last = r.last()
+        ranks = sorted(last)
+        mine = last[ranks[0]]["videos"]
+        same = all(torch.equal(v, mine[k]) for rank in ranks
+                   for k, v in last[rank]["videos"].items() if v is not None)
+        peak = peak_memory(r.traces[-1])
+        out[name] = PatchRun(plans[name], mine, same, [last[k]["seconds"] for k in ranks],
+                             [peak.get(k, 0) for k in ranks], [r.results[k] for k in ranks])
     return out
 
 
-def _peak(vae: AutoencoderKLWan, job: PatchJob, gather: str, rows: RowGroup,
-          ctx: RankContext) -> int:
-    with track_peak_memory(ctx.placement) as mem:
-        decode_patch_parallel(vae, job.cases[0], chunk_frames=job.chunk_frames[0],
-                              gather=gather, rows=rows)
-    return mem.peak_bytes
-
-
-def run_patch_decode(cases: Sequence[torch.Tensor], world_size: int, *,
-                     group_sizes: Sequence[int] = (), chunk_frames: Sequence[int] = (1,),
-                     preset: str = "tiny", seed: int = 0, memory: bool = True,
-                     **launch_kwargs) -> PatchRun:
-    """Launch ``world_size`` ranks and decode every case row-split over the first n ranks,
-    for each n in ``group_sizes`` (default: all of them).
-
-    ``launch_kwargs`` go to ``launch`` (``pool=`` to reuse live ranks); ranks get
-    one thread each unless ``threads_per_rank`` says otherwise.
-    """
-    if any(not 1 <= n <= world_size for n in group_sizes):
-        raise ValueError(f"group_sizes={tuple(group_sizes)} must lie in 1..{world_size}")
-    launch_kwargs.setdefault("threads_per_rank", 1)
-    launch_kwargs.setdefault("echo", False)
-    job = PatchJob(tuple(c.contiguous() for c in cases), tuple(chunk_frames),
-                   tuple(group_sizes), preset, seed, memory)
-    per_rank = launch(patch_worker, world_size, args=(job,), setup=setup_vae, **launch_kwargs)
-    peaks: dict[int, list[RankPeaks]] = {}
-    for _, rank_peaks in per_rank:  # in rank order
-        for n, p in rank_peaks.items():
-            peaks.setdefault(n, []).append(p)
-    videos = per_rank[0][0]
-    same = all(torch.equal(v, videos[key]) for theirs, _ in per_rank for key, v in theirs.items())
-    return PatchRun(videos, same, peaks)
+def run_patch(plan: PatchPlan, **launch_kwargs) -> PatchRun:
+    """One patch plan on ``plan.ranks`` ranks."""
+    return run_patches({"plan": plan}, **launch_kwargs)["plan"]
 
 
 def one_process_decode(vae: AutoencoderKLWan, latents: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -129,10 +166,5 @@ def one_process_decode(vae: AutoencoderKLWan, latents: torch.Tensor) -> tuple[to
     return video, mem.peak_bytes
 
 
-def max_abs_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest elementwise difference (0.0 means bitwise equal for finite tensors)."""
-    return (a - b).abs().max().item()
-
-
-__all__ = ["PatchJob", "PatchRun", "RankPeaks", "max_abs_error", "one_process_decode",
-           "patch_worker", "run_patch_decode", "setup_vae"]
+__all__ = ["PatchPlan", "PatchRun", "PatchRunner", "RankPeaks", "one_process_decode",
+           "run_patch", "run_patches"]

@@ -14,9 +14,12 @@ each handoff as **one** message, the payload with a few int64 metadata slots app
 step index, ...). With ``FrameSender.claim`` the producing step writes straight into the outgoing
 frame, so a handoff costs what a bare ``dist.send`` of the latent costs.
 
-Every operation is posted through ``post_send`` / ``post_recv``: plain gloo / NCCL, or, with
-``rules`` (a gloo rank keeping NCCL's point-to-point rules: ``ppdit.runtime.comm.nccl_rules``),
-queued per peer as NCCL would run it.
+Every operation is posted through a ``Wire``, the one object a rank's algorithm code holds
+(``ctx.wire``): plain gloo / NCCL, or, for a gloo rank keeping NCCL's point-to-point rules
+(``ppdit.runtime.comm.nccl_rules``), queued per peer as NCCL would run it. Nothing in a layout
+names the rules; a call that needs a wire cannot be made without one, and a rule test
+(``tests/test_wire_rule.py``) allows ``dist.send``-style calls only in the baselines that
+measure the bare transport.
 
 Staging (``staged=True``, from the rank's ``Placement``: ranks sharing a GPU over gloo, which
 moves only host memory): what goes on the wire lives in a (pinned) host buffer. A sender copies
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 
@@ -70,29 +73,42 @@ def communicator_aborted() -> str | None:
     return _ABORTED[0] if _ABORTED else None
 
 
-def post_send(tensor: torch.Tensor, dst: int, group=None, rules: NcclRules | None = None):
-    """``dist.isend``, or the same under NCCL's rules."""
-    if rules is not None:
-        return rules.isend(tensor, dst, group)
-    return dist.isend(tensor, dst, group=group)
+@dataclass(frozen=True)
+class Wire:
+    """How this rank's point-to-point messages travel: its device, whether they are staged
+    through host memory (gloo between ranks that share a GPU moves host memory only), and
+    NCCL's rules when a gloo rank keeps them (``None``: the backend as it is)."""
 
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    staged: bool = False
+    rules: NcclRules | None = None
 
-def post_recv(tensor: torch.Tensor, src: int, group=None, rules: NcclRules | None = None):
-    """``dist.irecv``, or the same under NCCL's rules."""
-    if rules is not None:
-        return rules.irecv(tensor, src, group)
-    return dist.irecv(tensor, src, group=group)
+    @property
+    def buffers(self) -> torch.device:
+        """Where a message's bytes live while the backend moves them."""
+        return wire_device(self.device, self.staged)
 
+    def send(self, tensor: torch.Tensor, dst: int, group=None):
+        """``dist.isend``, or the same under NCCL's rules."""
+        if self.rules is not None:
+            return self.rules.isend(tensor, dst, group)
+        return dist.isend(tensor, dst, group=group)
 
-def post_batch(ops: Sequence[tuple[str, torch.Tensor, int]], group=None,
-               rules: NcclRules | None = None) -> list:
-    """``batch_isend_irecv`` of ("send" | "recv", tensor, peer) triples: NCCL launches them as
-    one group, so paired traffic fused this way cannot block itself; under ``rules`` the same.
-    Returns one work per operation, in order."""
-    if rules is not None:
-        return rules.batch([(kind, t, peer, group) for kind, t, peer in ops])
-    way = {"send": dist.isend, "recv": dist.irecv}
-    return dist.batch_isend_irecv([dist.P2POp(way[kind], t, peer, group) for kind, t, peer in ops])
+    def recv(self, tensor: torch.Tensor, src: int, group=None):
+        """``dist.irecv``, or the same under NCCL's rules."""
+        if self.rules is not None:
+            return self.rules.irecv(tensor, src, group)
+        return dist.irecv(tensor, src, group=group)
+
+    def batch(self, ops: Sequence[tuple[str, torch.Tensor, int]], group=None) -> list:
+        """``batch_isend_irecv`` of ("send" | "recv", tensor, peer) triples: NCCL launches them
+        as one group, so paired traffic fused this way cannot block itself; under the rules
+        the same. Returns one work per operation, in order."""
+        if self.rules is not None:
+            return self.rules.batch([(kind, t, peer, group) for kind, t, peer in ops])
+        way = {"send": dist.isend, "recv": dist.irecv}
+        return dist.batch_isend_irecv([dist.P2POp(way[kind], t, peer, group)
+                                       for kind, t, peer in ops])
 
 
 def wait_for(work, timeout_s: float, what: str) -> None:
@@ -153,26 +169,24 @@ def _parse_header(h: torch.Tensor, src: int) -> tuple[tuple[int, ...], torch.dty
     return tuple(vals[4:4 + ndim]), DTYPES[vals[1]], vals[3]
 
 
-def send_tensor(tensor: torch.Tensor, dst: int, *, group=None, staged: bool = False,
-                device: torch.device | str | None = None, rules: NcclRules | None = None,
+def send_tensor(tensor: torch.Tensor, dst: int, wire: Wire, *, group=None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
     """Send any tensor (header, then contiguous payload) to global rank ``dst``; blocks."""
-    isend_tensor(tensor, dst, group=group, staged=staged, device=device,
-                 rules=rules).wait(timeout_s)
+    isend_tensor(tensor, dst, wire, group=group).wait(timeout_s)
 
 
 class PendingSend:
     """Sends in flight and the tensors they read (kept alive until ``wait``)."""
 
-    def __init__(self, dst: int, rules: NcclRules | None = None):
-        self.dst, self.rules = dst, rules
+    def __init__(self, dst: int, wire: Wire):
+        self.dst, self.wire = dst, wire
         self.works: list = []
         self.tensors: list[torch.Tensor] = []
 
     def add(self, tensor: torch.Tensor, group=None) -> PendingSend:
         """Post one more isend of ``tensor`` to ``dst``."""
         self.tensors.append(tensor)
-        self.works.append(post_send(tensor, self.dst, group, self.rules))
+        self.works.append(self.wire.send(tensor, self.dst, group))
         return self
 
     def done(self) -> bool:
@@ -185,52 +199,47 @@ class PendingSend:
             wait_for(w, timeout_s, f"sending to rank {self.dst}")
 
 
-def isend_tensor(tensor: torch.Tensor, dst: int, *, group=None, staged: bool = False,
-                 device: torch.device | str | None = None, rules: NcclRules | None = None,
+def isend_tensor(tensor: torch.Tensor, dst: int, wire: Wire, *, group=None,
                  pending: PendingSend | None = None) -> PendingSend:
     """Post the header and the contiguous payload without waiting; ``wait()`` on the result.
-    ``device`` (optional) is checked against the tensor's; ``staged`` sends a host copy."""
-    if device is not None:
-        check_on(f"sending a tensor to rank {dst}", tensor, device)
-    payload = tensor.detach().to("cpu") if staged else tensor
+    The tensor must be on the wire's device; a staged wire sends a host copy."""
+    check_on(f"sending a tensor to rank {dst}", tensor, wire.device)
+    payload = tensor.detach().to("cpu") if wire.staged else tensor
     payload = payload.contiguous()
-    pending = pending or PendingSend(dst, rules)
+    pending = pending or PendingSend(dst, wire)
     pending.add(_header(payload.shape, payload.dtype, 0, payload.device), group)
     return pending.add(payload, group)
 
 
-def recv_tensor(src: int, *, device: torch.device | str = "cpu", group=None,
-                staged: bool = False, rules: NcclRules | None = None,
+def recv_tensor(src: int, wire: Wire, *, group=None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
-    """Receive a tensor sent with ``send_tensor`` from global rank ``src``, on ``device``."""
-    wire = wire_device(device, staged)
-    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire)
-    wait_for(post_recv(h, src, group, rules), timeout_s, f"receiving a header from rank {src}")
+    """Receive a tensor sent with ``send_tensor`` from global rank ``src``, on the wire's
+    device."""
+    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire.buffers)
+    wait_for(wire.recv(h, src, group), timeout_s, f"receiving a header from rank {src}")
     shape, dtype, _ = _parse_header(h, src)
-    out = torch.empty(shape, dtype=dtype, device=wire)
-    wait_for(post_recv(out, src, group, rules), timeout_s,
-             f"receiving a tensor from rank {src}")
-    return out.to(device)
+    out = torch.empty(shape, dtype=dtype, device=wire.buffers)
+    wait_for(wire.recv(out, src, group), timeout_s, f"receiving a tensor from rank {src}")
+    return out.to(wire.device)
 
 
-def broadcast_tensor(tensor: torch.Tensor | None, src: int, *, group=None,
-                     device: torch.device | str = "cpu", staged: bool = False,
-                     rules: NcclRules | None = None) -> torch.Tensor:
-    """Collective over ``group``: every rank returns global rank ``src``'s tensor on ``device``
-    (header, then contiguous payload, as ``send_tensor``); the other ranks pass ``None``.
-    (A collective: NCCL's point-to-point ``rules`` do not apply to it.)"""
-    wire = wire_device(device, staged)
+def broadcast_tensor(tensor: torch.Tensor | None, src: int, wire: Wire, *,
+                     group=None) -> torch.Tensor:
+    """Collective over ``group``: every rank returns global rank ``src``'s tensor on the wire's
+    device (header, then contiguous payload, as ``send_tensor``); the other ranks pass
+    ``None``. (A collective: NCCL's point-to-point rules do not apply to it.)"""
     if dist.get_rank() == src:
-        payload = tensor.to(wire).contiguous()
-        dist.broadcast(_header(payload.shape, payload.dtype, 0, wire), src=src, group=group)
+        payload = tensor.to(wire.buffers).contiguous()
+        dist.broadcast(_header(payload.shape, payload.dtype, 0, wire.buffers), src=src,
+                       group=group)
         dist.broadcast(payload, src=src, group=group)
-        return payload.to(device)
-    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire)
+        return payload.to(wire.device)
+    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire.buffers)
     dist.broadcast(h, src=src, group=group)
     shape, dtype, _ = _parse_header(h, src)
-    out = torch.empty(shape, dtype=dtype, device=wire)
+    out = torch.empty(shape, dtype=dtype, device=wire.buffers)
     dist.broadcast(out, src=src, group=group)
-    return out.to(device)
+    return out.to(wire.device)
 
 
 @dataclass(frozen=True)
@@ -259,11 +268,12 @@ class FrameSpec:
         """Bytes on the wire per frame."""
         return self.payload_nbytes + 8 * self.meta_slots
 
-    def new_frame(self, device: torch.device | str = "cpu", staged: bool = False) -> Frame:
+    def new_frame(self, wire: Wire) -> Frame:
         """An empty frame buffer with its payload and metadata views made once (making them costs
         more Python time per handoff than the copy they would avoid). Staged: the buffer is on
-        the host, and ``compute`` is a tensor of the payload's shape on ``device`` to produce
-        into."""
+        the host, and ``compute`` is a tensor of the payload's shape on the wire's device to
+        produce into."""
+        device, staged = wire.device, wire.staged
         buf = (host_empty(self.nbytes, device) if staged else
                torch.empty(self.nbytes, dtype=torch.uint8, device=device))
         payload = buf[:self.raw_payload_nbytes].view(self.dtype).view(self.shape)
@@ -324,14 +334,12 @@ class FrameSender:
     returns a device tensor and ``send`` copies it to the host buffer: one copy either way.)
     """
 
-    def __init__(self, spec: FrameSpec, dst: int, *, device: torch.device | str = "cpu",
-                 group=None, max_in_flight: int = 2, announce: bool = True,
-                 staged: bool = False, rules: NcclRules | None = None,
+    def __init__(self, spec: FrameSpec, dst: int, wire: Wire, *, group=None,
+                 max_in_flight: int = 2, announce: bool = True,
                  timeout_s: float = DEFAULT_TIMEOUT_S):
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight={max_in_flight} must be >= 1")
-        self.spec, self.dst, self.device, self.group = spec, dst, torch.device(device), group
-        self.staged, self.rules = staged, rules
+        self.spec, self.dst, self.wire, self.group = spec, dst, wire, group
         self.max_in_flight, self.timeout_s = max_in_flight, timeout_s
         # (work, Frame to recycle or None, tensor the transport is still reading)
         self._pending: deque = deque()
@@ -347,21 +355,21 @@ class FrameSender:
             while len(self._pending) >= self.max_in_flight:
                 self._wait_oldest()
             self._claimed = (self._free.pop() if self._free else
-                             self.spec.new_frame(self.device, self.staged))
+                             self.spec.new_frame(self.wire))
         return self._claimed.compute
 
     def send(self, tensor: torch.Tensor, meta: Sequence[int]) -> None:
         """Queue one frame for ``dst``; returns once the send is posted."""
-        check_on(f"sending a frame to rank {self.dst}", tensor, self.device)
+        check_on(f"sending a frame to rank {self.dst}", tensor, self.wire.device)
         if not self._announced:
-            wire = wire_device(self.device, self.staged)
-            h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots, wire)
-            self._pending.append((post_send(h, self.dst, self.group, self.rules), None, h))
+            h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots,
+                        self.wire.buffers)
+            self._pending.append((self.wire.send(h, self.dst, self.group), None, h))
             self._announced = True
         self.claim()
         frame, self._claimed = self._claimed, None
         frame.fill(self.spec, tensor, meta)
-        self._pending.append((post_send(frame.buf, self.dst, self.group, self.rules), frame,
+        self._pending.append((self.wire.send(frame.buf, self.dst, self.group), frame,
                               frame.buf))
 
     def _reap(self) -> None:
@@ -394,13 +402,12 @@ class FrameReceiver:
     both cores are busy); posted early, it is usually complete by then.
     """
 
-    def __init__(self, spec: FrameSpec, src: int, *, device: torch.device | str = "cpu",
-                 group=None, depth: int = 2, count: int | None = None, staged: bool = False,
-                 rules: NcclRules | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
-        self.spec, self.src, self.device, self.group = spec, src, torch.device(device), group
-        self.timeout_s, self.count, self.staged, self.rules = timeout_s, count, staged, rules
+    def __init__(self, spec: FrameSpec, src: int, wire: Wire, *, group=None, depth: int = 2,
+                 count: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.spec, self.src, self.wire, self.group = spec, src, wire, group
+        self.timeout_s, self.count = timeout_s, count
         self.ahead = 1 if count is not None else 0  # never post a receive that may not come
-        self._ring = [spec.new_frame(self.device, staged) for _ in range(depth + self.ahead)]
+        self._ring = [spec.new_frame(wire) for _ in range(depth + self.ahead)]
         self._posted: deque = deque()  # (frame, work) in arrival order
         self._next_post = 0
         self._received = 0
@@ -420,21 +427,20 @@ class FrameReceiver:
         wait_for(work, timeout_s, f"receiving a frame from rank {self.src}")
         self._received += 1
         self._post_until(self._received + self.ahead)
-        return frame.arrived(self.device, copy), frame.read_meta()
+        return frame.arrived(self.wire.device, copy), frame.read_meta()
 
     def _post_until(self, upto: int) -> None:
         if self.count is not None:
             upto = min(upto, self.count)
         while self._next_post < upto:
             frame = self._ring[self._next_post % len(self._ring)]
-            self._posted.append((frame, post_recv(frame.buf, self.src, self.group, self.rules)))
+            self._posted.append((frame, self.wire.recv(frame.buf, self.src, self.group)))
             self._next_post += 1
 
     def _check_header(self, timeout_s: float) -> None:
-        h = torch.empty(HEADER_LEN, dtype=torch.int64,
-                        device=wire_device(self.device, self.staged))
-        wait_for(post_recv(h, self.src, self.group, self.rules), timeout_s,
-              f"receiving the frame header from rank {self.src}")
+        h = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.wire.buffers)
+        wait_for(self.wire.recv(h, self.src, self.group), timeout_s,
+                 f"receiving the frame header from rank {self.src}")
         shape, dtype, slots = _parse_header(h, self.src)
         theirs = FrameSpec(shape, dtype, slots)
         if theirs != self.spec:

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import post_batch, wire_device
+from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.device import Placement
 
 MIN_ROUNDS = 3  # with two, the median is a mean; three make one outlier visible
@@ -108,8 +107,8 @@ def repeat(fn: Callable[[], object], placement: Placement | None = None, rounds:
     return out
 
 
-def warm_up_pairs(placement: Placement, pairs: Sequence[tuple[int, int]], rank: int, group=None,
-                  rules: NcclRules | None = None) -> None:
+def warm_up_pairs(wire: Wire, pairs: Sequence[tuple[int, int]], rank: int,
+                  group=None) -> None:
     """One tiny exchange on ``group``'s collective communicator, then on every P2P pair that
     holds ``rank``: the untimed warm-up a timed round of communication needs.
 
@@ -118,26 +117,24 @@ def warm_up_pairs(placement: Placement, pairs: Sequence[tuple[int, int]], rank: 
     ``group`` (None: the world) calls it with the same ``pairs`` (global ranks), in the same
     order. The collective comes first: NCCL asks that a group's first operation include all of
     its ranks. Each exchange is one fused send + receive (``batch_isend_irecv``), which cannot
-    block itself under NCCL's ordering; ranks that keep NCCL's rules on gloo (``rules``, i.e.
-    ``ctx.rules``) post it through them. Messages sit where the rank's P2P puts them (host
-    memory when staged).
+    block itself under NCCL's ordering; it goes through ``wire`` (``ctx.wire``: the rank's
+    rules, if it keeps NCCL's; a bare ``Wire`` for the transport's own baselines). Messages sit
+    where the rank's P2P puts them (host memory when staged).
     """
-    device = wire_device(placement.device, placement.staged)
-    dist.all_reduce(torch.zeros(1, device=device), group=group)  # a barrier that names its device
+    dist.all_reduce(torch.zeros(1, device=wire.buffers), group=group)  # a barrier on its device
     for a, b in pairs:
         if rank not in (a, b) or a == b:
             continue
-        exchange(b if rank == a else a, device, group, rules)
+        exchange(b if rank == a else a, wire, group)
 
 
-def exchange(peer: int, device: torch.device, group=None, rules: NcclRules | None = None
-             ) -> None:
+def exchange(peer: int, wire: Wire, group=None) -> None:
     """Send one element to ``peer`` and receive one from it, as one fused operation: the
     warm-up of one P2P pair (NCCL makes the pair's communicator here, not in a timed round).
     Ranks that exchange with several peers do it in one global order of pairs (sorted by
     (lower rank, higher rank)), so the blocking exchanges cannot wait in a cycle."""
-    out, back = torch.zeros(1, device=device), torch.empty(1, device=device)
-    for work in post_batch([("send", out, peer), ("recv", back, peer)], group, rules):
+    out, back = torch.zeros(1, device=wire.buffers), torch.empty(1, device=wire.buffers)
+    for work in wire.batch([("send", out, peer), ("recv", back, peer)], group):
         work.wait()
 
 

@@ -14,14 +14,13 @@ import socket
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.comm.wire import wire_device
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.processes.rank import RankContext
 
 
 def hello(ctx: RankContext) -> dict:
     """Who am I: rank, device, backend, threads, process id, host; plus an all-reduce check."""
-    x = torch.tensor([float(ctx.rank + 1)], device=wire_device(ctx.device, ctx.placement.staged))
+    x = torch.tensor([float(ctx.rank + 1)], device=ctx.wire.buffers)
     dist.all_reduce(x)
     return {"rank": ctx.rank, "world_size": ctx.world_size, "device": str(ctx.device),
             "backend": ctx.placement.backend, "threads": torch.get_num_threads(),

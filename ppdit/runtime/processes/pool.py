@@ -38,6 +38,7 @@ import pickle
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -190,8 +191,12 @@ class RankPool:
             if not self.started:
                 self._start(job)
             else:
+                # the caller's import path travels with the job, read before the job is: a
+                # worker from a module the caller imported by path after the ranks started
+                # (a lab's checker) must still unpickle on a live rank
+                message = (list(sys.path), pickle.dumps(job))
                 for q in self._job_qs:
-                    q.put(job)
+                    q.put(message)
             out = self._wait(job.job_id, timeout_s)
             if self._spent:  # a rank lost its communicators (a P2P timeout): start afresh
                 self._abort()

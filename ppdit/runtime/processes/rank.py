@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import pickle
 import signal
 import sys
 import time
@@ -37,7 +38,7 @@ import torch.distributed as dist
 
 from ppdit._spawn_entry import watch_torchrun_agent
 from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import communicator_aborted
+from ppdit.runtime.comm.wire import Wire, communicator_aborted
 from ppdit.runtime.device import (
     Placement,
     PlacementDecision,
@@ -83,11 +84,10 @@ class RankContext:
         return self.placement.device
 
     @property
-    def wire(self) -> dict:
-        """``device=``, ``staged=`` and ``rules=`` for the P2P helpers:
-        ``FrameSender(..., **ctx.wire)``."""
-        return {"device": self.placement.device, "staged": self.placement.staged,
-                "rules": self.rules}
+    def wire(self) -> Wire:
+        """How this rank's messages travel (its device, staging, and NCCL's rules if it keeps
+        them): what every point-to-point call takes, ``FrameSender(spec, peer, ctx.wire)``."""
+        return Wire(self.placement.device, self.placement.staged, self.rules)
 
     def emit(self, event: Any) -> None:
         """Send a small progress event to the caller's ``on_event`` (under torchrun: rank 0's)."""
@@ -142,7 +142,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
         boot = {"spawn": spec.spawn_ns, "entry": entry_ns, "setup": setup_ns,
                 "group": time.perf_counter_ns()}
         while True:
-            job = job or jobs_q.get()
+            job = job or _next_job(jobs_q)
             if job is None:
                 break
             if job is not first:
@@ -183,6 +183,17 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
     # every launch as it waited for its ranks to exit (and after 3 s they were terminated).
     # It also skips a P2P thread that may still sit in an aborted group.
     os._exit(0)
+
+
+def _next_job(jobs_q) -> RankJob | None:
+    """The next job from the caller (``None``: stop), after taking its import path (the
+    caller may have imported the worker's module by path since this rank started)."""
+    message = jobs_q.get()
+    if message is None:
+        return None
+    path, payload = message
+    sys.path.extend(p for p in path if p not in sys.path)
+    return pickle.loads(payload)
 
 
 def _rules(placement: Placement, rank: int) -> NcclRules | None:

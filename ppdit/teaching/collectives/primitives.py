@@ -6,7 +6,7 @@ every output can be compared with ``expected_primitives`` digit for digit, and a
 output tells where it came from (a sum, 100 + 4c for p = 4, is no rank's value).
 
 ``ring_reduce_scatter`` and ``ring_all_gather`` build the two halves of a ring all-reduce from
-point-to-point messages, each step one fused send + receive (``post_batch``, i.e.
+point-to-point messages, each step one fused send + receive (``Wire.batch``, i.e.
 ``batch_isend_irecv``) so it cannot block itself under NCCL's rules; ``composition_worker``
 compares them, and the backend's own reduce-scatter + all-gather, with ``dist.all_reduce``.
 """
@@ -16,8 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import post_batch, post_recv, post_send, wait_for
+from ppdit.runtime.comm.wire import Wire, wait_for
 from ppdit.runtime.processes.rank import RankContext
 
 PRIMITIVES = ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather", "all-to-all")
@@ -106,8 +105,7 @@ def expected_primitives(p: int) -> list[dict[str, tuple[Grid, Grid]]]:
     return out
 
 
-def ring_reduce_scatter(x: torch.Tensor, rank: int, p: int,
-                        rules: NcclRules | None = None) -> torch.Tensor:
+def ring_reduce_scatter(x: torch.Tensor, rank: int, p: int, wire: Wire) -> torch.Tensor:
     """Chunk ``rank`` of the sum over ranks of ``x``, by p - 1 ring steps.
 
     At step s rank r sends chunk (r - s - 1) mod p to r + 1 and adds the chunk (r - s - 2) mod p
@@ -123,15 +121,13 @@ def ring_reduce_scatter(x: torch.Tensor, rank: int, p: int,
     for step in range(p - 1):
         send_c, recv_c = (rank - step - 1) % p, (rank - step - 2) % p
         partial = torch.empty_like(chunks[recv_c])
-        for work in post_batch([("send", chunks[send_c], right), ("recv", partial, left)],
-                               rules=rules):
+        for work in wire.batch([("send", chunks[send_c], right), ("recv", partial, left)]):
             wait_for(work, WAIT_S, f"ring reduce-scatter step {step}")
         chunks[recv_c] = partial + chunks[recv_c]  # the sum so far, then this rank's share
     return chunks[rank]
 
 
-def ring_all_gather(mine: torch.Tensor, rank: int, p: int,
-                    rules: NcclRules | None = None) -> torch.Tensor:
+def ring_all_gather(mine: torch.Tensor, rank: int, p: int, wire: Wire) -> torch.Tensor:
     """Every rank's chunk, concatenated in rank order, by p - 1 ring steps: at step s rank r
     forwards chunk (r - s) mod p to r + 1 and receives chunk (r - s - 1) mod p from r - 1."""
     chunks: list[torch.Tensor | None] = [None] * p
@@ -140,8 +136,7 @@ def ring_all_gather(mine: torch.Tensor, rank: int, p: int,
     for step in range(p - 1):
         send_c, recv_c = (rank - step) % p, (rank - step - 1) % p
         got = torch.empty_like(mine)
-        for work in post_batch([("send", chunks[send_c], right), ("recv", got, left)],
-                               rules=rules):
+        for work in wire.batch([("send", chunks[send_c], right), ("recv", got, left)]):
             wait_for(work, WAIT_S, f"ring all-gather step {step}")
         chunks[recv_c] = got
     return torch.cat(chunks)
@@ -168,7 +163,7 @@ def composition_worker(ctx: RankContext, numel: int, integers: bool,
     REDUCE_SCATTER(shard, x.clone())
     backend = torch.empty(numel)
     ALL_GATHER(backend, shard)
-    ring = ring_all_gather(ring_reduce_scatter(x, r, p, ctx.rules), r, p, ctx.rules)
+    ring = ring_all_gather(ring_reduce_scatter(x, r, p, ctx.wire), r, p, ctx.wire)
     return {"input": x, "all_reduce": reduced, "backend_rs_ag": backend, "ring_rs_ag": ring}
 
 
@@ -188,9 +183,9 @@ def exchange_worker(ctx: RankContext, fused: bool) -> list[int]:
     mine = torch.full((4,), ctx.rank, dtype=torch.int64)
     theirs = torch.empty(4, dtype=torch.int64)
     if fused:
-        works = post_batch([("recv", theirs, peer), ("send", mine, peer)], rules=ctx.rules)
+        works = ctx.wire.batch([("recv", theirs, peer), ("send", mine, peer)])
     else:
-        works = [post_recv(theirs, peer, rules=ctx.rules), post_send(mine, peer, rules=ctx.rules)]
+        works = [ctx.wire.recv(theirs, peer), ctx.wire.send(mine, peer)]
     for work in works:
         wait_for(work, WAIT_S, "exchange")
     return theirs.tolist()

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ppdit.analysis.measure import ping_pong
-from ppdit.runtime.comm.wire import wire_device
+from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.observe.timing import MIN_ROUNDS, timed, warm_up_pairs
 from ppdit.runtime.processes.rank import RankContext
 
@@ -48,8 +48,9 @@ def alpha_beta_sweep(ctx: RankContext, sizes: Sequence[int] = SIZES,
     if any(n < 4 or n % 4 for n in sizes):
         raise ValueError(f"sizes={list(sizes)}: fp32 buffers need multiples of 4 bytes")
     peer = 1 - ctx.rank
-    warm_up_pairs(ctx.placement, [(0, 1)], ctx.rank)
-    device = wire_device(ctx.device, ctx.placement.staged)
+    bare = Wire(ctx.device, ctx.placement.staged)  # the raw sends below: no rules either
+    warm_up_pairs(bare, [(0, 1)], ctx.rank)
+    device = bare.buffers
     buffers = [torch.zeros(n // 4, device=device) for n in sizes]
 
     def round_trips(x: torch.Tensor, k: int) -> None:
