@@ -26,8 +26,10 @@ test:
 	# nbval replays the notebooks: their claims go to a scratch folder (also the default).
 	# Ranks stay on the CPU (the committed outputs and the references are CPU results, compared
 	# bit for bit) even on a GPU machine, where the tests marked `gpu` run on CUDA themselves.
+	# The lanes in order, fastest first (tests/conftest.py marks each test by its folder).
 	PPDIT_DEVICE=cpu PPDIT_CLAIMS_DIR=$$(mktemp -d) PPDIT_REQUIRE_BOOK=1 \
-		$(PY) -m pytest tests notebooks $(NBVAL) --durations=60
+		$(PY) -m pytest tests/unit tests/ranks tests/system tests/gpu tests/book notebooks \
+		$(NBVAL) --durations=60
 
 # On a GPU machine: the GPU tests, then the GPU measurements (about 8 minutes on one H100); writes
 # gpu_runs/<gpu>-<date>.json. Needs a CUDA build of torch (TORCH_SPEC, see scripts/bootstrap.sh);
@@ -36,10 +38,12 @@ gpu-check:
 	scripts/bootstrap.sh test
 	$(PY) -m ppdit gpu-check
 
-# The quick inner loop: every test that starts no ranks (well under a minute), then ruff.
+# The quick inner loop: the unit lane (tests/unit/: nothing starts a process; about half a
+# minute here), then ruff. The other lanes: tests/ranks, tests/system, tests/book, tests/gpu.
 test-fast:
 	scripts/bootstrap.sh test
-	$(PY) -m pytest -m "not slow" -q
+	@start=$$(date +%s); $(PY) -m pytest tests/unit -q; status=$$?; \
+		echo "make test-fast: the unit lane took $$(( $$(date +%s) - start )) s"; exit $$status
 	$(PY) -m ruff check .
 
 lint:

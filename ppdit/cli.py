@@ -152,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "plan":
         return _plan(args)
+    try:  # bad input: the rule it breaks, before anything loads, starts or launches
+        args.prepared = _prepare(args) if args.command == "generate" else None
+    except ValueError as e:
+        print(f"ppdit {args.command}: {e}", file=sys.stderr)
+        return 2
     if args.command in LAUNCHES:
         start_early()  # the fork server's imports run beside this process's own (CPU ranks)
     from ppdit import jobs  # here: `ppdit --help` and `ppdit plan` answer without torch
@@ -171,7 +176,8 @@ def _run(jobs, args: argparse.Namespace) -> int:
         return jobs.gpu_check(args.out, tests=not args.skip_tests,
                               tests_timeout_s=args.tests_timeout, skip=args.skip)
     if args.command == "generate":
-        return _generate(jobs, args)
+        return jobs.generate(args.prepared, args.out, device=args.device,
+                             streaming_decode=args.streaming_decode, nccl_rules=_rules(args))
     if args.command == "demo":
         return jobs.demo(args.out, chunks=args.chunks,
                          cut_at=_cut_at(args.cut_at), tp=args.tp,
@@ -207,24 +213,19 @@ def _cut_at(value: int | None) -> int | None:
     return None if value < 0 else value
 
 
-def _generate(jobs, args: argparse.Namespace) -> int:
+def _prepare(args: argparse.Namespace):
+    """The generate request, checked against its folder and planned (``t2v.generate``)."""
     from ppdit.parallel.layout import parse_layout
     from ppdit.t2v.generate import prepare
     from ppdit.t2v.spec import GenerateSpec
 
-    try:
-        spec = GenerateSpec(
-            str(args.checkpoint), args.prompt, args.negative_prompt,
-            layout=parse_layout(args.layout, args.ranks), dtype=args.dtype,
-            num_steps=args.steps, num_frames=args.frames, height=args.height, width=args.width,
-            seed=args.seed, guidance_scale=args.guidance, solver=args.solver,
-            text_encoder=args.text_encoder, vae_ranks=args.vae_ranks)
-        prepared = prepare(spec)  # checked and planned before anything loads or launches
-    except ValueError as e:  # bad input: the rule it breaks, not a traceback
-        print(f"ppdit generate: {e}", file=sys.stderr)
-        return 2
-    return jobs.generate(prepared, args.out, device=args.device,
-                         streaming_decode=args.streaming_decode, nccl_rules=_rules(args))
+    spec = GenerateSpec(
+        str(args.checkpoint), args.prompt, args.negative_prompt,
+        layout=parse_layout(args.layout, args.ranks), dtype=args.dtype, num_steps=args.steps,
+        num_frames=args.frames, height=args.height, width=args.width, seed=args.seed,
+        guidance_scale=args.guidance, solver=args.solver, text_encoder=args.text_encoder,
+        vae_ranks=args.vae_ranks)
+    return prepare(spec)
 
 
 if __name__ == "__main__":

@@ -28,20 +28,44 @@ os.environ.setdefault("PPDIT_DEVICE", "cpu")
 # real frames (MBs) do, while headers and credits stay eager as they are at any size.
 os.environ.setdefault("PPDIT_NCCL_RULES", str(16 << 10))
 
-# Tests that start real ranks (seconds each) or build the book: ``pytest -m "not slow"`` leaves
-# them out for a quick iteration (about half a minute on 2 cores).
-RANK_FIXTURES = {"no_orphans", "pools", "tp2", "four_ranks", "world_sizes_run", "batching_run",
-                 "runs", "overlap_run"}
-SLOW_MODULES = {"test_launch", "test_p2p", "test_serve_system", "test_labs", "test_book"}
+# The lanes, by what a test starts (its folder says; ``make test-fast`` runs the first):
+#   unit    no process, no rank (tests/unit/conftest.py refuses one)      < 1 minute
+#   ranks   gloo ranks, mostly on the session's live pools
+#   system  processes: the CLI, fresh launches, signals, torchrun, two hosts, compiles
+#   book    the labs, the offline book, the claims ledger, nbval over the notebooks
+#   gpu     needs CUDA (skipped with the reason elsewhere)
+LANES = ("unit", "ranks", "system", "book", "gpu")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lane_of(path: Path) -> str:
+    """The lane of a collected file: its folder under tests/, or "book" for a notebook."""
+    rel = Path(path).resolve().relative_to(ROOT)
+    if rel.parts[0] == "notebooks":
+        return "book"
+    lane = rel.parts[1] if rel.parts[0] == "tests" and len(rel.parts) > 2 else ""
+    if lane not in LANES:
+        raise pytest.UsageError(f"{rel}: a test lives in one of tests/{{{','.join(LANES)}}}/")
+    return lane
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        # nbval's notebook cells are items without a module.
-        owner = getattr(item, "module", None)
-        module = owner.__name__.rsplit(".", 1)[-1] if owner else ""
-        if module in SLOW_MODULES or RANK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        lane = lane_of(item.path)
+        item.add_marker(getattr(pytest.mark, lane))
+        if lane != "unit":
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def folders(tmp_path_factory):
+    """The tiny pipeline folder with each scheduler: {"unipc": path, "flow_match": path}
+    (seconds, ~2.5 MB; built once per session, for the prompt -> video tests of every lane)."""
+    from ppdit.checkpoint.tiny import build_tiny_pipeline
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("pipelines")
+    return {s: build_tiny_pipeline(root / s, scheduler=s) for s in ("unipc", "flow_match")}
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,43 @@
+"""A newcomer's first hour: the README's first lines are the three commands, `make lab` sets up
+what the lessons need, and the JupyterLab settings it installs name real settings."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_opens_with_demo_lab_and_test():
+    first = ROOT.joinpath("README.md").read_text().split("```")[1]
+    assert re.findall(r"^make (\w+)", first, re.MULTILINE) == ["demo", "lab", "test"]
+    targets = re.findall(r"^([\w-]+):", ROOT.joinpath("Makefile").read_text(), re.MULTILINE)
+    assert {"demo", "lab", "test", "test-fast"} <= set(targets)
+    assert "make lab" in ROOT.joinpath("book", "intro.md").read_text()
+
+
+def test_lab_installs_what_every_lesson_imports():
+    """Lesson 13 imports transformers (a pipeline folder's text encoder): the `notebooks`
+    extra must pull the `pipeline` extra in."""
+    text = ROOT.joinpath("pyproject.toml").read_text()
+    notebooks = re.search(r"^notebooks = \[(.*?)\]$", text, re.MULTILINE | re.DOTALL).group(1)
+    assert "ppdit[pipeline]" in notebooks and "jupyterlab" in notebooks
+    assert "scripts/bootstrap.sh notebooks" in ROOT.joinpath("scripts", "lab.sh").read_text()
+
+
+def test_lab_settings_name_real_jupyterlab_settings():
+    overrides = json.loads(ROOT.joinpath("scripts", "jupyterlab_overrides.json").read_text())
+    schemas = Path(sys.prefix, "share", "jupyter", "lab", "schemas")
+    if not schemas.is_dir():
+        pytest.skip("JupyterLab is not installed here (make lab / make test install it)")
+    for plugin, values in overrides.items():
+        package, _, name = plugin.partition(":")
+        schema = json.loads(schemas.joinpath(package, f"{name}.json").read_text())
+        for key, value in values.items():
+            allowed = [o["const"] for o in schema["properties"][key].get("oneOf", [])]
+            assert value in allowed, (plugin, key, value, allowed)

@@ -1,0 +1,73 @@
+"""nbval must pass whatever the machine: no output it compares may record the machine itself.
+
+A cell whose output names this machine's device, backend or GPUs (a set-up check) starts with
+``# NBVAL_IGNORE_OUTPUT``; everything nbval compares is a result that any machine reproduces.
+This scans the committed outputs for the phrases ppdit prints when it describes a machine, and
+for float residues: a difference such as ``7.2e-07`` is this CPU's rounding (another CPU's
+kernels sum in another order and print ``6.0e-07``), so a compared cell prints the verdict
+against a named tolerance instead (``ppdit.teaching.quote.agreement``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("[0-9]*.ipynb"))
+MACHINE = re.compile(r"backend (gloo|nccl)|device (cpu|cuda)|cuda:\d|CUDA GPU present|"
+                     r"CUDA available|would use: (gloo|nccl)|\d+ CPU cores|staged through",
+                     re.IGNORECASE)
+# Python's exponent format ("7.2e-07", "1.0e+00"): how a residue prints. Stated tolerances are
+# written as literals ("1e-4", "rtol 1e-04" has no mantissa digits) and do not match.
+RESIDUE = re.compile(r"\b\d\.\d+e[-+]\d{2,}\b")
+
+
+def compared_outputs(path: Path) -> list[tuple[int, str]]:
+    """(cell index, text) of every output nbval compares."""
+    out = []
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        source = "".join(cell.get("source", ""))
+        if cell["cell_type"] != "code" or "NBVAL_IGNORE_OUTPUT" in source or \
+                "NBVAL_SKIP" in source:
+            continue
+        for o in cell.get("outputs", []):
+            out.append((i, "".join(o.get("text", "")) +
+                        "".join(o.get("data", {}).get("text/plain", ""))))
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_compared_outputs_record_no_machine_facts(path):
+    hits = [(i, m.group(0)) for i, text in compared_outputs(path) for m in MACHINE.finditer(text)]
+    assert hits == [], f"{path.name}: mark these cells NBVAL_IGNORE_OUTPUT: {hits}"
+
+
+def test_the_scan_finds_a_machine_fact(tmp_path):
+    nb = {"cells": [{"cell_type": "code", "source": ["print(placement)"],
+                     "outputs": [{"text": "rank 0: device cuda, backend nccl"}]}]}
+    (tmp_path / "x.ipynb").write_text(json.dumps(nb))
+    assert compared_outputs(tmp_path / "x.ipynb") and \
+        MACHINE.search(compared_outputs(tmp_path / "x.ipynb")[0][1])
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_compared_outputs_print_no_float_residue(path):
+    hits = [(i, m.group(0)) for i, text in compared_outputs(path) for m in RESIDUE.finditer(text)]
+    assert hits == [], (f"{path.name}: print a verdict against a named tolerance "
+                        f"(ppdit.teaching.quote.agreement), the residue in an ignored cell: {hits}")
+
+
+def test_the_scan_finds_a_residue_and_spares_a_tolerance():
+    assert RESIDUE.findall("cached vs full: max |diff| 7.2e-07; within 1e-4; rtol 1e-04") == \
+        ["7.2e-07"]
+    assert RESIDUE.findall("identical: True, max |diff| = 0.0e+00") == ["0.0e+00"]
+
+
+def test_notebooks_name_the_kernel_as_ipykernel_does():
+    """JupyterLab rewrites a differing kernel spec on open, and the notebook opens modified."""
+    specs = {p.stem: json.loads(p.read_text())["metadata"]["kernelspec"]["display_name"]
+             for p in NOTEBOOKS}
+    assert set(specs.values()) == {"Python 3 (ipykernel)"}, specs

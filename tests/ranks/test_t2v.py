@@ -1,0 +1,170 @@
+"""Prompt -> video from a pipeline folder (``ppdit.t2v``, ``ppdit.checkpoint``): the tiny
+folder, parity with diffusers' ``WanPipeline``, the scheduler state a step-split handoff
+carries, the CLI and its bad inputs, and every layout equal to ppdit's single device.
+
+The tiny folder is built once per session (seconds, ~2.5 MB); runs use 5 frames at 32 x 32
+(2 latent frames of 8 x 8: 32 tokens) and 3-4 steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from ppdit.checkpoint.folder import load_folder
+from ppdit.model import build_model
+from ppdit.parallel.layout import Layout, parse_layout
+from ppdit.parallel.runner import run_plan
+from ppdit.parallel.sequence.ring import RING_TOL
+from ppdit.parallel.sequence.ulysses import SP_TOL
+from ppdit.parallel.tensor.parallelize import TP_TOL
+from ppdit.parallel.vae_patch.decode import PATCH_TOL
+from ppdit.runtime.observe.memory import held_bytes
+from ppdit.t2v.generate import encode, generate, generate_latent, prepare
+from ppdit.t2v.layouts import plan_for, run_layout
+from ppdit.vae.decode import decode
+from tests.support.pipelines import BF16_TOL, needs_cuda, spec_for
+
+
+def test_generate_decodes_split_by_rows_as_one_device_does(folders):
+    """``--vae-ranks 2``: the latent's rows decoded on two ranks equal the one-device decode
+    of the same latent within PATCH_TOL (a rank's convolutions see narrower inputs), and each
+    rank's measured peak is reported."""
+    spec = spec_for(folders["unipc"], num_steps=2, vae_ranks=2, text_encoder="cpu")
+    got = generate(spec)
+    vae = load_folder(spec.checkpoint, parts=("vae",)).vae
+    torch.testing.assert_close(got.video, decode(vae, got.latent), **PATCH_TOL)
+    assert got.vae.ranks == 2 and len(got.vae.peak_bytes) == 2
+    assert all(p > 0 for p in got.vae.peak_bytes)
+    assert "VAE decode: 2 ranks split by rows" in got.vae.sentence()
+
+
+@pytest.fixture(scope="session")
+def single_reference(folders):
+    """ppdit's single-device latent, with CFG and with the UniPC scheduler, 4 steps."""
+    spec = spec_for(folders["unipc"], num_steps=4)
+    embeds = encode(spec)
+    return spec, embeds, generate_latent(spec, embeds)
+
+
+@pytest.mark.parametrize(("layout", "ranks"), [
+    ("step", 2), ("step", 3), ("layer", 2), ("cfg", 2), ("tp", 2), ("sp", 2), ("ring", 3),
+    ("ulysses=2,ring=2", 4), ("cfg=2,ulysses=2", 4), ("cfg=2,ulysses=2,fsdp=4", 4),
+    ("cfg=2,tp=2", 4), ("step=2,cfg=2", 4), ("step=2,ulysses=2", 4)])
+def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
+    """Step split (UniPC state in the handoff), layer split and CFG-parallel run the single
+    device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; Ulysses: ``SP_TOL``;
+    ring attention (3 ranks, 4 heads: Ulysses cannot) and USP (2 Ulysses x 2 ring) merge blocks:
+    ``RING_TOL``; a composition, its least exact axis' tolerance (CFG x TP: TP's; step split of
+    Ulysses stages: Ulysses'; step split of CFG-parallel stages: bitwise)."""
+    spec, embeds, reference = single_reference
+    spec = replace(spec, layout=parse_layout(layout, ranks))
+    out = run_layout(plan_for(spec, reference.shape, embeds), pool=pools(ranks))
+    mesh = spec.layout
+    if mesh.ring > 1:
+        torch.testing.assert_close(out.latent, reference, **RING_TOL)
+    elif mesh.ulysses > 1:
+        torch.testing.assert_close(out.latent, reference, **SP_TOL)
+    elif mesh.tp > 1:
+        torch.testing.assert_close(out.latent, reference, **TP_TOL)
+    else:
+        assert torch.equal(out.latent, reference)
+    assert {s.rank for s in out.trace.spans} == set(range(ranks))
+    if layout == "step":
+        assert sum(out.handoff_bytes.values()) == 4 * reference.numel() * 4
+
+
+def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, single_reference):
+    """Wan's recipe on 2 ranks: Ulysses, and every block's weights sharded over the same ranks
+    (FSDP2), read from the folder shard by shard. The all-gathers rebuild the exact weights:
+    Ulysses' own tolerance. Each rank holds
+    the root (embedders, head) whole and half of every block (FSDP splits each tensor along its
+    first dimension: a (1, 6, D) table goes to one rank, so the halves differ by a little)."""
+    from ppdit.parallel.fsdp.shard import full_parameter_bytes
+
+    spec, embeds, reference = single_reference
+    plan = plan_for(replace(spec, layout=Layout(ulysses=2, fsdp=2)), reference.shape, embeds)
+    res = run_plan(plan, pool=pools(2), timeout_s=300, echo=False)
+    torch.testing.assert_close(res.latents[0], reference, **SP_TOL)
+    model = plan.source.dit()
+    blocks = full_parameter_bytes(model.blocks)
+    root = full_parameter_bytes(model) - blocks
+    assert sum(res.param_bytes) == 2 * root + blocks
+    assert all(abs(b - (root + blocks / 2)) < 0.01 * blocks for b in res.param_bytes)
+    # read shard by shard from the folder: no rank ever held the whole model while loading
+    # (its shards and the root, plus one tensor in flight: on the tiny model the root's largest)
+    assert all(0 < peak < 0.75 * (root + blocks) for peak in res.load_peak_bytes)
+    # the timeline shows every block, what its gather made it wait, and the prefetch in flight
+    names = {(s.rank, s.kind, s.name) for s in res.traces[0].spans}
+    for rank in (0, 1):
+        assert {(rank, "compute", f"block {i}") for i in range(len(model.blocks))} <= names
+        assert (rank, "send", "all-gather block 1: in flight") in names
+        assert (rank, "wait", "all-gather block 0: waited") in names
+
+
+def test_fsdp_beside_cfg_parallel_equals_one_device_bit_for_bit(pools, single_reference):
+    """FSDP with no sequence split: each rank runs one guidance half with diffusers' own
+    attention, every block gathered from the two ranks' shards: the same arithmetic as one
+    device, so the same bits. FSDP alone (every rank the same video) is refused."""
+    from ppdit.parallel.fsdp.shard import full_parameter_bytes
+
+    spec, embeds, reference = single_reference
+    plan = plan_for(replace(spec, layout=Layout(cfg=2, fsdp=2)), reference.shape, embeds)
+    res = run_plan(plan, pool=pools(2), timeout_s=300, echo=False)
+    assert torch.equal(res.latents[0], reference)
+    blocks = full_parameter_bytes(plan.source.dit().blocks)
+    assert all(b < full_parameter_bytes(plan.source.dit()) - blocks / 3 for b in res.param_bytes)
+    with pytest.raises(ValueError, match="fsdp=2 alone: every rank would compute the same"):
+        prepare(spec_for(spec.checkpoint, "fsdp=2"))
+
+
+def test_pp_tp_equals_single_device(pools, single_reference):
+    """Two step stages of two TP ranks each: TP's rounding, nothing more."""
+    spec, embeds, reference = single_reference
+    plan = plan_for(replace(spec, layout=parse_layout("pp_tp", 4)), reference.shape, embeds)
+    out = run_layout(plan, pool=pools(4))
+    torch.testing.assert_close(out.latent, reference, **TP_TOL)
+
+
+
+
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("layout", ["step", "cfg", "ring", "ulysses=2"])
+def test_bf16_layouts_on_cuda(folders, layout):
+    """Two CUDA ranks (a GPU each, or sharing one over gloo) at bf16 vs one GPU (ring: its
+    fp32 merge of bf16 blocks, inside the same bf16 tolerance)."""
+    spec = spec_for(folders["unipc"], dtype="bf16", num_steps=4)
+    embeds = encode(spec)
+    reference = generate_latent(spec, embeds, device="cuda").cpu()
+    plan = plan_for(replace(spec, layout=parse_layout(layout, 2)), reference.shape, embeds)
+    out = run_layout(plan, device="cuda")
+    torch.testing.assert_close(out.latent.float(), reference.float(), **BF16_TOL)
+
+
+@pytest.mark.slow
+def test_a_tp_rank_reads_only_its_shards_from_the_folder(pools, folders):
+    """TP over 2 ranks from the folder (``parallel.tensor.load``): each rank's parameters equal
+    what ``parallelize_wan`` cuts from the whole loaded model, bit for bit, and the most it held
+    while loading (live tensor bytes, measured) is its shards and the replicated rest plus one
+    tensor in flight: below the whole model."""
+    from ppdit.parallel.tensor.layers import _shard
+    from ppdit.parallel.tensor.load import loading_worker
+    from ppdit.runtime import launch
+
+    folder = str(folders["unipc"])
+    got = launch(loading_worker, 2, args=(folder,), pool=pools(2), timeout_s=300, echo=False)
+    whole_model = build_model(checkpoint=f"{folder}/transformer")
+    whole = dict(whole_model.named_parameters())
+    for rank, r in enumerate(got):
+        for name, p in r["params"].items():
+            full = whole[name]
+            dim = next((d for d in range(p.ndim) if p.shape[d] != full.shape[d]), None)
+            expected = full if dim is None else _shard(full, dim, rank, 2)
+            assert torch.equal(p, expected), (rank, name)
+        assert r["held"] <= r["peak"] <= r["held"] + r["largest"], r
+        assert r["peak"] < 0.75 * held_bytes(whole_model)

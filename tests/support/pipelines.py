@@ -1,0 +1,27 @@
+"""The tiny pipeline folders the prompt -> video tests share (``tests/*/test_t2v.py``): the
+request they make, and bf16 on CUDA's tolerance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ppdit.parallel.layout import Layout, parse_layout
+from ppdit.t2v.spec import GenerateSpec
+
+PROMPT, NEGATIVE = "a red fox jumps over the river", "blurry low quality"
+# bf16's unit roundoff is 2^-8 = 3.9e-3; a video value passes 3 steps of a 4-block DiT and the
+# VAE: a few units of difference where kernels pick other algorithms (another process, another
+# batch shape) stay below 2e-2 of pixel values in [0, 1].
+BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs a CUDA GPU: bf16 prompt-to-video on CUDA")
+
+
+def spec_for(folder, layout: str | Layout = "single", ranks: int | None = None,
+             **kw) -> GenerateSpec:
+    """A spec with the tests' defaults; ``layout`` as the CLI takes it (parsed here)."""
+    kw = {"num_steps": 3, "guidance_scale": 5.0, "seed": 7, **kw}
+    if isinstance(layout, str):
+        layout = parse_layout(layout, ranks)
+    return GenerateSpec(str(folder), PROMPT, NEGATIVE, layout=layout, **kw)

@@ -1,0 +1,115 @@
+"""``make gpu-check`` and the GPU runs it writes: what can be checked without a GPU is checked
+here (the schema, the labels, the committed transcription, the provenance, the no-CUDA answer,
+the section and test-suite plumbing); the measurements themselves run in the ``gpu`` tests at
+the end, on a CUDA machine only."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import textwrap
+
+import pytest
+import torch
+
+from ppdit.analysis.gpu_run_schema import (
+    MEASUREMENTS,
+    TESTS,
+    empty_section,
+)
+from ppdit.analysis.gpu_runs import (
+    GPU_RUNS,
+    format_report,
+    load_run,
+    load_runs,
+)
+from ppdit.gpu_check import env, run
+from ppdit.gpu_check.suite import run_gpu_tests
+
+COMMITTED = GPU_RUNS / "h100-issue14-report.json"
+
+
+def test_notebooks_see_only_committed_runs(tmp_path):
+    """A run gpu-check has just written must not change a notebook's compared output."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "old.json").write_text(COMMITTED.read_text())
+    subprocess.run([*git, "add", "old.json"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "run"], cwd=tmp_path, check=True)
+    (tmp_path / "new.json").write_text(COMMITTED.read_text())
+    assert [r.path.name for r in load_runs(tmp_path)] == ["new.json", "old.json"]
+    assert [r.path.name for r in load_runs(tmp_path, committed_only=True)] == ["old.json"]
+
+
+def test_provenance_collects_what_is_knowable_and_marks_the_rest():
+    p = env.provenance(command="python -m ppdit gpu-check", duration_s=12.345,
+                       today=dt.date(2026, 1, 2))
+    assert p["date"] == "2026-01-02" and p["duration_s"] == 12.3
+    assert p["torch"] == torch.__version__ and p["python"]
+    assert p["origin"].startswith("make gpu-check, 2026-01-02")
+    assert p["unknown"] == env.unknown_fields(p)
+    if not torch.cuda.is_available():
+        assert p["gpu"] == {"name": None, "count": None, "memory_gb": None, "capability": None}
+        assert {"gpu.name", "gpu.count"} <= set(p["unknown"])
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=env.REPO, capture_output=True,
+                          text=True)
+    if head.returncode == 0:
+        assert p["git"]["commit"] == head.stdout.strip()
+        assert isinstance(p["git"]["dirty"], bool)
+
+
+def test_a_report_built_here_is_valid_and_reads_back(tmp_path):
+    sections = {name: empty_section(spec, "skipped", "not on this machine")
+                for name, spec in MEASUREMENTS.items()}
+    report = run.build_report(empty_section(TESTS, "skipped", "--skip-tests was given"),
+                              sections, command="python -m ppdit gpu-check", duration_s=1.0)
+    first, second = run.write_report(report, tmp_path), run.write_report(report, tmp_path)
+    assert second.name == first.name.replace(".json", "-2.json")  # nothing is overwritten
+    back = load_run(first)
+    assert back.label.endswith(report["provenance"]["origin"])
+    assert run.passed(report)
+    assert back.lines("vae", label=False) == ["vae: skipped: not on this machine"]
+    assert "vae         skipped" in format_report(back)
+    report["measurements"]["vae"]["status"] = "error"
+    assert not run.passed(report)
+
+
+def test_the_gpu_suite_is_counted_from_its_junit_report(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_fake.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.gpu
+        def test_ok(): pass
+
+        @pytest.mark.gpu
+        def test_also_ok(): pass
+
+        @pytest.mark.gpu
+        def test_broken(): assert False
+
+        def test_not_gpu(): pass
+    """))
+    got = run_gpu_tests(root=tmp_path, timeout_s=120)
+    assert got["status"] == "error" and "exited with status 1" in got["reason"]
+    assert (got["passed"], got["failed"], got["skipped"], got["errors"]) == (2, 1, 0, 0)
+    assert run_gpu_tests(root=tmp_path / "nowhere")["status"] == "skipped"
+
+
+def test_the_tests_budget_follows_the_tests_selected(tmp_path):
+    from ppdit.gpu_check.suite import FLOOR_S, PER_TEST_S, count_tests, tests_budget_s
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_fake.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.gpu
+        @pytest.mark.parametrize("n", [1, 2, 3])
+        def test_launches(n): pass
+
+        def test_not_gpu(): pass
+    """))
+    assert count_tests(tmp_path) == 3
+    assert tests_budget_s(3) == FLOOR_S + 3 * PER_TEST_S
+    with pytest.raises(ValueError, match="n_tests=-1"):
+        tests_budget_s(-1)

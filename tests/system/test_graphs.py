@@ -1,0 +1,82 @@
+"""The step-graph runner: eager on CPU with the static-buffer discipline a CUDA graph needs, equal
+to ``Denoiser``; the overhead tools; the compile cache. Capture and replay need a GPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ppdit.runtime.compile_cache import ENV, cache_key, cache_root, use_project_compile_cache
+
+
+def test_compile_cache_respects_an_existing_setting(monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV, str(tmp_path / "mine"))
+    assert use_project_compile_cache() == tmp_path / "mine"
+    monkeypatch.delenv(ENV)
+    path = use_project_compile_cache()
+    assert path == cache_root().resolve() / cache_key()  # one folder per machine kind
+    assert path.is_dir() and os.environ[ENV] == str(path)
+    assert use_project_compile_cache(tmp_path / "x") == (tmp_path / "x").resolve()
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv(ENV, os.path.abspath(default_cache_dir()))  # what Inductor writes itself
+    assert use_project_compile_cache() == path  # ... is not a choice: the project folder wins
+    # a folder ppdit chose for another key (a parent process on another capability), or the
+    # unkeyed folder of earlier versions, is not a choice either
+    for inherited in (cache_root() / "torch0-other-key", cache_root()):
+        monkeypatch.setenv(ENV, str(inherited))
+        assert use_project_compile_cache() == path
+
+
+def test_compile_cache_key_names_the_cpu_capability():
+    """Inductor compiles CPU kernels for the vector ISA ATen runs with, and its own cache key
+    does not name it: a process with another ``ATEN_CPU_CAPABILITY`` must get another folder."""
+    import subprocess
+    import sys
+
+
+    other = "default" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "avx2"
+    code = "from ppdit.runtime.compile_cache import cache_key; print(cache_key())"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": other}
+    theirs = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert theirs != cache_key() and f"-{other}-" in theirs
+    assert torch.__version__ in cache_key() and cache_key().count("/") == 0
+
+
+_COMPILE_UNDER = """
+import json, torch
+from ppdit.runtime.compile_cache import cache_key, use_project_compile_cache
+folder = use_project_compile_cache()
+g = torch.Generator().manual_seed(0)
+x, w = torch.randn(64, 64, generator=g), torch.randn(64, 64, generator=g)
+def f(x, w):
+    return torch.nn.functional.gelu(x @ w, approximate="tanh").softmax(-1)
+ok = torch.allclose(torch.compile(f)(x, w), f(x, w), rtol=1e-5, atol=1e-6)
+print(json.dumps({"ok": ok, "key": cache_key(), "folder": str(folder)}))
+"""
+
+
+@pytest.mark.slow
+def test_code_compiled_under_another_cpu_capability_is_right_and_cached_apart():
+    """A process running another vector ISA (as another machine sharing the checkout would)
+    compiles into its own folder and gets the right answer: with one unkeyed folder it was
+    served this machine's kernels (two TP ranks even disagreed)."""
+    import json
+    import subprocess
+    import sys
+
+
+    other = "default" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "avx2"
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": other}
+    env.pop(ENV, None)
+    out = json.loads(subprocess.run([sys.executable, "-c", _COMPILE_UNDER], env=env,
+                                    capture_output=True, text=True, check=True,
+                                    timeout=300).stdout.strip().splitlines()[-1])
+    assert out["ok"], "compiled code under another ISA differs from eager"
+    folder = Path(out["folder"])
+    assert out["key"] != cache_key() and folder.name == out["key"] and f"-{other}-" in folder.name
+    assert folder.parent == cache_root() and any(folder.rglob("*.py")), "nothing compiled there"

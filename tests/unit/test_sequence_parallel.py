@@ -1,0 +1,55 @@
+"""Ulysses sequence parallelism on real ranks: equal to one device, bytes as the formula says."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ppdit.model import build_model
+from ppdit.parallel.layout import check_sp_degree
+from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
+from ppdit.parallel.sequence.ring import RING_TOL
+
+
+def test_uneven_split_gives_every_token_exactly_once():
+    assert even_split(320, 3) == (107, 107, 106)
+    assert sum(even_split(5 * 7 * 9, 4)) == 315
+
+
+def test_heads_must_divide():
+    check_sp_degree(4, 2)
+    with pytest.raises(ValueError, match="degree 3 must divide the 4 attention heads"):
+        check_sp_degree(4, 3)
+
+
+def test_bytes_formula_by_hand():
+    # 2 ranks, 320 tokens of width 64 in fp32: each all-to-all keeps half of a 160 x 64 slice
+    # and sends the other half (20,480 bytes); four of them per layer.
+    assert a2a_bytes_per_layer(batch=1, tokens=320, dim=64, degree=2, bytes_per_element=4) \
+        == 4 * 160 * 64 * 4 // 2
+    assert build_model("tiny", device="meta").config.num_attention_heads == 4
+
+
+
+
+
+
+
+
+
+
+def test_ring_merge_equals_full_attention_block_by_block():
+    """The log-sum-exp merge of K/V blocks, in any order, equals attention over all keys."""
+    from ppdit.attention import attend
+    from ppdit.parallel.sequence.ring import attend_with_lse, merge
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 45, 4, 16, generator=g) for _ in range(3))
+    full = attend(q, k, v)
+    for cuts in ([45], [20, 25], [11, 11, 11, 12]):
+        starts = [sum(cuts[:i]) for i in range(len(cuts))]
+        out = lse = None
+        for s, c in reversed(list(zip(starts, cuts, strict=True))):  # another order than 0..P-1
+            block = attend_with_lse(q, k[:, s:s + c], v[:, s:s + c])
+            out, lse = block if out is None else merge(out, lse, *block)
+        torch.testing.assert_close(out, full, **RING_TOL)
