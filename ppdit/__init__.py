@@ -1,20 +1,20 @@
 """ppdit: pipeline and tensor parallel inference of a video DiT (Wan 2.1), taught by running it.
 
 The folders are the map, in layers: a module imports its own layer or lower ones, never higher,
-and no cycle (``tests/test_layout.py`` checks every import). Each module's docstring says why it
-is built the way it is.
+and no cycle (``tests/unit/test_layout.py`` checks every import and each layer's line budget).
+Each module's docstring says why it is built the way it is.
 
-* L0 ``model.py``, ``attention.py``  Wan 2.1 through diffusers (presets, the stage view, the
-     ``sampler.py``, ``vae/``       self-attention in pieces); the one sampling loop every layout
-     ``checkpoint/``                drives (``Denoiser``); Wan's VAE (presets, streaming
-                                    decode); where weights come from (``ModelSource``: a preset
-                                    or a pipeline folder, its text encoder and scheduler)
-* L1 ``runtime/``, ``cuda_graph``   launching ranks, device/backend, rank arrangement and groups
-                                    (``mesh``), P2P, tracing, plans side by side (``rounds``);
-                                    one denoising step as a CUDA graph
-* L2 ``parallel/``                  one folder per layout: ``step_split/`` (PP x TP and TP too),
-                                    ``layer_split/``, ``tensor/``, ``sequence/``, ``cfg/``,
-                                    ``decode_overlap/``; ``compare`` runs layouts side by side
+* L0 ``presets``, ``model``,        the model's sizes (no torch), Wan 2.1 through diffusers and
+     ``attention``, ``sampler``,    its stage view, self-attention in pieces, the one sampling
+     ``vae/``, ``checkpoint/``      loop (``Denoiser``), the VAE (the one decode, streaming),
+                                    where weights come from (``ModelSource``)
+* L1 ``runtime/``, ``cuda_graph``   ranks: ``processes/`` (launch, pools, start), ``comm/`` (the
+                                    one mesh, the one wire), ``observe/`` (traces, timing,
+                                    memory), placement, plans side by side (``rounds``); one
+                                    denoising step as a CUDA graph
+* L2 ``parallel/``                  the spine (``layout``: one ``Layout`` and its rule;
+                                    ``forward``: the forward axes on a rank; ``runner``: one
+                                    runner), then one folder per mechanism
 * L3 ``serve/``, ``t2v/``           the bring-up system (controller + generator mesh, PP0 ->
                                     PP1); one prompt -> one video on any layout
 * L4 ``analysis/``, ``viz/``,       formulas, simulations and the measurements that run them;

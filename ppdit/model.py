@@ -10,7 +10,7 @@ Why a stage view: every parallel layout in ppdit cuts the same forward pass in a
 and only ``h`` depends on the latent *and* on earlier blocks. The conditioning (rope tables,
 timestep projection, projected text) is cheap and every rank can compute it itself, so a layer
 stage only needs ``h`` from its neighbour, and a step stage only the latent. Running the pieces
-below in order is bitwise equal to ``model(...)`` (``tests/test_model.py`` checks it).
+below in order is bitwise equal to ``model(...)`` (``tests/unit/test_model.py`` checks it).
 
 Weights: ``build_model(preset, seed=...)`` draws every parameter from one seeded generator, so
 every rank that builds the same preset with the same seed holds identical weights without any

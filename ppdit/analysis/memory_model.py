@@ -2,8 +2,8 @@
 
 ``rank_memory_model(preset, layout)`` answers "does this layout fit?" before anything runs; it
 is checked against the live-tensor peaks that ``memory_measure`` records on CPU ranks (within
-15% on the small preset, ``tests/test_memory_model.py``). Every term is a count of tensors that
-are alive at the same moment, times their shape:
+15% on the small preset, ``tests/ranks/test_memory_model.py``). Every term is a count of
+tensors that are alive at the same moment, times their shape:
 
 * **weights** — what the rank keeps for the whole run: ``hardware.predict``'s weights per GPU
   (every linear and conv weight of the blocks and stages it owns, 1/tp of the split layers;
@@ -162,7 +162,7 @@ def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) ->
     of two moments: the last frame's widest conv (its input padded with the 2 cached frames,
     its output, and the resnet's residual input) beside the video decoded so far; and the final
     concatenation, where the old video and the new one are both alive (2 x the output).
-    Checked against the measured peak of the tiny VAE (``tests/test_memory_model.py``).
+    Checked against the measured peak of the tiny VAE (``tests/ranks/test_memory_model.py``).
     """
     ops = [op for op in vae_decoder_ops(latent_shape, dtype="fp32", config=config)
            if op.kind == "conv"]

@@ -10,7 +10,7 @@ from ppdit.analysis.roofline import DTYPE_BYTES, Op, attention_ops, dtype_name
 
 # The constructor defaults of ``diffusers.AutoencoderKLWan`` (Wan 2.1's VAE) that the count
 # reads, written out: diffusers takes seconds to import, and ``ppdit plan`` answers without it.
-# ``tests/test_roofline.py`` checks them against the installed diffusers.
+# ``tests/unit/test_roofline.py`` checks them against the installed diffusers.
 WAN21_VAE = {"base_dim": 96, "decoder_base_dim": None, "dim_mult": [1, 2, 4, 4],
              "num_res_blocks": 2, "temperal_downsample": [False, True, True],
              "is_residual": False, "out_channels": 3}

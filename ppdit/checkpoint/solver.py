@@ -14,7 +14,7 @@ handoff. ``SchedulerSolver`` therefore keeps it in ``StepState.solver_state`` in
                     "last_sample": x_{i-1}}       # the corrector's input, latent-sized
 
 and loads it into one scheduler object before each ``step`` and reads it back after: the same
-arithmetic as diffusers' own loop (``tests/test_t2v.py`` checks it bit for bit), but the
+arithmetic as diffusers' own loop (``tests/unit/test_t2v.py`` checks it bit for bit), but the
 state is a value a stage can send. For UniPC of order 2 it is three latents beside the latent
 itself (``state_nbytes``): the handoff grows 4x compared with Euler's. On the wire
 (``to_wire`` / ``from_wire``) the memory is ``wire_tensors`` latent-sized slots (an absent

@@ -1,5 +1,5 @@
 """Every lab's checker must fail on the stub, pass on the reference solution, and catch the
-mistake its handout is about (the broken variants in ``tests/lab_variants``)."""
+mistake its handout is about (the broken variants in ``tests/support/lab_variants``)."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class Mailbox:
     behind receives from the same sender, never in front of a send this rank still has to
     make. On one communicator, P = 2 deadlocks: rank 1's receive of the next hidden state,
     posted ahead, holds the queue its wrapped latent needs, and rank 0 needs that latent to
-    produce the hidden state (``tests/test_nccl_rules.py`` keeps that order as a fixture).
+    produce the hidden state (``tests/ranks/test_nccl_rules.py`` keeps that order as a fixture).
     """
 
     def __init__(self, plan: LayerSplitPlan, rank: int, dim: int, wire: Wire, timeout_s: float,

@@ -18,7 +18,7 @@ Every operation is posted through a ``Wire``, the one object a rank's algorithm 
 (``ctx.wire``): plain gloo / NCCL, or, for a gloo rank keeping NCCL's point-to-point rules
 (``ppdit.runtime.comm.nccl_rules``), queued per peer as NCCL would run it. Nothing in a layout
 names the rules; a call that needs a wire cannot be made without one, and a rule test
-(``tests/test_wire_rule.py``) allows ``dist.send``-style calls only in the baselines that
+(``tests/unit/test_wire_rule.py``) allows ``dist.send``-style calls only in the baselines that
 measure the bare transport.
 
 Staging (``staged=True``, from the rank's ``Placement``: ranks sharing a GPU over gloo, which

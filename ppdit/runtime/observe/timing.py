@@ -9,7 +9,7 @@ least ``MIN_ROUNDS`` timed rounds after untimed warm-up, reported as the median 
 
 Warm-up of communication is the caller's (``warm_up_pairs``): NCCL makes a communicator lazily
 at the first operation on each pair and on each group, so an unwarmed first round pays its set-up.
-``tests/test_timing_rule.py`` walks the package for clocks read outside this module.
+``tests/unit/test_timing_rule.py`` walks the package for clocks read outside this module.
 """
 
 from __future__ import annotations

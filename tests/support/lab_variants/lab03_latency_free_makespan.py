@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ppdit.teaching.labkit import load_module
 
-_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
                         / "lab03_bubble_solution.py")
 schedule, bubble = _solution.schedule, _solution.bubble
 fewest_micro_batches = _solution.fewest_micro_batches

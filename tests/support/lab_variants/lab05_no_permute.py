@@ -10,7 +10,7 @@ import torch.distributed._functional_collectives as funcol
 
 from ppdit.teaching.labkit import load_module
 
-_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
                         / "lab05_ulysses_solution.py")
 heads_to_seq, ulysses_attention = _solution.heads_to_seq, _solution.ulysses_attention
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from ppdit.runtime.comm.wire import FrameReceiver, FrameSender
 from ppdit.teaching.labkit import load_module
 
-_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
                         / "lab06_hang_solution.py")
 SPEC, ACK, TIMEOUT_S = _solution.SPEC, _solution.ACK, _solution.TIMEOUT_S
 make_frame, relay_one_communicator = _solution.make_frame, _solution.relay_one_communicator

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ppdit.teaching.labkit import load_module
 
-_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
                         / "lab07_filling_solution.py")
 steady_throughput, requests_for = _solution.steady_throughput, _solution.requests_for
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ppdit.teaching.labkit import load_module
 
-_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
                         / "lab07_filling_solution.py")
 makespan, throughput = _solution.makespan, _solution.throughput
 steady_throughput, in_flight = _solution.steady_throughput, _solution.in_flight

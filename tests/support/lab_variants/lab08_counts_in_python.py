@@ -15,7 +15,7 @@ import torch
 from ppdit.sampler import euler_update
 from ppdit.teaching.labkit import load_module
 
-_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
                         / "lab08_graph_step_solution.py")
 StaticBuffers = _solution.StaticBuffers
 _calls = 0  # steps run so far, kept on the host

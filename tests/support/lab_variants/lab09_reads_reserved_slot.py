@@ -15,7 +15,7 @@ import torch
 from ppdit.teaching.labkit import load_module
 
 # The reference solution with one function replaced: the mistake, and nothing else.
-_solution = load_module(Path(__file__).resolve().parents[2] / "labs" / "solutions"
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
                         / "lab09_envelope_solution.py")
 from lab09_envelope_solution import *  # noqa: E402, F403 -- every other name as the solution's
 
