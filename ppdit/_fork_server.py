@@ -10,6 +10,7 @@ standard library, so the server can start before the caller imports torch itself
 own first import (``_fork_server_guard``) ends it with its caller, even mid-import.
 """
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -21,9 +22,8 @@ ENV = "PPDIT_START_METHOD"  # "spawn" or "forkserver": overrides processes.start
 # What every rank imports from outside ppdit (runtime.processes.rank imports diffusers before the
 # process group; the model, the VAE and the text encoder come from these modules).
 PRELOAD = ("ppdit._fork_server_guard", "torch", "torch.distributed",
-           "torch.distributed._functional_collectives",
-           "torch.distributed.device_mesh", "torch._dynamo", "diffusers",
-           "diffusers.models.transformers.transformer_wan",
+           "torch.distributed._functional_collectives", "torch.distributed.device_mesh",
+           "torch._dynamo", "diffusers", "diffusers.models.transformers.transformer_wan",
            "diffusers.models.autoencoders.autoencoder_kl_wan", "transformers",
            "transformers.models.umt5")
 
@@ -41,10 +41,8 @@ def start_early() -> None:
     if not _may_fork_cpu_ranks():
         return
     context()
-    try:
+    with contextlib.suppress(RuntimeError):  # a child still starting (see _may_fork_cpu_ranks)
         multiprocessing.forkserver.ensure_running()
-    except RuntimeError:  # a child still starting (see _may_fork_cpu_ranks)
-        return
 
 
 def _may_fork_cpu_ranks() -> bool:

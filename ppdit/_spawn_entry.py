@@ -52,11 +52,16 @@ def watch_parent(parent_pid: int, pdeathsig: bool = True, sentinel: int | None =
                      daemon=True).start()
 
 
+def in_torchrun() -> bool:
+    """Whether this process was started by torchrun (or another env:// launcher)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
 def watch_torchrun_agent() -> None:
-    """Under torchrun (its variables set), watch the agent that started this process: called
-    first thing, because a rank's imports and model loading take seconds to minutes, and an
-    agent killed meanwhile must not leave the rank running with no parent to watch."""
-    if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
+    """Under torchrun, watch the agent that started this process: called first thing, because
+    a rank's imports and model loading take seconds to minutes, and an agent killed meanwhile
+    must not leave the rank running with no parent to watch."""
+    if in_torchrun():
         watch_parent(os.getppid())
 
 
@@ -74,16 +79,14 @@ def _watch(parent_pid: int, sentinel: int | None) -> None:
 def main(parent_pid: int, pdeathsig: bool, payload: bytes, env: dict[str, str],
          *queues) -> None:
     """Die with the parent, then become the rank: ``payload`` unpickles to the rank's entry
-    point and its arguments (``runtime.processes.rank.child_main``: unpickling it imports torch,
-    which is why that comes last, and why this module names no ppdit module itself).
+    point and its arguments (``runtime.processes.rank.child_main``: unpickling it imports torch).
 
     ``parent_pid`` is the caller. A spawned rank's parent is the caller itself; a forked one's
     is the fork server (``ppdit.runtime.processes.start``), so the rank watches both its parent
     and the caller's end of multiprocessing's pipe. ``env`` is the caller's environment at
     launch: a forked rank would otherwise keep the one the server started with."""
     # An interrupt meant for the caller (Jupyter signals the kernel's whole process group) must
-    # not raise inside a rank's imports: the caller stops the ranks. (A pool started from the
-    # main thread starts its ranks with SIGINT ignored already: ppdit.runtime.processes.pool.)
+    # not raise inside a rank's imports: the caller stops the ranks (see pool.py).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if os.environ != env:
         os.environ.clear()

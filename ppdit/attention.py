@@ -71,7 +71,3 @@ def use_diffusers_attention(model) -> None:
     from diffusers.models.transformers.transformer_wan import WanAttnProcessor
 
     install(model, lambda i: WanAttnProcessor())
-
-
-__all__ = ["apply_rope", "attend", "attention_out", "install", "project_qk", "project_v",
-           "use_diffusers_attention"]

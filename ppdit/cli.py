@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 from ppdit import toy
 from ppdit._fork_server import start_early
+from ppdit.analysis.gpu_run_schema import MEASUREMENTS
 from ppdit.parallel.layout import AXES
 from ppdit.t2v.spec import LAYOUTS
 
-# gpu-check's measurement sections, in the order it runs them (ppdit.gpu_check.run.SECTIONS;
-# spelt out here so that `ppdit --help` answers without importing torch)
-GPU_CHECK_SECTIONS = ("launch", "layouts", "device", "cuda_graphs", "vae", "forwards")
+GPU_CHECK_SECTIONS = tuple(MEASUREMENTS)  # gpu-check's sections in order (imports no torch)
 LAUNCHES = ("demo", "step-split", "generate", "info", "gpu-check")  # commands that start ranks
 
 
@@ -41,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
     """Every subcommand and its options."""
     p = argparse.ArgumentParser(prog="ppdit", description=__doc__.splitlines()[0],
                                 formatter_class=_Help)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_parser_with_defaults)
+    sub = p.add_subparsers(dest="command", required=True,  # every parser shows its defaults
+                           parser_class=partial(argparse.ArgumentParser, formatter_class=_Help))
     demo = sub.add_parser("demo", help="the streaming system (controller + TP mesh); writes a "
                                        "video, a timeline, a trace and a summary")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="artifact folder")
@@ -75,10 +76,9 @@ def parser() -> argparse.ArgumentParser:
     step.add_argument("--mode", default="filled", choices=["filled", "stream_batch"],
                       help="requests in flight one per stage, or batched (lesson 02)")
     _placement_args(step)
-    _generate_args(sub.add_parser(
-        "generate", help="prompt -> video from a local diffusers Wan 2.1 pipeline folder, with "
-                         "any layout; writes video.mp4, frames.png, timeline.png, trace.json, "
-                         "summary.json"))
+    _generate_args(sub.add_parser("generate", help="prompt -> video from a local diffusers Wan "
+                                  "2.1 pipeline folder, with any layout; writes video.mp4, "
+                                  "frames.png, timeline.png, trace.json, summary.json"))
     sub.add_parser("info", help="devices, backend and a 2-rank hello: a setup check")
     gpu = sub.add_parser("gpu-check", help="on a CUDA machine: the GPU tests, then the GPU "
                                            "measurements; writes gpu_runs/<gpu>-<date>.json")
@@ -91,11 +91,6 @@ def parser() -> argparse.ArgumentParser:
                      choices=GPU_CHECK_SECTIONS, help="leave a measurement out (repeatable): "
                      + ", ".join(GPU_CHECK_SECTIONS))
     return p
-
-
-def _parser_with_defaults(*args, **kwargs) -> argparse.ArgumentParser:
-    """Every subcommand's parser shows its defaults (``_Help``)."""
-    return argparse.ArgumentParser(*args, formatter_class=_Help, **kwargs)
 
 
 def _generate_args(g: argparse.ArgumentParser) -> None:
@@ -112,9 +107,8 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
                    help=f"how the denoising is split over ranks: one of {', '.join(LAYOUTS)}, "
                         f"or degrees per axis, e.g. cfg=2,ulysses=2,ring=2 (axes: "
                         f"{', '.join(AXES)})")
-    g.add_argument("--ranks", type=int, default=None,
-                   help="ranks (default: 1 for single, 4 for pp_tp and usp, else 2; a "
-                        "composed layout: the product of its degrees)")
+    g.add_argument("--ranks", type=int, default=None, help="ranks (default: 1 for single, 4 for "
+                   "pp_tp and usp, else 2; a composed layout: the product of its degrees)")
     g.add_argument("--steps", type=int, default=12, help="denoising steps")
     g.add_argument("--frames", type=int, default=13, help="pixel frames, 4k + 1")
     g.add_argument("--height", type=int, default=32, help="pixels, a multiple of 16")
@@ -127,9 +121,8 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--text-encoder", default="device", choices=["device", "cpu"],
                    help="where umT5 encodes the prompts before the DiT loads: the ranks' device "
                         "(then freed) or the CPU (offloaded: never on a GPU, slower)")
-    g.add_argument("--streaming-decode", action="store_true",
-                   help="decode one latent frame at a time (same pixels, a fraction of the "
-                        "memory: for long videos on a small GPU)")
+    g.add_argument("--streaming-decode", action="store_true", help="decode one latent frame at a "
+                   "time (same pixels, a fraction of the memory: for long videos on a small GPU)")
     g.add_argument("--vae-ranks", type=int, default=1,
                    help="ranks that decode the latent split by rows, after the denoising ranks "
                         "end (patch-parallel VAE: each holds ~1/N of the activations)")
@@ -172,21 +165,23 @@ def main(argv: list[str] | None = None) -> int:
 def _run(jobs, args: argparse.Namespace) -> int:
     if args.command == "info":
         return jobs.info()
-    if args.command == "gpu-check":
-        return jobs.gpu_check(args.out, tests=not args.skip_tests,
-                              tests_timeout_s=args.tests_timeout, skip=args.skip)
+    if args.command == "gpu-check":  # see ppdit.gpu_check; without CUDA it says so, exit 1
+        from ppdit.gpu_check.run import gpu_check
+
+        return gpu_check(args.out, tests=not args.skip_tests, tests_timeout_s=args.tests_timeout,
+                         skip=args.skip)
+    rules = args.nccl_rules or None  # None leaves the choice to $PPDIT_NCCL_RULES
     if args.command == "generate":
         return jobs.generate(args.prepared, args.out, device=args.device,
-                             streaming_decode=args.streaming_decode, nccl_rules=_rules(args))
-    if args.command == "demo":
-        return jobs.demo(args.out, chunks=args.chunks,
-                         cut_at=_cut_at(args.cut_at), tp=args.tp,
+                             streaming_decode=args.streaming_decode, nccl_rules=rules)
+    if args.command == "demo":  # --cut-at: None = the model's default (jobs.demo's -1), < 0 = none
+        cut_at = -1 if args.cut_at is None else None if args.cut_at < 0 else args.cut_at
+        return jobs.demo(args.out, chunks=args.chunks, cut_at=cut_at, tp=args.tp,
                          num_steps=args.steps, dtype=args.dtype, device=args.device,
-                         model=args.model, prompts=tuple(args.prompts),
-                         nccl_rules=_rules(args))
+                         model=args.model, prompts=tuple(args.prompts), nccl_rules=rules)
     return jobs.step_split(args.out, stages=args.stages, requests=args.requests,
                            num_steps=args.steps, preset=args.preset, mode=args.mode,
-                           dtype=args.dtype, device=args.device, nccl_rules=_rules(args))
+                           dtype=args.dtype, device=args.device, nccl_rules=rules)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -201,31 +196,18 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rules(args: argparse.Namespace) -> bool | None:
-    """--nccl-rules: True; else None, which leaves the choice to $PPDIT_NCCL_RULES."""
-    return True if args.nccl_rules else None
-
-
-def _cut_at(value: int | None) -> int | None:
-    """The demo's --cut-at: None = the model's default (jobs.demo's -1), < 0 = no cut."""
-    if value is None:
-        return -1
-    return None if value < 0 else value
-
-
 def _prepare(args: argparse.Namespace):
     """The generate request, checked against its folder and planned (``t2v.generate``)."""
     from ppdit.parallel.layout import parse_layout
     from ppdit.t2v.generate import prepare
     from ppdit.t2v.spec import GenerateSpec
 
-    spec = GenerateSpec(
+    return prepare(GenerateSpec(
         str(args.checkpoint), args.prompt, args.negative_prompt,
         layout=parse_layout(args.layout, args.ranks), dtype=args.dtype, num_steps=args.steps,
         num_frames=args.frames, height=args.height, width=args.width, seed=args.seed,
         guidance_scale=args.guidance, solver=args.solver, text_encoder=args.text_encoder,
-        vae_ranks=args.vae_ranks)
-    return prepare(spec)
+        vae_ranks=args.vae_ranks))
 
 
 if __name__ == "__main__":

@@ -45,38 +45,21 @@ from collections.abc import Sequence
 
 import torch
 
+from ppdit import sampler
 from ppdit.presets import ModelPreset, get_preset
 from ppdit.runtime.device import Placement
-from ppdit.sampler import (
-    Conditioning,
-    Request,
-    SamplingConfig,
-    euler_update,
-    model_forward,
-    predict_velocity,
-    prompt_embeddings,
-)
 
 
 class StepGraph:
     """A denoising step for fixed shapes: captured into a ``torch.cuda.CUDAGraph`` on a CUDA
     placement, run eagerly (same static buffers, same checks) anywhere else.
 
-    ``step(latent, i)`` -> ``static_out`` (the latent after step i). Batch B is
-    ``latent_shape[0]``; ``set_text`` takes (B, text_len, text_dim), ``load_request`` builds
-    it from a request's seed as ``Denoiser`` does.
+    ``step(latent, i)`` -> ``static_out`` (the latent after step i); batch B is ``latent_shape[0]``.
     """
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        *,
-        latent_shape: Sequence[int],
-        sampling: SamplingConfig,
-        preset: str | ModelPreset = "tiny",
-        placement: Placement | None = None,
-        warmup: int = 3,
-    ):
+    def __init__(self, model: torch.nn.Module, *, latent_shape: Sequence[int],
+                 sampling: sampler.SamplingConfig, preset: str | ModelPreset = "tiny",
+                 placement: Placement | None = None, warmup: int = 3):
         if sampling.uses_cfg:
             raise ValueError(
                 f"StepGraph captures steps without classifier-free guidance (guidance_scale="
@@ -87,7 +70,7 @@ class StepGraph:
             raise ValueError(f"warmup={warmup} must be >= 1: the first runs allocate and "
                              "choose kernels, which must not happen during capture")
         self.model = model
-        self.forward = model_forward(model)
+        self.forward = sampler.model_forward(model)
         self.preset = get_preset(preset)
         self.sampling = sampling
         device = next(model.parameters()).device
@@ -96,11 +79,9 @@ class StepGraph:
             raise ValueError(f"model is on {device} but placement says {self.placement.device}")
         self.latent_shape = tuple(latent_shape)
         b = self.latent_shape[0]
-        # Static inputs and output: allocated once, read and written in place on every step.
         self.static_latent = torch.zeros(self.latent_shape, device=device)
         self.static_step = torch.zeros(b, dtype=torch.int64, device=device)  # (B,) step index
-        self.static_text = torch.zeros(b, self.preset.text_len, self.preset.text_dim,
-                                       device=device)
+        self.static_text = torch.zeros(b, self.preset.text_len, self.preset.text_dim, device=device)
         self.static_out = torch.empty_like(self.static_latent)
         self.sigmas = sampling.sigmas().to(device)
         self.timesteps = sampling.timesteps().to(device)
@@ -118,10 +99,10 @@ class StepGraph:
     def _body(self) -> None:
         """Static inputs -> static_out. No host syncs, no Python decisions on tensor values."""
         idx = self.static_step
-        v = predict_velocity(self.forward, self.static_latent, self.timesteps[idx],
-                             Conditioning(self.static_text, None), 1.0)
-        euler_update(self.static_latent, v, self.sigmas[idx], self.sigmas[idx + 1],
-                     out=self.static_out)
+        v = sampler.predict_velocity(self.forward, self.static_latent, self.timesteps[idx],
+                                     sampler.Conditioning(self.static_text, None), 1.0)
+        sampler.euler_update(self.static_latent, v, self.sigmas[idx], self.sigmas[idx + 1],
+                             out=self.static_out)
 
     def _capture(self, warmup: int) -> torch.cuda.CUDAGraph:
         """Warm up on a side stream (allocations, kernel choice), then record one step."""
@@ -145,10 +126,10 @@ class StepGraph:
         self._check("text", text, self.static_text)
         self.static_text.copy_(text)
 
-    def load_request(self, request: Request) -> None:
+    def load_request(self, request: sampler.Request) -> None:
         """Use a request's (synthetic) prompt, built exactly as ``Denoiser`` builds it."""
-        b = self.latent_shape[0]
-        self.set_text(prompt_embeddings(request, self.preset, batch=b).to(self.placement.device))
+        text = sampler.prompt_embeddings(request, self.preset, batch=self.latent_shape[0])
+        self.set_text(text.to(self.placement.device))
 
     def step(self, latent: torch.Tensor, step_index: int) -> torch.Tensor:
         """Run step ``step_index`` on ``latent`` (copied in) -> ``static_out`` (not a copy!)."""
@@ -200,6 +181,3 @@ class StepGraph:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-__all__ = ["StepGraph"]

@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from ppdit.runtime.processes.launch import in_torchrun
+from ppdit._spawn_entry import in_torchrun
 
 # The demo's default model: the tiny Wan pipeline trained on moving shapes (scripts/train_toy.py)
 TOY_PROMPTS = ("a red ball moves right", "a blue square moves up")  # before / after the cut
@@ -26,12 +26,10 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
          nccl_rules: bool | None = None) -> int:
     """The streaming system: rank 0 (controller + streaming VAE) and a TP mesh stream a video
     chunk by chunk with a hard cut; writes video.gif, video_strip.png (the toy model),
-    timeline.png, trace.json, summary.json.
-
-    ``model="toy"`` (default): the trained toy pipeline, so the video shows the prompts (a
-    shape moving; the cut switches to another prompt). ``"random"``: the random-weight tiny
-    preset (coloured noise; the shapes and timings of the lessons). ``chunks`` and ``cut_at``
-    default to the model's (``cut_at=None``: no cut)."""
+    timeline.png, trace.json, summary.json. ``model="toy"``: the trained toy pipeline, so the
+    video shows the prompts; ``"random"``: the random-weight tiny preset (coloured noise; the
+    lessons' shapes and timings). ``chunks`` and ``cut_at`` default to the model's
+    (``cut_at=None``: no cut)."""
     from ppdit.checkpoint.source import ModelSource
     from ppdit.serve.config import BringupConfig
     from ppdit.serve.system import run_bringup
@@ -54,58 +52,45 @@ def demo(out: Path, *, chunks: int | None = None, cut_at: int | None = -1, tp: i
               f"{tp}-rank tensor-parallel mesh to a controller with a streaming VAE; spawning "
               f"{cfg.world_size} ranks...", flush=True)
     result = run_bringup(cfg, device=device, nccl_rules=nccl_rules)
-    if result is None:  # a torchrun rank other than 0
-        return 0
-    _write_demo(result, out)
+    if result is not None:  # None: a torchrun rank other than 0
+        _write_demo(result, out)
     return 0
 
 
 def _write_demo(result, out: Path) -> None:
+    import torch
+
+    from ppdit.toy.detect import frame_colours, parse_prompt
     from ppdit.viz.artifacts import enlarge, save_gif, save_strip
 
     out.mkdir(parents=True, exist_ok=True)
-    video = result.controller.video
-    names = ["video.gif"]
-    if result.cfg.prompts is not None:  # the toy model: 32 x 32 clips, enlarged; a frame strip
-        rows = [torch_cat(video[v])[0] for v in sorted(video)]
-        save_strip(rows, [f"video {v}: {result.cfg.prompts[v]!r}" for v in sorted(video)],
+    video, prompts = result.controller.video, result.cfg.prompts
+    names, verdicts = ["video.gif"], []
+    if prompts is not None:  # the toy model: 32 x 32 clips, enlarged; a frame strip
+        clips = {v: torch.cat(video[v], dim=2)[0] for v in sorted(video)}
+        save_strip(list(clips.values()), [f"video {v}: {prompts[v]!r}" for v in clips],
                    out / "video_strip.png")
-        video = {v: [enlarge(c) for c in chunks] for v, chunks in video.items()}
         names.append("video_strip.png")
-    frames = save_gif(video, out / "video.gif")
-    summary = {**result.summary(), "frames_written": frames}
-    if result.cfg.prompts is not None:
-        summary["videos"] = _frame_verdicts(result.controller.video, result.cfg.prompts)
+        video = {v: [enlarge(c) for c in chunks] for v, chunks in video.items()}
+        # The toy detector's colour for every delivered frame, against the prompt
+        # (ppdit.toy.detect): the first picture a newcomer sees must show what it says.
+        for v, clip in clips.items():
+            colours, wanted = frame_colours(clip), parse_prompt(prompts[v])[0]
+            ok = all(c == wanted for c in colours)
+            verdicts.append({"prompt": prompts[v], "frame_colours": colours,
+                             "every_frame_is_the_prompts_colour": ok})
+    summary = {**result.summary(), "frames_written": save_gif(video, out / "video.gif")}
+    if prompts is not None:
+        summary["videos"] = verdicts
     lines = [f"{summary['fps']:.1f} frames/s, first frame after "
              f"{summary['time_to_first_frame_s'] * 1e3:.0f} ms, {summary['chunks_delivered']} "
              f"chunks delivered, {summary['dropped_stale_results']} stale results dropped, "
              f"max queue depth {summary['max_queue_depth']}"]
     lines += [f"{v['prompt']!r}: the toy detector's colour per frame {v['frame_colours']}; "
               f"every frame the prompt's colour: {v['every_frame_is_the_prompts_colour']}"
-              for v in summary.get("videos", [])]
+              for v in verdicts]
     _write_run(out, result.trace, f"bring-up phase {result.cfg.phase}: rank 0 controller + "
                "decode, ranks 1.. the mesh", summary, lines, names)
-
-
-def _frame_verdicts(video: dict, prompts) -> list[dict]:
-    """The toy detector's colour for every delivered frame of each video, against its prompt
-    (``ppdit.toy.detect``): the first picture a newcomer sees must show what it says."""
-    from ppdit.toy.detect import frame_colours, parse_prompt
-
-    out = []
-    for v in sorted(video):
-        colours = frame_colours(torch_cat(video[v])[0])
-        wanted = parse_prompt(prompts[v])[0]
-        out.append({"prompt": prompts[v], "frame_colours": colours,
-                    "every_frame_is_the_prompts_colour": all(c == wanted for c in colours)})
-    return out
-
-
-def torch_cat(chunks):
-    """A video's delivered pixel chunks as one (1, 3, T, H, W) tensor."""
-    import torch
-
-    return torch.cat(chunks, dim=2)
 
 
 def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int = 28,
@@ -131,9 +116,8 @@ def step_split(out: Path, *, stages: int = 2, requests: int = 8, num_steps: int 
         with tqdm(total=requests, unit="req", desc="generated") as bar:
             result = run_step_split(plan, on_event=lambda rank, event: bar.update(1),
                                     timeout_s=1800, device=device, nccl_rules=nccl_rules)
-    if result is None:
-        return 0
-    _write_step_split(result, out)
+    if result is not None:
+        _write_step_split(result, out)
     return 0
 
 
@@ -142,7 +126,7 @@ def _write_step_split(result, out: Path) -> None:
 
     plan, trace = result.plan, result.trace
     info = summary(trace, len(plan.requests))
-    info["config"] = jsonable({**asdict(plan), "requests": len(plan.requests)})
+    info["config"] = {**asdict(plan), "requests": len(plan.requests)}
     busy = ", ".join(f"rank {r}: {v:.0%}" for r, v in info["busy_fraction"].items())
     line = (f"\n{info['requests_per_s']:.2f} requests/s over {info['makespan_s']:.2f} s; "
             f"busy {busy}; median handoff {info['handoff_ms_median'] or 0:.2f} ms")
@@ -173,12 +157,11 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
     with tqdm(total=spec.num_steps, unit="step", desc="denoising", disable=quiet) as bar:
         result = run_generate(prepared, on_step=lambda i: bar.update(1), device=device,
                               streaming_decode=streaming_decode, nccl_rules=nccl_rules)
-    if result is None:
-        return 0
-    for cost in (result.text, result.vae):
-        if cost is not None:
-            print(cost.sentence(), flush=True)
-    _write_generate(result, out, time.perf_counter() - start)
+    if result is not None:
+        for cost in (result.text, result.vae):
+            if cost is not None:
+                print(cost.sentence(), flush=True)
+        _write_generate(result, out, time.perf_counter() - start)
     return 0
 
 
@@ -187,13 +170,12 @@ def _write_generate(result, out: Path, seconds: float) -> None:
     from ppdit.viz.artifacts import pipeline_clip, save_strip, to_uint8_frames, write_video
 
     out.mkdir(parents=True, exist_ok=True)
-    clip = pipeline_clip(result.video)
+    spec, clip = result.spec, pipeline_clip(result.video)
     video = write_video(to_uint8_frames(clip), out / "video.mp4", fps=16)  # Wan 2.1's 16 fps
-    save_strip([clip], [f"{result.spec.layout}: {result.spec.prompt!r}"], out / "frames.png",
+    save_strip([clip], [f"{spec.layout}: {spec.prompt!r}"], out / "frames.png",
                every=max(1, clip.shape[1] // 8))
-    spec = result.spec
     config = {**asdict(spec), "layout": str(spec.layout), "ranks": spec.ranks}
-    summary = {"config": jsonable(config), "seconds": seconds,
+    summary = {"config": config, "seconds": seconds,
                "video": video.name, "frames": int(result.video.shape[1]),
                "latent_shape": list(result.latent.shape),
                "handoff_bytes": result.handoff_bytes,
@@ -204,9 +186,8 @@ def _write_generate(result, out: Path, seconds: float) -> None:
                # per rank, above its weights (GPU ranks; empty on CPU ranks, where counting
                # live tensors would slow the run: runtime.rounds)
                "peak_memory_bytes": peak_memory(result.trace)}
-    _write_run(out, result.trace, f"ppdit generate: layout {result.spec.layout}, "
-               f"{result.spec.ranks} rank(s)", summary,
-               [f"generated {summary['frames']} frames in {seconds:.1f} s"],
+    _write_run(out, result.trace, f"ppdit generate: layout {spec.layout}, {spec.ranks} rank(s)",
+               summary, [f"generated {summary['frames']} frames in {seconds:.1f} s"],
                [video.name, "frames.png"])
 
 
@@ -221,42 +202,21 @@ def info() -> int:
     return 0
 
 
-def gpu_check(out: Path, *, tests: bool = True, tests_timeout_s: float | None = None,
-              skip: list[str] | tuple[str, ...] = ()) -> int:
-    """On a CUDA machine: the GPU test suite, then the GPU measurements, written to
-    ``out/<gpu>-<date>.json`` with their provenance (see ``ppdit.gpu_check``). Without CUDA:
-    says so and writes nothing (exit status 1)."""
-    from ppdit.gpu_check.run import gpu_check as run_check
-
-    return run_check(out, tests=tests, tests_timeout_s=tests_timeout_s, skip=skip)
-
-
 def _write_run(out: Path, trace, title: str, summary: dict, lines: list[str],
                written: list[str] | tuple[str, ...] = (), busy: bool = False) -> None:
     """What every job writes besides its own files (``written``, already in ``out``): the
     timeline, the Perfetto trace and the summary; then ``lines`` and where everything went."""
     from ppdit.viz.artifacts import save_timeline
 
+    def unknown(o):  # what JSON cannot hold: a plan's ranges as [start, stop], the rest as text
+        return [o.start, o.stop] if isinstance(o, range) else str(o)
+
     out.mkdir(parents=True, exist_ok=True)
     save_timeline(trace, out / "timeline.png", title, busy=busy)
     trace.save_chrome(out / "trace.json")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=unknown))
     for line in lines:
         print(line)
     paths = ", ".join(str(out / n) for n in (*written, "timeline.png", "trace.json",
                                                "summary.json"))
     print(f"wrote {paths} (open trace.json in https://ui.perfetto.dev)")
-
-
-def jsonable(obj):
-    """Plan fields as JSON: ranges as [start, stop]; anything else unknown as its string."""
-    if isinstance(obj, range):
-        return [obj.start, obj.stop]
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    return obj if isinstance(obj, (int, float, str, bool, type(None))) else str(obj)
-
-
-__all__ = ["demo", "generate", "gpu_check", "info", "jsonable", "step_split"]

@@ -43,23 +43,15 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
-
-
-def build_model(
-    preset: str | ModelPreset = "tiny",
-    *,
-    seed: int = 0,
-    checkpoint: str | Path | None = None,
-    device: str | torch.device = "cpu",
-    dtype: str | torch.dtype = torch.float32,
-) -> WanTransformer3DModel:
+def build_model(preset: str | ModelPreset = "tiny", *, seed: int = 0,
+                checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
+                dtype: str | torch.dtype = torch.float32) -> WanTransformer3DModel:
     """Build the Wan transformer in eval mode, identical on every rank that passes the same args.
 
     With ``checkpoint`` (a local diffusers folder holding ``config.json`` and weights) the
-    weights are loaded from disk and ``preset`` is ignored. Otherwise they are random, drawn from
-    a generator seeded with ``seed`` inside ``torch.random.fork_rng`` so the caller's global RNG
-    is left untouched. ``device="meta"`` builds shapes only (parameter counts of the 14B model
-    without 57 GB of RAM).
+    weights are loaded from disk and ``preset`` is ignored; otherwise they are random, drawn
+    from ``seed`` (``build_seeded``). ``device="meta"`` builds shapes only (parameter counts of
+    the 14B model without 57 GB of RAM).
     """
     dtype = torch_dtype(dtype)
     if checkpoint is not None:
@@ -69,10 +61,10 @@ def build_model(
                              "(it has no config.json); no weights are downloaded at run time")
         model = WanTransformer3DModel.from_pretrained(path, torch_dtype=dtype)
         return own_memory(model.to(device)).eval().requires_grad_(False)
-    if get_preset(preset).kind == "dummy":
+    p = get_preset(preset)
+    if p.kind == "dummy":
         return DummyDiT().to(device=device, dtype=dtype).eval().requires_grad_(False)
-    model = build_seeded(WanTransformer3DModel, get_preset(preset).diffusers_config(), seed,
-                         device)
+    model = build_seeded(WanTransformer3DModel, p.diffusers_config(), seed, device)
     return cast_like_from_pretrained(model, dtype).eval().requires_grad_(False)
 
 
@@ -143,9 +135,7 @@ def num_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-# ----------------------------------------------------------------------------------------------
-# The stage view
-# ----------------------------------------------------------------------------------------------
+# -- the stage view ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -159,12 +149,8 @@ class StageContext:
     grid: tuple[int, int, int] = field(default=(0, 0, 0))  # post-patch (F, H, W) for unpatchify
 
 
-def condition(
-    model: WanTransformer3DModel,
-    latent_shape: tuple[int, ...],
-    timestep: torch.Tensor,
-    text: torch.Tensor,
-) -> StageContext:
+def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], timestep: torch.Tensor,
+              text: torch.Tensor) -> StageContext:
     """Everything a block needs except ``h``: rope tables, timestep projection, projected text.
 
     Needs only the latent's *shape*, which is why a layer stage can compute it without
@@ -189,23 +175,15 @@ def embed_patches(model: WanTransformer3DModel, latent: torch.Tensor) -> torch.T
     return hidden.flatten(2).transpose(1, 2).contiguous()  # (B, S, D)
 
 
-def prologue(
-    model: WanTransformer3DModel,
-    latent: torch.Tensor,
-    timestep: torch.Tensor,
-    text: torch.Tensor,
-) -> tuple[torch.Tensor, StageContext]:
+def prologue(model: WanTransformer3DModel, latent: torch.Tensor, timestep: torch.Tensor,
+             text: torch.Tensor) -> tuple[torch.Tensor, StageContext]:
     """Everything before the first block: tokens ``h`` (B, S, D) and the shared context."""
     ctx = condition(model, tuple(latent.shape), timestep, text)
     return embed_patches(model, latent), ctx
 
 
-def run_blocks(
-    model: WanTransformer3DModel,
-    hidden: torch.Tensor,
-    ctx: StageContext,
-    blocks: range | None = None,
-) -> torch.Tensor:
+def run_blocks(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageContext,
+               blocks: range | None = None) -> torch.Tensor:
     """Run ``model.blocks[i]`` for i in ``blocks`` (all of them by default) on (B, S, D) tokens."""
     for i in blocks if blocks is not None else range(len(model.blocks)):
         hidden = model.blocks[i](hidden, ctx.text, ctx.timestep_proj, ctx.rotary_emb)
@@ -233,19 +211,13 @@ def unpatchify(model: WanTransformer3DModel, tokens: torch.Tensor, grid: tuple[i
 
 
 def epilogue(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageContext) -> torch.Tensor:
-    """Output norm modulated by ``scale_shift_table + temb``, projection, unpatchify.
-
-    (B, S, D) -> (B, C, F, H, W), the velocity prediction of flow matching.
-    """
+    """``project_out``, then ``unpatchify``: (B, S, D) -> (B, C, F, H, W), the velocity
+    prediction of flow matching."""
     return unpatchify(model, project_out(model, hidden, ctx), ctx.grid)
 
 
-def forward_by_stages(
-    model: WanTransformer3DModel,
-    latent: torch.Tensor,
-    timestep: torch.Tensor,
-    text: torch.Tensor,
-) -> torch.Tensor:
+def forward_by_stages(model: WanTransformer3DModel, latent: torch.Tensor, timestep: torch.Tensor,
+                      text: torch.Tensor) -> torch.Tensor:
     """prologue -> all blocks -> epilogue: the stage view run end to end (== ``model(...)``)."""
     hidden, ctx = prologue(model, latent, timestep, text)
     return epilogue(model, run_blocks(model, hidden, ctx), ctx)
@@ -260,10 +232,3 @@ def describe(preset: str | ModelPreset) -> str:
     return (f"{p.name}: {p.num_layers} blocks, D={p.dim} ({p.num_heads}x{p.head_dim}), "
             f"ffn {p.ffn_dim}, {n / 1e6:,.1f} M params, {p.num_tokens():,} tokens/sample "
             f"at latent {p.latent_shape}; {p.notes}")
-
-
-__all__ = [
-    "DummyDiT", "StageContext", "build_model", "cast_like_from_pretrained", "condition",
-    "describe", "embed_patches", "epilogue", "forward_by_stages", "num_params", "project_out",
-    "prologue", "run_blocks", "unpatchify",
-]

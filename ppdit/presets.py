@@ -104,6 +104,3 @@ def lookup(name, table: dict, cls: type, what: str):
     if name not in table:
         raise ValueError(f"unknown {what} {name!r}: choose one of {sorted(table)}")
     return table[name]
-
-
-__all__ = ["PRESETS", "ModelPreset", "get_preset", "lookup"]

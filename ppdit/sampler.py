@@ -135,14 +135,12 @@ class Conditioning:
         return Conditioning(move(self.text), move(self.null_text))
 
 
-def conditioning_for(
-    request: Request, preset: str | ModelPreset, sampling: SamplingConfig, device: torch.device
-) -> Conditioning:
-    """Build a request's conditioning on ``device``; the null prompt exists only with CFG."""
+def conditioning_for(request: Request, preset: str | ModelPreset, sampling: SamplingConfig,
+                     device: torch.device) -> Conditioning:
+    """Build a request's conditioning on ``device``; the null prompt (zeros, see
+    ``Conditioning``) exists only with CFG."""
     text = prompt_embeddings(request, preset).to(device)
-    # Wan's pipeline zero-pads prompt embeddings to 512 tokens; an empty prompt is all padding.
-    null = torch.zeros_like(text) if sampling.uses_cfg else None
-    return Conditioning(text, null)
+    return Conditioning(text, torch.zeros_like(text) if sampling.uses_cfg else None)
 
 
 def model_forward(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
@@ -165,15 +163,10 @@ def _cast_forward(model, dtype: torch.dtype, latent: torch.Tensor, timestep: tor
     return forward_by_stages(model, latent.to(dtype), timestep, text.to(dtype))
 
 
-def predict_velocity(
-    forward: Callable[..., torch.Tensor],
-    latent: torch.Tensor,
-    timestep: torch.Tensor,
-    cond: Conditioning,
-    guidance_scale: float,
-    guided: torch.Tensor | None = None,
-    cfg: str | Callable[..., torch.Tensor] = "batched",
-) -> torch.Tensor:
+def predict_velocity(forward: Callable[..., torch.Tensor], latent: torch.Tensor,
+                     timestep: torch.Tensor, cond: Conditioning, guidance_scale: float,
+                     guided: torch.Tensor | None = None,
+                     cfg: str | Callable[..., torch.Tensor] = "batched") -> torch.Tensor:
     """The velocity for a batch (B, C, F, H, W).
 
     ``timestep`` is (B,): every sample may sit at its own step (StreamDiffusion's stream batch).
@@ -206,11 +199,8 @@ def predict_velocity(
                                              cond.null_text[guided]), guidance_scale)
         return v
     b = latent.shape[0]
-    both = forward(
-        torch.cat([latent, latent[guided]]),
-        torch.cat([timestep, timestep[guided]]),
-        torch.cat([cond.text, cond.null_text[guided]]),
-    )
+    both = forward(torch.cat([latent, latent[guided]]), torch.cat([timestep, timestep[guided]]),
+                   torch.cat([cond.text, cond.null_text[guided]]))
     v, v_uncond = both[:b].clone(), both[b:]
     v[guided] = guide(v[guided], v_uncond, guidance_scale)
     return v
@@ -228,13 +218,8 @@ def guide(v_cond: torch.Tensor, v_uncond: torch.Tensor, guidance_scale: float) -
     return v_uncond + guidance_scale * (v_cond - v_uncond)
 
 
-def euler_update(
-    latent: torch.Tensor,
-    velocity: torch.Tensor,
-    sigma: torch.Tensor,
-    sigma_next: torch.Tensor,
-    out: torch.Tensor | None = None,
-) -> torch.Tensor:
+def euler_update(latent: torch.Tensor, velocity: torch.Tensor, sigma: torch.Tensor,
+                 sigma_next: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``x <- x + (sigma_next - sigma) v``; sigma tensors are (B,) so samples may differ.
 
     ``out`` lets the result land in a preallocated buffer (an outgoing P2P frame) with the
@@ -261,10 +246,7 @@ class Denoiser:
                  solver=None, cfg: str | Callable[..., torch.Tensor] = "batched"):
         check_cfg(cfg)
         self.model = model
-        # How a guided step's two halves run: one batch ("batched"), two calls ("split",
-        # WanPipeline's arithmetic: what a pipeline folder must equal bit for bit), or one half
-        # on this rank (a CFG-parallel policy, ``predict_velocity``).
-        self.cfg = cfg
+        self.cfg = cfg  # how a guided step's two halves run (``predict_velocity``)
         # ``solver`` replaces the Euler update (a pipeline folder's scheduler, see
         # ``ppdit.checkpoint.solver``): it brings its own timesteps and carries its state in
         # ``StepState.solver_state``.
@@ -290,9 +272,8 @@ class Denoiser:
             if self.preset is None:
                 raise ValueError(f"request {request.request_id} has no prompt: pass it with "
                                  "condition_on(), or give the Denoiser a preset for seeded ones")
-            self._cond[request.request_id] = conditioning_for(
-                request, self.preset, self.sampling, self.device
-            )
+            self._cond[request.request_id] = conditioning_for(request, self.preset, self.sampling,
+                                                              self.device)
         return self._cond[request.request_id]
 
     def condition_on(self, request: Request, text: torch.Tensor,
@@ -335,10 +316,8 @@ class Denoiser:
         guided = torch.tensor([self.sampling.guided(int(i)) for i in idx], device=self.device)
         latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
         conds = [self.conditioning(r) for r in requests]
-        cond = Conditioning(
-            torch.cat([c.text for c in conds]),
-            None if conds[0].null_text is None else torch.cat([c.null_text for c in conds]),
-        )
+        nulls = None if conds[0].null_text is None else torch.cat([c.null_text for c in conds])
+        cond = Conditioning(torch.cat([c.text for c in conds]), nulls)
         v = predict_velocity(self.forward, latent, self.timesteps[idx.to(self.device)], cond,
                              self.sampling.guidance_scale, guided, self.cfg)
         return self.update(states, v, out=out)
@@ -365,10 +344,8 @@ class Denoiser:
         idx = idx.to(self.device)
         latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
         latent = euler_update(latent, velocity, self.sigmas[idx], self.sigmas[idx + 1], out=out)
-        return [
-            replace(s, step_index=s.step_index + 1, latent=chunk)
-            for s, chunk in zip(states, latent.split(counts), strict=True)
-        ]
+        return [replace(s, step_index=s.step_index + 1, latent=chunk)
+                for s, chunk in zip(states, latent.split(counts), strict=True)]
 
     def _check_steps(self, states: Sequence[StepState]) -> None:
         for s in states:
@@ -376,15 +353,10 @@ class Denoiser:
                 raise ValueError(f"request {s.request_id}: step_index={s.step_index} is outside "
                                  f"0..{self.sampling.num_steps - 1}")
 
-    def run(
-        self,
-        states: Sequence[StepState],
-        requests: Sequence[Request],
-        steps: range,
-        span: Callable[[int], AbstractContextManager] | None = None,
-        out: torch.Tensor | None = None,
-        on_step: Callable[[int], None] | None = None,
-    ) -> list[StepState]:
+    def run(self, states: Sequence[StepState], requests: Sequence[Request], steps: range,
+            span: Callable[[int], AbstractContextManager] | None = None,
+            out: torch.Tensor | None = None, on_step: Callable[[int], None] | None = None
+            ) -> list[StepState]:
         """Run the contiguous ``steps`` (a stage's slice) for a group of requests, batched.
 
         ``span(i)`` times step i; ``out`` receives the last step's latents, concatenated (a
@@ -409,28 +381,18 @@ class Denoiser:
         return state.latent
 
 
-def generate(
-    model: torch.nn.Module,
-    request: Request,
-    *,
-    preset: str | ModelPreset = "tiny",
-    sampling: SamplingConfig | None = None,
-    latent_shape: Sequence[int] | None = None,
-) -> torch.Tensor:
+def generate(model: torch.nn.Module, request: Request, *, preset: str | ModelPreset = "tiny",
+             sampling: SamplingConfig | None = None, latent_shape: Sequence[int] | None = None
+             ) -> torch.Tensor:
     """The single-device reference: all steps for one request on one device -> final latent."""
     sampling = sampling or SamplingConfig()
     den = Denoiser(model, preset, sampling)
     return den.generate(request, tuple(latent_shape or den.preset.latent_shape))
 
 
-def generate_batched(
-    model: torch.nn.Module,
-    requests: Sequence[Request],
-    *,
-    preset: str | ModelPreset = "tiny",
-    sampling: SamplingConfig | None = None,
-    latent_shape: Sequence[int] | None = None,
-) -> list[torch.Tensor]:
+def generate_batched(model: torch.nn.Module, requests: Sequence[Request], *,
+                     preset: str | ModelPreset = "tiny", sampling: SamplingConfig | None = None,
+                     latent_shape: Sequence[int] | None = None) -> list[torch.Tensor]:
     """All requests as one batch through every step: the *batched* single-device baseline."""
     sampling = sampling or SamplingConfig()
     den = Denoiser(model, preset, sampling)
@@ -440,14 +402,9 @@ def generate_batched(
     return [s.latent for s in states]
 
 
-def measure_step_costs(
-    model: torch.nn.Module,
-    preset: str | ModelPreset,
-    sampling: SamplingConfig,
-    latent_shape: Sequence[int] | None = None,
-    repeats: int = 3,
-    timer: Callable[[], AbstractContextManager] | None = None,
-) -> list[float]:
+def measure_step_costs(model: torch.nn.Module, preset: str | ModelPreset, sampling: SamplingConfig,
+                       latent_shape: Sequence[int] | None = None, repeats: int = 3,
+                       timer: Callable[[], AbstractContextManager] | None = None) -> list[float]:
     """Median seconds of each step for one request on this device: weights for a cost-balanced
     step split (``ppdit.parallel.step_split.split_steps(..., weights=...)``).
 

@@ -1,8 +1,7 @@
 """The α-β cost of one all-to-all over N nodes of L ranks, flat or in two phases (CoCoDiff's TAPA).
 
 Each rank holds one chunk of ``m`` bytes for every rank. A message costs ``α + bytes / β`` on
-its link, and a rank's messages on one link go one after another (the simplest model that
-still separates latency from bandwidth).
+its link, a rank's messages on one link going one after another.
 
 * **Flat**: L - 1 messages of m inside the node, (N - 1) L of m across; the two links work at
   the same time, so the slower side sets the time.
@@ -10,12 +9,10 @@ still separates latency from bandwidth).
   node, then phase 2 sends N - 1 messages of L m across, one per node.
 
 The same bytes cross the nodes either way; the two-phase one trades (N - 1)(L - 1) inter-node
-latencies for a second pass over the fast links, before the slow one can start. So it wins
-where messages are small (latency-bound) and loses where they are large, unless something
-this model leaves out dominates: many ranks sharing one NIC, switch congestion from many
-flows, or each rank's phase 2 on its own NIC (rails), which is what CoCoDiff's Aurora
-measurements exercise.
-"""
+latencies for a second pass over the fast links. So it wins where messages are small
+(latency-bound) and loses where they are large, unless something this model leaves out
+dominates: many ranks sharing one NIC, switch congestion from many flows, or each rank's
+phase 2 on its own NIC (rails), which CoCoDiff's Aurora measurements exercise."""
 
 from __future__ import annotations
 
@@ -25,7 +22,6 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Link:
     """One kind of link: latency per message and bandwidth per direction."""
-
     alpha_s: float
     beta_bytes_s: float
 
@@ -64,6 +60,3 @@ def crossover_bytes(nodes: int, local: int, intra: Link, inter: Link) -> float |
         else:
             hi = mid
     return hi
-
-
-__all__ = ["Link", "crossover_bytes", "flat_seconds", "two_phase_seconds"]

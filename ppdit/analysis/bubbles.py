@@ -12,8 +12,7 @@ Layer-split PP repeats it every denoising step. With V virtual chunks per rank (
 stage-time) and N steps, one flushed step takes max(M, P) + (min(M, P) - 1) / V stage-times
 (for M >= P: M + (P - 1)/V, Megatron's interleaving), and wrapping micro-batches from the last
 stage straight back to the first removes every drain but the last:
-N max(M, P) + (min(M, P) - 1) / V in all. The bubble is 1 - N M / (that time).
-"""
+N max(M, P) + (min(M, P) - 1) / V in all. The bubble is 1 - N M / (that time)."""
 
 from __future__ import annotations
 
@@ -53,11 +52,9 @@ def layer_split_bubble(num_micro: int, num_stages: int, virtual: int = 1, steps:
 
 
 def measured_bubble(trace, num_stages: int | None = None) -> float:
-    """1 - busy / (P x window) from real compute spans: the bubble a run actually had.
-
-    The window runs from the first compute start to the last compute end over all ranks, so
-    start-up and teardown do not count, only the pipeline's own fill, drain and stalls.
-    """
+    """1 - busy / (P x window) from real compute spans: the bubble a run actually had. The
+    window runs from the first compute start to the last compute end over all ranks, so
+    start-up and teardown do not count, only the pipeline's own fill, drain and stalls."""
     spans = trace.select("compute")
     if not spans:
         raise ValueError("the trace has no compute spans")
@@ -70,7 +67,6 @@ def measured_bubble(trace, num_stages: int | None = None) -> float:
 @dataclass(frozen=True)
 class Slot:
     """One item on one stage in an ideal schedule, in units of one stage-time."""
-
     stage: int
     item: int
     start: float
@@ -106,10 +102,6 @@ def simulated_plan(num_stages: int, micro: int, virtual: int = 1, steps: int = 2
 def simulate_schedule(num_stages: int, micro: int, virtual: int = 1, steps: int = 2,
                       wrap: bool = False, last_stage_slowdown: float = 0.0) -> list[SimSpan]:
     """Simulated spans; the last stage costs ``1 + last_stage_slowdown`` times the others."""
-    plan = simulated_plan(num_stages, micro, virtual, steps, wrap)
     slow = 1.0 + last_stage_slowdown
-
-    def cost(rank, task):
-        return (slow if rank == num_stages - 1 else 1.0) / virtual
-
-    return simulate(plan, cost)
+    return simulate(simulated_plan(num_stages, micro, virtual, steps, wrap),
+                    lambda rank, task: (slow if rank == num_stages - 1 else 1.0) / virtual)

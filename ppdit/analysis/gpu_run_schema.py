@@ -5,23 +5,16 @@ Why a schema at all: these files are evidence. A notebook prints their numbers n
 ones, so a misspelt field (silently missing from a table) or a string where a number belongs
 (``"617 ms"``) must stop the reader with the file, the field and the rule, not print nonsense.
 
-The shape, version ``ppdit.gpu_run/1`` (every field present; ``null`` where unknown)::
-
-    schema        "ppdit.gpu_run/1"
-    provenance    where the numbers come from: source (a sentence), origin (a short form for
-                  labels), command, date, duration_s, gpu {name, count, memory_gb, capability},
-                  driver, cuda, torch, diffusers, python, git {commit, dirty}, unknown (the
-                  dotted names of the fields left null), notes
-    tests         the GPU test suite: status, command, scope, passed / failed / skipped / errors
-    measurements  one section each: launch, layouts, device, cuda_graphs, vae, forwards;
-                  every section has status ("ok", "partial", "skipped", "error",
-                  "not_measured"), reason (why, when not "ok"), seconds (what the section took)
-                  and notes
+The shape, version ``ppdit.gpu_run/1`` (every field present; ``null`` where unknown), is
+``REPORT`` below: ``schema``, ``provenance`` (where the numbers come from: source, a sentence;
+origin, its short form for labels; ``unknown``, the dotted names of the fields left null), the
+GPU ``tests``, and one ``measurements`` section each for launch, layouts, device, cuda_graphs,
+vae and forwards. Every section has a status, a reason (why, when not "ok"), the seconds it
+took, and notes.
 
 Units are fixed by the field name, as the figures are quoted: ``*_ms`` milliseconds, ``*_s``
 seconds, ``*_gb`` decimal gigabytes (1e9 bytes), ``*_tflops`` TFLOP/s, ``*_tb_s`` TB/s,
-``speedup`` and ``ratio`` plain factors.
-"""
+``speedup`` and ``ratio`` plain factors."""
 
 from __future__ import annotations
 
@@ -166,8 +159,3 @@ def empty_section(spec: dict, status: str, reason: str | None = None, **fields) 
         raise KeyError(f"{sorted(unknown)} are not fields of this section: {', '.join(spec)}")
     out.update(status=status, reason=reason, **fields)
     return out
-
-
-__all__ = ["CUDA_GRAPHS", "DEVICE", "FORWARDS", "LAUNCH", "LAYOUTS", "MEASUREMENTS",
-           "PROVENANCE", "REPORT", "SCHEMA", "STATUSES", "TESTS", "VAE", "GpuRunError",
-           "check_report", "empty_section"]

@@ -9,8 +9,7 @@ comes from::
 
 The files are written by ``python -m ppdit gpu-check`` (``ppdit.gpu_check``) or transcribed by
 hand from a measured report, both in the schema of ``ppdit.analysis.gpu_run_schema``; loading
-checks that schema first. Numbers only here: the picture is ``ppdit.viz.roofline``.
-"""
+checks that schema first. Numbers only here: the picture is ``ppdit.viz.roofline``."""
 
 from __future__ import annotations
 
@@ -30,13 +29,11 @@ GPU_RUNS = Path(__file__).resolve().parents[2] / "gpu_runs"  # the repository's 
 @dataclass(frozen=True)
 class GpuRun:
     """One checked ``gpu_runs/*.json`` file."""
-
     path: Path
     data: dict
 
     @property
     def provenance(self) -> dict:
-        """Where the numbers come from (see the schema)."""
         return self.data["provenance"]
 
     @property
@@ -48,11 +45,6 @@ class GpuRun:
             gpu = f"{p['gpu']['count']} x {gpu}"
         torch = f"torch {p['torch']}" if p["torch"] else "torch version unknown"
         return f"{gpu}, {torch}, {p['origin']}"
-
-    @property
-    def tests(self) -> dict:
-        """The GPU test suite's section."""
-        return self.data["tests"]
 
     def section(self, name: str) -> dict | None:
         """A measurement section whose status is "ok" or "partial", else ``None``."""
@@ -70,10 +62,8 @@ class GpuRun:
         so, and one measured in part says what is missing."""
         part = self.data["tests"] if section == "tests" else self.data["measurements"][section]
         status = part["status"]
-        if status in ("ok", "partial") or section == "tests":
-            texts = _SENTENCES[section](part)
-        else:
-            texts = []
+        measured = status in ("ok", "partial") or section == "tests"
+        texts = _SENTENCES[section](part) if measured else []
         if status != "ok" and section != "tests":
             texts.append(f"{section}: {status.replace('_', ' ')}: {part['reason']}")
         return [f"{text} [{self.label}]" if label else text for text in texts]
@@ -91,14 +81,11 @@ def load_run(path: str | Path) -> GpuRun:
     return GpuRun(path, data)
 
 
-def load_runs(folder: str | Path | None = None, *, committed_only: bool = False
-              ) -> list[GpuRun]:
+def load_runs(folder: str | Path | None = None, *, committed_only: bool = False) -> list[GpuRun]:
     """Every ``*.json`` in ``folder`` (default: the repository's ``gpu_runs/``), oldest first.
-
     ``committed_only`` keeps the files git tracks, so that a run just written by ``gpu-check``
     on this machine does not change what a notebook prints until it is committed. Outside a git
-    checkout every file counts (a release holds only committed files).
-    """
+    checkout every file counts (a release holds only committed files)."""
     folder = Path(folder) if folder is not None else GPU_RUNS
     paths = sorted(folder.glob("*.json"))
     if committed_only:
@@ -121,7 +108,6 @@ def _tracked(folder: Path) -> set[str] | None:
 @dataclass(frozen=True)
 class ForwardPoint:
     """One measured GPU forward beside its lower bounds, ready to plot or print."""
-
     label: str  # the run's provenance label
     model: str
     tokens: int | None
@@ -147,10 +133,9 @@ def forward_points(runs: list[GpuRun]) -> list[ForwardPoint]:
             ceiling = r["ceiling_bound_ms"]
             if ceiling is None and device.get("matmul_tflops") and device.get("copy_tb_s") \
                     and device.get("matmul_dtype") == r["dtype"]:
-                shape = tuple(r["latent_shape"]) if r["latent_shape"] else None
-                ceiling = ceiling_bound_ms(r["model"], device["matmul_tflops"],
-                                           device["copy_tb_s"], latent_shape=shape,
-                                           dtype=r["dtype"])
+                ceiling = ceiling_bound_ms(
+                    r["model"], device["matmul_tflops"], device["copy_tb_s"], dtype=r["dtype"],
+                    latent_shape=tuple(r["latent_shape"]) if r["latent_shape"] else None)
             points.append(ForwardPoint(run.label, r["model"], r["tokens"], r["measured_ms"],
                                        r["bound_ms"], r["bound_hardware"], ceiling,
                                        r["compiled_ms"]))
@@ -172,8 +157,7 @@ def ceiling_bound_ms(model: str, matmul_tflops: float, copy_tb_s: float, *,
 def format_report(run: GpuRun) -> str:
     """The whole run as a table: its provenance once, then per section its status, its time
     and its figures (``GpuRun.lines`` without the label, which the header carries)."""
-    p = run.provenance
-    git = p["git"]
+    p, git = run.provenance, run.provenance["git"]
     head = [f"GPU run {run.path.name}: every figure below is [{run.label}]",
             f"  source: {p['source']}",
             f"  driver {p['driver'] or '?'}, CUDA {p['cuda'] or '?'}, diffusers "
@@ -201,13 +185,11 @@ def fmt(value: float | int | None) -> str:
     return repr(float(value))
 
 
-# ----------------------------------------------------------------------------------------------
 # One sentence per figure, section by section
-# ----------------------------------------------------------------------------------------------
 
 
 def _tests(t: dict) -> list[str]:
-    if t["status"] == "skipped" or t["status"] == "not_measured":
+    if t["status"] in ("skipped", "not_measured"):
         return [f"GPU tests: {t['status'].replace('_', ' ')} ({t['reason']})"]
     counts = ", ".join(f"{t[k]} {k}" for k in ("passed", "failed", "skipped", "errors")
                        if t[k] is not None)
@@ -232,20 +214,16 @@ def _launch(s: dict) -> list[str]:
 
 def _layouts(s: dict) -> list[str]:
     where = f" ({', '.join(s['devices'])}, {s['backend']})" if s["devices"] else ""
-    out = []
-    for r in s["rows"]:
-        vs = (f" vs one device {fmt(r['one_device_ms'])} ms ({fmt(r['speedup'])}x)"
-              if r["one_device_ms"] is not None else "")
-        out.append(f"{r['layout']}, {s['world_size']} ranks{where}, {r['preset']} preset: "
-                   f"{fmt(r['ms'])} ms per {r['per']}{vs}")
-    return out
+    return [f"{r['layout']}, {s['world_size']} ranks{where}, {r['preset']} preset: "
+            f"{fmt(r['ms'])} ms per {r['per']}"
+            + (f" vs one device {fmt(r['one_device_ms'])} ms ({fmt(r['speedup'])}x)"
+               if r["one_device_ms"] is not None else "") for r in s["rows"]]
 
 
 def _device(s: dict) -> list[str]:
     out = []
     if s["matmul_tflops"] is not None:
-        n = s["matmul_n"]
-        size = f" {n}^3" if n else ""
+        size = f" {s['matmul_n']}^3" if s["matmul_n"] else ""
         out.append(f"{s['matmul_dtype'] or ''}{size} matmul: {fmt(s['matmul_tflops'])} TFLOP/s")
     if s["copy_tb_s"] is not None:
         size = f" of {fmt(s['copy_gb'])} GB" if s["copy_gb"] else ""
@@ -254,12 +232,10 @@ def _device(s: dict) -> list[str]:
 
 
 def _graphs(s: dict) -> list[str]:
-    out = []
-    for r in s["rows"]:
-        times = (f"eager {fmt(r['eager_ms'])} ms -> graph replay {fmt(r['graph_ms'])} ms per "
-                 "denoising step, " if r["eager_ms"] is not None else "graph replay vs eager: ")
-        out.append(f"{r['preset']} ({r['context']}): {times}{fmt(r['speedup'])}x")
-    return out
+    return [f"{r['preset']} ({r['context']}): "
+            + (f"eager {fmt(r['eager_ms'])} ms -> graph replay {fmt(r['graph_ms'])} ms per "
+               "denoising step, " if r["eager_ms"] is not None else "graph replay vs eager: ")
+            + f"{fmt(r['speedup'])}x" for r in s["rows"]]
 
 
 def _vae(s: dict) -> list[str]:
@@ -305,6 +281,3 @@ def _forwards(s: dict) -> list[str]:
 _SENTENCES: dict[str, Any] = {"tests": _tests, "launch": _launch, "layouts": _layouts,
                               "device": _device, "cuda_graphs": _graphs, "vae": _vae,
                               "forwards": _forwards}
-
-__all__ = ["GPU_RUNS", "ForwardPoint", "GpuRun", "GpuRunError", "ceiling_bound_ms", "fmt",
-           "format_report", "forward_points", "load_run", "load_runs"]

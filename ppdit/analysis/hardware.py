@@ -1,4 +1,4 @@
-"""The roofline's ceilings: GPUs and links (with sources), this machine measured, and predictions.
+"""The roofline's ceilings, GPUs and links (with sources), and the predictions built on them.
 
 ``ppdit.analysis.roofline`` counts what the model needs (FLOPs, bytes, message sizes); this
 module says what a machine offers and combines the two, op by op, with the simplest honest rule
@@ -8,10 +8,7 @@ module says what a machine offers and combines the two, op by op, with the simpl
 (Williams et al., "Roofline: an insightful visual performance model", CACM 2009). Summed over a
 step's ops this is a *lower bound*: real kernels reach a fraction of either ceiling, launch
 overheads are ignored, and so is any overlap of one op's compute with another's memory traffic.
-
-Links are per direction; a ring all-reduce over n ranks sends 2 (n - 1) / n of the message from
-every rank, and a latency term per message (microseconds) is ignored next to the bandwidth term.
-"""
+Links likewise: bandwidth per direction, no latency term (``assumptions`` lists every rule)."""
 
 from __future__ import annotations
 
@@ -39,7 +36,6 @@ from ppdit.presets import get_preset
 @dataclass(frozen=True)
 class Hardware:
     """One accelerator's ceilings: dense peak FLOP/s per dtype, memory bandwidth and size."""
-
     name: str
     bf16_flops: float | None  # dense tensor-core FLOP/s, bf16/fp16 inputs, fp32 accumulation
     fp32_flops: float  # fp32 without tensor cores (PyTorch's default for fp32 matmuls)
@@ -97,26 +93,18 @@ LINKS: dict[str, float] = {
 }
 
 
-# ----------------------------------------------------------------------------------------------
 # Predictions: a lower bound per denoising step, per parallel layout
-# ----------------------------------------------------------------------------------------------
 
 
 ONE_GPU = Layout()
 LAYOUTS = (ONE_GPU, Layout(step=4), Layout(layer=4), Layout(tp=2), Layout(tp=4))
-# the sequence axes and CFG (xDiT's USP x CFG): 8 GPUs on Wan's 12 or 40 heads
-SP_LAYOUTS = (Layout(ulysses=4), Layout(ring=4), Layout(ulysses=2, ring=2), Layout(cfg=2),
-              Layout(cfg=2, ulysses=2, ring=2), Layout(ulysses=4, fsdp=4))
 
 
 @dataclass(frozen=True)
 class Prediction:
     """Lower-bound seconds per denoising step of one request, on the busiest GPU of a layout.
-
     ``step_s`` = ``flop_s + memory_s + comm_s`` is the time per step when the layout is kept
-    busy (enough requests in flight for every stage); ``latency_s`` is one request alone.
-    """
-
+    busy (enough requests in flight for every stage); ``latency_s`` is one request alone."""
     model: str
     gpu: str
     layout: str
@@ -145,6 +133,12 @@ def op_seconds(op: Op, hw: Hardware, dtype: str = "bf16") -> tuple[float, float]
     return (op.count * flop_t, 0.0) if flop_t >= byte_t else (0.0, op.count * byte_t)
 
 
+def ops_seconds(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16") -> tuple[float, float]:
+    """``op_seconds`` summed over ``ops``: (compute-bound s, bandwidth-bound s)."""
+    pairs = [op_seconds(op, hw, dtype) for op in ops]
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
 def bandwidth_bound_tokens(dim: int, ridge: float, nbytes: int = 2) -> float:
     """Tokens m below which a (m, D) x (D, D) projection is bandwidth-bound: its intensity,
     2 m D^2 FLOPs over nbytes (2 m D + D^2) bytes, equals ``ridge`` there. About the ridge
@@ -156,8 +150,7 @@ def bandwidth_bound_share(model: str, latent_shape: tuple[int, ...], hw: Hardwar
                           sp: int = 1, dtype: str = "bf16") -> float:
     """Share of one block's lower bound on ``hw`` spent in bandwidth-bound ops, with the
     tokens split ``sp`` ways: the regime of a workload per GPU, not of the model."""
-    ops = block_ops(model, latent_shape, sp=sp, dtype=dtype)
-    compute, memory = (sum(op_seconds(o, hw, dtype)[k] for o in ops) for k in (0, 1))
+    compute, memory = ops_seconds(block_ops(model, latent_shape, sp=sp, dtype=dtype), hw, dtype)
     return memory / (compute + memory)
 
 
@@ -170,11 +163,6 @@ def format_op_times(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16") -> str
                     f"{op.intensity:>9,.1f}{(flop_s + mem_s) * 1e6:>10,.1f}  "
                     f"{'compute' if flop_s else 'bandwidth'}")
     return "\n".join(rows)
-
-
-def _stage_seconds(ops: list[Op], hw: Hardware, dtype) -> tuple[float, float]:
-    pairs = [op_seconds(op, hw, dtype) for op in ops]
-    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
 def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None = None,
@@ -193,8 +181,7 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     * sequence axes (Ulysses x ring = P): each GPU runs every op on S/P tokens (attention: S/P
       queries over all S keys) and sends its all-to-alls and K/V hops per block; CFG=2: each
       branch runs one of the M = 2 forwards and the two exchange their velocity (one fp32
-      latent) per step. Latency = step: one request alone keeps every GPU busy.
-    """
+      latent) per step. Latency = step: one request alone keeps every GPU busy."""
     p, hw, m, dtype = get_preset(model), GPUS[gpu], 2 if cfg else 1, dtype_name(dtype)
     shape = tuple(latent_shape or p.latent_shape)
     check_model(layout, p, num_steps=num_steps, latent_shape=shape, guided=cfg)
@@ -217,7 +204,7 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
         m = 1  # (a 2-rank all-gather of the model output; a TP rank sends its 1/tp share)
         send_bytes += math.prod(shape) * DTYPE_BYTES[dtype] / layout.tp
     # per forward and stage: (flop s, memory s, link s) and the bytes it sends
-    per_stage = [(*_stage_seconds(ops, hw, dtype), (n * ar_bytes + send_bytes) / bw)
+    per_stage = [(*ops_seconds(ops, hw, dtype), (n * ar_bytes + send_bytes) / bw)
                  for ops, n in zip(stages, sizes, strict=True)]
     slot = [sum(t) for t in per_stage]
     busiest = max(range(len(slot)), key=slot.__getitem__)
@@ -251,13 +238,9 @@ def prediction_table(models: Sequence[str] = ("wan2.1-1.3b", "wan2.1-14b"),
                      gpus: Sequence[str] = tuple(GPUS), layouts: Sequence[Layout] = LAYOUTS,
                      **kwargs) -> list[Prediction]:
     """``predict`` for every model x GPU x layout, and every link a multi-GPU layout could use."""
-    rows = []
-    for model in models:
-        for gpu in gpus:
-            for layout in layouts:
-                links = GPUS[gpu].links if layout.ranks > 1 else (None,)
-                rows += [predict(model, gpu, layout, link=lk, **kwargs) for lk in links]
-    return rows
+    return [predict(model, gpu, layout, link=lk, **kwargs)
+            for model in models for gpu in gpus for layout in layouts
+            for lk in (GPUS[gpu].links if layout.ranks > 1 else (None,))]
 
 
 def format_predictions(rows: Sequence[Prediction]) -> str:
@@ -292,10 +275,3 @@ def assumptions(num_steps: int = 50, cfg: bool = True) -> str:
         "GB/GPU = weights only ('!' = does not fit; activations, text encoder, VAE not counted);",
         "  FSDP: the root, 1/P of the blocks and 2 gathered blocks; the gathers on the link",
     ])
-
-
-__all__ = [
-    "GPUS", "LAYOUTS", "LINKS", "ONE_GPU", "SP_LAYOUTS", "Hardware", "Prediction", "assumptions",
-    "bandwidth_bound_share", "bandwidth_bound_tokens", "format_op_times", "format_predictions",
-    "op_seconds", "predict", "prediction_table",
-]

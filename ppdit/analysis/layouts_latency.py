@@ -1,17 +1,14 @@
 """One request alone: which layouts make it faster, on the roofline (lessons 07 and 12).
 
-Two layouts cut the latency of a single request besides TP, and ``hardware.predict`` bounds
-them per op like the rest (max(FLOPs / peak, bytes / bandwidth), communication not
-overlapped); the two functions here name them as the lessons do:
+Two layouts besides TP cut the latency of a single request; ``hardware.predict`` bounds them
+like the rest, and the two functions here name them as the lessons do:
 
 * **CFG-parallel**: with classifier-free guidance a step is two forwards of the same model, the
   conditional and the unconditional one. Two ranks (or two TP groups) each run one and exchange
   their predictions: one all-gather of the model output (the latent's size) per step. Each rank
   holds the whole model (or its TP shard).
 * **Ulysses SP** (lesson 12): each of P ranks holds S/P tokens and all weights; self-attention
-  swaps to a split by heads with four all-to-alls per block. Every token-wise op runs on S/P
-  tokens (all the weights still read) and attention is H/P heads over all S tokens.
-"""
+  swaps to a split by heads (H/P heads over all S tokens) with four all-to-alls per block."""
 
 from __future__ import annotations
 
@@ -23,8 +20,8 @@ from ppdit.presets import get_preset
 
 
 def predict_cfg_parallel(model: str, gpu: str, *, tp: int = 1, link: str | None = None,
-                         dtype: str = "bf16", latent_shape: tuple[int, ...] | None = None
-                         ) -> Prediction:
+                         dtype: str = "bf16",
+                         latent_shape: tuple[int, ...] | None = None) -> Prediction:
     """Lower bound per denoising step with the two CFG halves on two ranks (or two TP groups of
     ``tp`` ranks): one forward per rank, plus the all-gather of the 2 predictions per step."""
     out = predict(model, gpu, Layout(tp=tp, cfg=2), link=link, dtype=dtype,
@@ -44,14 +41,9 @@ def predict_ulysses(model: str, gpu: str, *, degree: int, link: str | None = Non
 def one_request_rows(model: str, gpu: str, link: str) -> list[Prediction]:
     """Every layout of lessons 01-12 on 2 and 4 GPUs over ``link``, with CFG on: the rows to
     compare for the latency of one request (``latency_s``) against one GPU."""
-    rows = [predict(model, gpu)]
-    for layout in (Layout(step=4), Layout(layer=4), Layout(tp=2), Layout(tp=4)):
-        rows.append(predict(model, gpu, layout, link=link))
-    rows.append(predict_cfg_parallel(model, gpu, link=link))
-    rows.append(predict_cfg_parallel(model, gpu, tp=2, link=link))
+    rows = [predict(model, gpu), *(predict(model, gpu, layout, link=link) for layout in
+                                   (Layout(step=4), Layout(layer=4), Layout(tp=2), Layout(tp=4))),
+            *(predict_cfg_parallel(model, gpu, tp=tp, link=link) for tp in (1, 2))]
     heads = get_preset(model).num_heads
     rows += [predict_ulysses(model, gpu, degree=d, link=link) for d in (2, 4) if heads % d == 0]
     return rows
-
-
-__all__ = ["one_request_rows", "predict_cfg_parallel", "predict_ulysses"]

@@ -2,8 +2,7 @@
 two-rank send/recv + all-reduce sweep over loopback (the communication roofline's points).
 
 The hardware table and the predictions built on it live in ``hardware.py``; this module only
-measures, so its numbers are the ones a notebook must mark as machine-dependent.
-"""
+measures, so its numbers are the ones a notebook must mark as machine-dependent."""
 
 from __future__ import annotations
 
@@ -12,15 +11,14 @@ import statistics
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from ppdit.analysis.hardware import Hardware
-from ppdit.analysis.roofline import (
-    Op,
-)
+from ppdit.analysis.roofline import Op
 from ppdit.runtime.comm.wire import (
     FrameReceiver,
     FrameSender,
@@ -45,35 +43,39 @@ def torch_threads(n: int):
         torch.set_num_threads(old)
 
 
+def best_of(fn: Callable[[], object], placement: Placement | None = None, *, calls: int = 1,
+            repeats: int = 3, before: Callable[[], object] | None = None) -> float:
+    """Seconds per call: the best of ``repeats`` timed runs of ``calls`` calls each (``before``,
+    e.g. a barrier that starts the ranks together, runs untimed ahead of each run)."""
+    best = float("inf")
+    for _ in range(repeats):
+        if before is not None:
+            before()
+        with timed(placement) as t:
+            for _ in range(calls):
+                fn()
+        best = min(best, t.seconds / calls)
+    return best
+
+
 def best_time(fn: Callable[[], object], min_time_s: float = 0.02, repeats: int = 3,
               placement: Placement | None = None) -> float:
     """Seconds per call: the best of ``repeats`` runs of ~``min_time_s`` each, after a warm-up.
-
     The best, not the mean: on a shared machine the other tenants only ever add time, so the
     minimum is the closest to what the hardware can do. ``placement``: where ``fn`` works
-    (None: the CPU), so that GPU work is timed by its kernels, not by their launch.
-    """
+    (None: the CPU), so that GPU work is timed by its kernels, not by their launch."""
     fn()
     with timed(placement) as once:
         fn()
     n = max(1, int(min_time_s / max(once.seconds, 1e-7)))
-    best = float("inf")
-    for _ in range(repeats):
-        with timed(placement) as t:
-            for _ in range(n):
-                fn()
-        best = min(best, t.seconds / n)
-    return best
+    return best_of(fn, placement, calls=n, repeats=repeats)
 
 
 def measure_matmul_flops(n: int = 1024, *, threads: int = 1, min_time_s: float = 0.05,
                          repeats: int = 9) -> float:
     """FLOP/s of an fp32 (n, n) @ (n, n) matmul (2 n^3 FLOPs): this CPU's practical peak.
-
     One thread by default: the machine is shared, and one thread gives a ceiling that the op
-    timings (also one thread) can be compared with. Many short runs, keeping the best, catch
-    the moments the neighbours leave the core alone. Takes under a second.
-    """
+    timings (also one thread) can be compared with. Takes under a second."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     with torch_threads(threads):
         return 2 * n**3 / best_time(lambda: torch.mm(a, b), min_time_s, repeats)
@@ -82,10 +84,8 @@ def measure_matmul_flops(n: int = 1024, *, threads: int = 1, min_time_s: float =
 def measure_copy_bandwidth(nbytes: int = 1 << 27, *, threads: int = 1,
                            min_time_s: float = 0.05, repeats: int = 9) -> float:
     """Bytes/s of ``dst.copy_(src)`` on buffers far larger than the caches (128 MB each).
-
     Counts one read and one write per byte copied. A CPU that reads a cache line before
-    writing it moves a third stream that is not counted: this is bandwidth as a program sees it.
-    """
+    writing it moves a third stream that is not counted: this is bandwidth as a program sees it."""
     src, dst = torch.ones(nbytes // 4), torch.empty(nbytes // 4)
     with torch_threads(threads):
         return 2 * nbytes / best_time(lambda: dst.copy_(src), min_time_s, repeats)
@@ -101,10 +101,8 @@ def measure_machine(threads: int = 1) -> Hardware:
 
 def op_runner(op: Op, dtype: torch.dtype = torch.float32) -> Callable[[], object]:
     """A torch call with the shapes of ``op`` (random inputs): what ``time_ops`` times.
-
     Matmuls and attention run exactly the op; elementwise ops run the closest single torch
-    call (e.g. ``F.layer_norm`` for norm + modulation), which is what eager mode would launch.
-    """
+    call (e.g. ``F.layer_norm`` for norm + modulation), which is what eager mode would launch."""
     g = torch.Generator().manual_seed(0)
 
     def r(*shape):
@@ -140,7 +138,6 @@ def op_runner(op: Op, dtype: torch.dtype = torch.float32) -> Callable[[], object
 @dataclass(frozen=True)
 class Timed:
     """A measured op: seconds per call on this machine."""
-
     op: Op
     seconds: float
 
@@ -169,6 +166,11 @@ def ping_pong(x: torch.Tensor, rank: int, peer: int, k: int) -> None:
             dist.send(x, peer)
 
 
+def all_reduces(x: torch.Tensor, k: int) -> None:
+    for _ in range(k):
+        dist.all_reduce(x)
+
+
 def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
                      iters: int = 50) -> dict[str, list[float]] | None:
     """One-way latency of a latent handoff, three ways, interleaved round by round (rank 0 gets
@@ -178,17 +180,14 @@ def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
     * ``frame``: ppdit's handoff (``FrameSender`` / ``FrameReceiver``: one message, payload +
       metadata). As in a pipeline stage, the outgoing latent is already in the claimed frame
       (a stage's last step writes it there), so no copy is timed that the stage would not make;
-    * ``header+payload``: ``send_tensor`` / ``recv_tensor``, which describe every message.
-    """
+    * ``header+payload``: ``send_tensor`` / ``recv_tensor``, which describe every message."""
     if ctx.world_size != 2:
         raise ValueError(f"handoff_pingpong needs world_size=2, got {ctx.world_size}")
     # The bare and described trips move the wire's tensor (host memory when staged); the frame
     # trip includes the staging copies a pipeline stage pays.
     x = torch.randn(shape, device=ctx.wire.buffers)
-    peer = 1 - ctx.rank
-    spec = FrameSpec(tuple(shape), x.dtype, meta_slots=2)
-    tx = FrameSender(spec, peer, ctx.wire)
-    rx = FrameReceiver(spec, peer, ctx.wire)
+    peer, spec = 1 - ctx.rank, FrameSpec(tuple(shape), x.dtype, meta_slots=2)
+    tx, rx = FrameSender(spec, peer, ctx.wire), FrameReceiver(spec, peer, ctx.wire)
     ways = {"bare": _bare, "frame": _frame, "header+payload": _described}
     out: dict[str, list[float]] = {k: [] for k in ways}
     warm_up_pairs(ctx.wire, [(0, 1)], ctx.rank)  # NCCL's pair set-up
@@ -232,13 +231,10 @@ def summarize_pingpong(times: dict[str, list[float]]) -> dict[str, float]:
 
 
 def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
-    """A 2-rank worker (for ``ppdit.runtime.processes.launch``): one-way P2P and all-reduce seconds.
-
-    For each message size in bytes (fp32 tensors), rank 0 and 1 ping-pong ``dist.send`` /
-    ``dist.recv`` (one-way = round trip / 2) and both run ``dist.all_reduce``; the best of
-    ``MIN_ROUNDS`` runs each, after one exchange that sets the pair and the group up. Iteration
-    counts depend only on the size, so both ranks agree on them.
-    """
+    """A 2-rank worker (for ``ppdit.runtime.processes.launch``): one-way P2P (half a ping-pong)
+    and all-reduce seconds per message size in bytes (fp32 tensors), the best of ``MIN_ROUNDS``
+    runs each, after one exchange that sets the pair up. Iteration counts depend only on the
+    size, so both ranks agree on them."""
     if ctx.world_size != 2:
         raise ValueError(f"comm_sweep needs world_size=2, got {ctx.world_size}")
     peer, out = 1 - ctx.rank, {"bytes": [], "p2p_s": [], "allreduce_s": []}
@@ -248,23 +244,9 @@ def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
         # gloo moves host memory only: ranks that share a GPU time the host transport
         x = torch.zeros(max(1, size // 4), device=bare.buffers)
         iters = max(2, min(30, int(3e7 // size)))
-
-        def pingpong(x=x, iters=iters):
-            ping_pong(x, ctx.rank, peer, iters)
-
-        def allreduce(x=x, iters=iters):
-            for _ in range(iters):
-                dist.all_reduce(x)
-
-        times = []
-        for fn in (pingpong, allreduce):
-            best = float("inf")
-            for _ in range(MIN_ROUNDS):
-                dist.barrier()
-                with timed(ctx.placement) as t:
-                    fn()
-                best = min(best, t.seconds / iters)
-            times.append(best)
+        times = [best_of(fn, ctx.placement, repeats=MIN_ROUNDS, before=dist.barrier) / iters
+                 for fn in (partial(ping_pong, x, ctx.rank, peer, iters),
+                            partial(all_reduces, x, iters))]
         out["bytes"].append(x.numel() * 4)
         out["p2p_s"].append(times[0] / 2)
         out["allreduce_s"].append(times[1])

@@ -1,13 +1,11 @@
 """Each layout's per-rank memory, measured on live ranks while they run: what ``memory_model``
 predicts, and what the earlier report's claim about step split gets wrong.
 
-Per rank and plan (``RankMemory``):
-
-* ``weight_bytes``: the model the rank holds for the plan (``runtime.observe.memory.held_bytes``:
-  its shards under TP and FSDP, its blocks under layer split, the whole model otherwise);
-* ``peak_bytes``: the most tensor bytes allocated at once *inside* a round, above those
-  weights (activations, received frames, ring buffers, gathered FSDP blocks): the allocator's
-  peak on a GPU, a live-tensor count on the CPU (``runtime.observe.memory``).
+Per rank and plan, ``RankMemory`` holds the model the rank keeps (``held_bytes``: its shards
+under TP and FSDP, its blocks under layer split, the whole model otherwise) and the most tensor
+bytes allocated at once *inside* a round above it (activations, received frames, ring buffers,
+gathered FSDP blocks): the allocator's peak on a GPU, a live-tensor count on the CPU
+(``runtime.observe.memory``).
 
 The report ran *step split* for memory: "each GPU only holds activations for its assigned
 steps ... peak memory per GPU is reduced by ~N". In inference no activation outlives its step,
@@ -20,8 +18,7 @@ and a layer-split rank builds the whole seeded model before dropping the blocks 
 
 Any plan runs here with its own runner (``measure_memory``); the layouts the memory model covers
 run in ``measure_layouts``, with ``memory_model``'s defaults: one request, guidance on every
-step, Euler, the preset's latent, fp32 (the CPU's dtype).
-"""
+step, Euler, the preset's latent, fp32 (the CPU's dtype)."""
 
 from __future__ import annotations
 
@@ -47,7 +44,6 @@ RUNNERS = {LayoutPlan: LayoutRunner, StepSplitPlan: StepStageRunner,
 @dataclass(frozen=True)
 class RankMemory:
     """One rank's memory in one plan, in bytes."""
-
     rank: int
     weight_bytes: int  # parameters + buffers of the model this rank holds
     peak_bytes: int  # most bytes allocated at once during a round, above the weights
@@ -88,7 +84,6 @@ def measure_memory(plans: Mapping[str, object], rounds: int = 1,
 @dataclass(frozen=True)
 class LayoutMemory:
     """One layout's measurement: every rank's weights and run peak."""
-
     name: str
     layout: Layout
     ranks: dict[int, RankMemory]
@@ -107,7 +102,6 @@ MEASURED_LAYOUTS = (Layout(), Layout(step=2), Layout(layer=2), Layout(tp=2),
 def measure_layouts(preset: str = "small", *, num_steps: int = 2, fsdp: bool = True,
                     **launch_kwargs) -> dict[str, LayoutMemory]:
     """Run every layout of ``MEASURED_LAYOUTS`` with memory tracking, by its ``name``.
-
     Four launches: the step split, the layer split, the layouts without a pipeline, and FSDP x
     Ulysses (FSDP shards the rank's one model in place, so it has a job of its own;
     ``fsdp=False`` leaves it out)."""
@@ -129,7 +123,3 @@ def measure_layouts(preset: str = "small", *, num_steps: int = 2, fsdp: bool = T
         got |= measure_memory(sharded, **launch_kwargs)
     return {m.name: LayoutMemory(m.name, m, got[m.name]) for m in MEASURED_LAYOUTS
             if m.name in got}
-
-
-__all__ = ["GUIDANCE", "MEASURED_LAYOUTS", "LayoutMemory", "RankMemory", "measure_layouts",
-           "measure_memory", "per_rank"]

@@ -46,8 +46,7 @@ tensors that are alive at the same moment, times their shape:
   encodes once and drops the encoder, so by default 0).
 
 ``total = weights + text_encoder + max(run_peak, vae_peak)``: the decode runs after the last
-step, when the forward's activations are gone but the DiT's weights are still there.
-"""
+step, when the forward's activations are gone but the DiT's weights are still there."""
 
 from __future__ import annotations
 
@@ -75,7 +74,6 @@ UMT5_XXL_PARAMS = 5.68e9  # encoder only: 256k x 4096 embedding + 24 layers of 4
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes one GPU (the busiest rank) of a layout holds, by what holds them."""
-
     layout: str
     weights: float
     gathered: float
@@ -99,7 +97,6 @@ class MemoryBreakdown:
         return self.weights + self.text_encoder + max(self.run_peak, self.vae_peak)
 
     def as_dict(self) -> dict[str, float]:
-        """Every term by name, and the total."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name != "layout"} | {"total": self.total}
 
@@ -116,26 +113,12 @@ def block_peak_units(preset: ModelPreset, layout: Layout, dtype: str) -> float:
     return max(phases)
 
 
-def _shape(preset: ModelPreset, latent_shape) -> tuple[int, ...]:
-    return tuple(latent_shape or preset.latent_shape)
-
-
-def _batch(layout: Layout, cfg: bool, cfg_mode: str, requests: int) -> int:
-    """Samples in one forward on a rank: both halves batched, or one (split, CFG-parallel, or
-    layer split's micro-batches of one sample)."""
-    halves = 2 if cfg and cfg_mode == "batched" and layout.cfg == 1 else 1
-    if layout.layer > 1:
-        return 1
-    return halves * requests
-
-
 def activation_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], dtype: str,
                      b: int) -> float:
     """One forward's high point: the held stream, the block's peak, the conditioning."""
     nb, s_all = DTYPE_BYTES[dtype], preset.num_tokens(shape)
     m = b * math.ceil(s_all / layout.sp)
-    stream = 2 + (layout.sp if layout.sp > 1 else 0)
-    units = stream + block_peak_units(preset, layout, dtype)
+    units = 2 + (layout.sp if layout.sp > 1 else 0) + block_peak_units(preset, layout, dtype)
     conditioning = (2 * s_all * preset.head_dim * 4 + b * preset.text_len * preset.dim * nb
                     + b * 13 * preset.dim * 4)  # rope cos + sin; text; temb, 6 + 6 modulations
     return units * m * preset.dim * nb + conditioning
@@ -157,13 +140,11 @@ def handoff_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], d
 
 def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) -> float:
     """Peak of decoding one latent video with Wan 2.1's VAE in fp32, one latent frame at a time.
-
     Alive throughout: every causal conv's cache of its last 2 input frames. On top, the larger
     of two moments: the last frame's widest conv (its input padded with the 2 cached frames,
     its output, and the resnet's residual input) beside the video decoded so far; and the final
     concatenation, where the old video and the new one are both alive (2 x the output).
-    Checked against the measured peak of the tiny VAE (``tests/ranks/test_memory_model.py``).
-    """
+    Checked against the measured peak of the tiny VAE (``tests/ranks/test_memory_model.py``)."""
     ops = [op for op in vae_decoder_ops(latent_shape, dtype="fp32", config=config)
            if op.kind == "conv"]
     b, _, frames = latent_shape[:3]
@@ -184,22 +165,22 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
                       cfg: bool = True, cfg_mode: str = "batched", solver: str = "euler",
                       requests_in_flight: int = 1, micro_batches: int | None = None,
                       text_encoder: bool = False) -> MemoryBreakdown:
-    """Per-GPU bytes of ``layout`` for ``preset`` (the busiest rank), term by term.
-
+    """Per-GPU bytes of ``layout`` for ``preset`` (the busiest rank), term by term as above.
     ``cfg``: guidance on (two halves per step), run as one batch (``cfg_mode="batched"``) or as
     two forwards (``"split"``, WanPipeline's); CFG-parallel runs one half per rank whatever the
     mode. ``micro_batches`` (layer split): default one per sample (requests x halves).
     ``requests_in_flight``: requests a rank holds at once (a filled step-split pipeline batches
-    none of them; their latents and solver memory add up). See the module docstring for every
-    term's formula.
-    """
+    none of them; their latents and solver memory add up)."""
     p, dtype = get_preset(preset), dtype_name(dtype)
     if solver not in SOLVER_SLOTS:
         raise ValueError(f"solver={solver!r} is not one of {tuple(SOLVER_SLOTS)}")
-    shape = _shape(p, latent_shape)
+    shape = tuple(latent_shape or p.latent_shape)
     latent = step_handoff_bytes(shape)  # one request's fp32 latent
     halves, r = 2 if cfg else 1, requests_in_flight
-    b = _batch(layout, cfg, cfg_mode, r)
+    # samples in one forward: both halves batched, or one (split, CFG-parallel, or layer
+    # split's micro-batches of one sample)
+    batched = 2 if cfg and cfg_mode == "batched" and layout.cfg == 1 else 1
+    b = 1 if layout.layer > 1 else batched * r
     mb = micro_batches or halves * r
     pred = predict(p, "H100 SXM", layout, latent_shape=shape, dtype=dtype, cfg=cfg)
     weights, gathered = pred.weights_gb * 1e9, 0.0
@@ -217,8 +198,3 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
         text_embeddings=text_rows * (2 if b > 1 else 1),
         vae_peak=vae_peak_bytes((1, *shape[1:])),
         text_encoder=UMT5_XXL_PARAMS * DTYPE_BYTES[dtype] if text_encoder else 0.0)
-
-
-__all__ = ["RECEIVE_FRAMES", "SOLVER_SLOTS", "UMT5_XXL_PARAMS", "MemoryBreakdown",
-           "activation_bytes", "block_peak_units", "handoff_bytes", "rank_memory_model",
-           "vae_peak_bytes"]

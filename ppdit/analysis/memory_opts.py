@@ -15,9 +15,7 @@ but did not make the model fit one 24 GB GPU. For a video DiT each does somethin
 
 ``optimisation_ladder`` adds them one at a time to ``rank_memory_model``'s one-GPU total, so a
 lesson can print what each buys against a card's memory; ``measure_scores`` checks the scores
-term on live tensors (one forward of a preset with PyTorch's unfused "math" attention against
-its fused kernel, peaks counted by ``runtime.observe.memory``).
-"""
+term on live tensors."""
 
 from __future__ import annotations
 
@@ -36,8 +34,8 @@ from ppdit.sampler import Request, initial_noise, prompt_embeddings
 
 def scores_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
                  dtype: str = "bf16", batch: int = 2) -> float:
-    """An unfused attention's high point above the fused one: the scores and softmax's output,
-    (batch, heads, S, S) each, alive together while softmax runs."""
+    """The scores and softmax's output, (batch, heads, S, S) each: an unfused attention's high
+    point above the fused one."""
     p = get_preset(preset)
     s = p.num_tokens(tuple(latent_shape or p.latent_shape))
     return 2 * batch * p.num_heads * s * s * DTYPE_BYTES[dtype]
@@ -46,12 +44,10 @@ def scores_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None
 @dataclass(frozen=True)
 class Rung:
     """One GPU's need with the optimisations switched on so far."""
-
     name: str
     bytes: float
 
     def fits(self, capacity_gb: float) -> bool:
-        """Whether it fits a card of ``capacity_gb`` GB."""
         return self.bytes <= capacity_gb * 1e9
 
 
@@ -59,11 +55,9 @@ def optimisation_ladder(preset: str | ModelPreset,
                         latent_shape: tuple[int, ...] | None = None) -> list[Rung]:
     """One GPU, both guidance halves batched: fp32 with unfused attention, then fused attention,
     then bf16, then gradient checkpointing (no change at inference)."""
-    shape = latent_shape
-
     def need(dtype: str, fused: bool) -> float:
-        m = rank_memory_model(preset, latent_shape=shape, dtype=dtype)
-        extra = 0.0 if fused else scores_bytes(preset, shape, dtype=dtype)
+        m = rank_memory_model(preset, latent_shape=latent_shape, dtype=dtype)
+        extra = 0.0 if fused else scores_bytes(preset, latent_shape, dtype=dtype)
         return m.weights + m.text_encoder + max(m.run_peak + extra, m.vae_peak)
 
     fused_bf16 = need("bf16", True)
@@ -91,6 +85,3 @@ def measure_scores(preset: str = "tiny", *, batch: int = 2, seed: int = 0) -> di
             model(latent, t, text, return_dict=False)
         peaks[name] = float(mem.peak_bytes)
     return {**peaks, "predicted": scores_bytes(p, shape, dtype="fp32", batch=batch)}
-
-
-__all__ = ["Rung", "measure_scores", "optimisation_ladder", "scores_bytes"]

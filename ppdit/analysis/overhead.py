@@ -5,8 +5,7 @@ The model (Horace He, "Making Deep Learning Go Brrrr From First Principles"): a 
 roughly ``max(ops x per-op overhead, arithmetic time)`` on a GPU, where the host queues kernels
 while the device runs earlier ones, and ``ops x overhead + arithmetic`` on a CPU, which does
 both on the same core. A step is *overhead-bound* when the first term wins: then a faster GPU
-does not help, and a CUDA graph (one launch for the whole step) or fusion (fewer ops) does.
-"""
+does not help, and a CUDA graph (one launch for the whole step) or fusion (fewer ops) does."""
 
 from __future__ import annotations
 
@@ -22,24 +21,22 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ppdit.analysis.measure import best_time
+from ppdit.analysis.measure import best_of, best_time
 from ppdit.cuda_graph import StepGraph
 from ppdit.model import build_model
 from ppdit.presets import get_preset
 from ppdit.runtime.device import Placement
-from ppdit.runtime.observe.timing import MIN_ROUNDS, repeat, timed
+from ppdit.runtime.observe.timing import MIN_ROUNDS, repeat
 from ppdit.sampler import Denoiser, Request, SamplingConfig
 
 
 def per_op_overhead_us(placement: Placement | None = None, calls: int = 2000,
                        repeats: int = 5) -> dict[str, float]:
     """Microseconds per call of operators whose arithmetic is negligible (1-element tensors).
-
     ``add(out=)`` is the dispatch path alone; ``a + b`` adds an allocation; ``view`` is an op
     that launches no kernel at all (metadata only). On a GPU the calls only *queue* kernels, so
     ``calls`` of them are timed together, to the last one's end: the host's issue rate, which
-    is what bounds a step made of many small kernels. Best of ``repeats``.
-    """
+    is what bounds a step made of many small kernels. Best of ``repeats``."""
     placement = placement or Placement(torch.device("cpu"), "gloo")
     dev = placement.device
     a, b, out = torch.ones(1, device=dev), torch.ones(1, device=dev), torch.empty(1, device=dev)
@@ -48,16 +45,9 @@ def per_op_overhead_us(placement: Placement | None = None, calls: int = 2000,
         "a + b (allocates)": lambda: a + b,
         "a.view(1) (no kernel)": lambda: a.view(1),
     }
-    result = {}
-    for name, fn in cases.items():
-        best = float("inf")
-        for _ in range(repeats + 1):  # the first round is a warm-up
-            with timed(placement) as t:
-                for _ in range(calls):
-                    fn()
-            best = min(best, t.seconds / calls)
-        result[name] = best * 1e6
-    return result
+    # the first of the repeats + 1 runs is a warm-up
+    return {name: best_of(fn, placement, calls=calls, repeats=repeats + 1) * 1e6
+            for name, fn in cases.items()}
 
 
 def pointwise_chain(x: torch.Tensor, n: int = 20) -> torch.Tensor:
@@ -71,7 +61,6 @@ def pointwise_chain(x: torch.Tensor, n: int = 20) -> torch.Tensor:
 @dataclass(frozen=True)
 class OpCount:
     """Operators one call issued, as the profiler saw them."""
-
     top_level: int  # aten ops called from Python (each pays the Python -> dispatcher trip)
     total: int  # including ops that other ops call internally (linear -> addmm, ...)
     by_name: dict[str, int]  # top-level ops by name, most frequent first
@@ -102,38 +91,41 @@ def _quiet_native_output() -> Iterator[None]:
         os.close(devnull)
 
 
-def count_ops(fn: Callable[[], object]) -> OpCount:
-    """Profile one call of ``fn`` (after a warm-up call) and count its aten operators."""
-    fn()
-    with _quiet_native_output(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    aten = [e for e in prof.events() if e.name.startswith("aten::")]
-    top = [e for e in aten if not _has_aten_parent(e)]
-    by_name = dict(Counter(e.name for e in top).most_common())
-    return OpCount(len(top), len(aten), by_name)
+def is_aten(event) -> bool:
+    """Whether a profiler event is an aten operator (not a marker or another annotation)."""
+    return event.name.startswith("aten::")
 
 
-def _has_aten_parent(event) -> bool:
+def has_aten_ancestor(event) -> bool:
+    """Whether an aten operator encloses ``event``: then another op called it, not Python."""
     parent = event.cpu_parent
     while parent is not None:
-        if parent.name.startswith("aten::"):
+        if is_aten(parent):
             return True
         parent = parent.cpu_parent
     return False
 
 
-# ----------------------------------------------------------------------------------------------
+def count_ops(fn: Callable[[], object]) -> OpCount:
+    """Profile one call of ``fn`` (after a warm-up call) and count its aten operators."""
+    fn()
+    with _quiet_native_output(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    aten = [e for e in prof.events() if is_aten(e)]
+    top = [e for e in aten if not has_aten_ancestor(e)]
+    by_name = dict(Counter(e.name for e in top).most_common())
+    return OpCount(len(top), len(aten), by_name)
+
+
 # what breaks capture
-# ----------------------------------------------------------------------------------------------
 
 HAZARDS = {
     "host sync": "the host waits for the GPU to read a value (.item(), bool(t), int(t), "
                  "`if t:`) — illegal while capturing, and the value would be frozen anyway",
     "host data": "a tensor made from Python data (torch.tensor([...])) — a host-to-device "
                  "copy whose value the graph would replay forever",
-    "dynamic shape": "an output whose size depends on tensor *values* (boolean masks, "
-                     "nonzero, repeat_interleave with tensor repeats): sizing it needs a host "
-                     "sync",
+    "dynamic shape": "an output whose size depends on tensor *values* (boolean masks, nonzero, "
+                     "repeat_interleave with tensor repeats): sizing it needs a host sync",
 }
 _SYNC_OPS = {"aten._local_scalar_dense"}
 _HOST_DATA_OPS = {"aten.lift_fresh", "aten.lift_fresh_copy"}
@@ -172,15 +164,12 @@ def capture_hazards(fn: Callable[[], object]) -> Counter:
     return Counter(scan.found)
 
 
-# ----------------------------------------------------------------------------------------------
 # A step of StepGraph: what it costs, and what replaying it saves
-# ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class StepCost:
     """One denoising step of one model size and batch, measured on this machine."""
-
     preset: str
     batch: int
     tokens: int  # tokens per sample
@@ -203,8 +192,7 @@ def step_costs(presets: tuple[str, ...] = ("tiny", "small"), batches: tuple[int,
                *, per_op_s: float, num_steps: int = 4, min_time_s: float = 0.05
                ) -> list[StepCost]:
     """Time one step (the ``StepGraph`` body, eager here) for each preset and batch size."""
-    rows = []
-    sampling = SamplingConfig(num_steps=num_steps)
+    rows, sampling = [], SamplingConfig(num_steps=num_steps)
     for name in presets:
         preset = get_preset(name)
         model = build_model(preset, seed=0)
@@ -225,8 +213,7 @@ def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tupl
     if not placement.is_cuda:
         raise ValueError("eager_vs_graph_ms needs a CUDA placement: on CPU there is no graph "
                          "to replay (StepGraph runs eagerly there)")
-    sampling = SamplingConfig(num_steps=steps)
-    request = Request(0, 0)
+    sampling, request = SamplingConfig(num_steps=steps), Request(0, 0)
     den = Denoiser(model, preset, sampling)
     state0 = den.initial_state(request, latent_shape)
 
@@ -245,7 +232,3 @@ def eager_vs_graph_ms(model: torch.nn.Module, *, preset: str, latent_shape: tupl
             out[f"{name}_ms"] = runs.median / steps * 1e3
     out["speedup"] = out["eager_ms"] / out["graph_ms"]
     return out
-
-
-__all__ = ["HAZARDS", "OpCount", "StepCost", "capture_hazards", "count_ops", "eager_vs_graph_ms",
-           "per_op_overhead_us", "pointwise_chain", "step_costs"]

@@ -1,12 +1,10 @@
 """``ppdit plan``: what a layout needs per GPU and how fast it can be, before anything runs.
 
-A layout (``parallel.layout``, e.g. ``cfg=2,ulysses=4,fsdp=8``), parsed and checked by the same
-rules ``ppdit generate`` applies, is bounded by ``hardware.predict`` for a model and GPU (per
-GPU: the weights it holds, the lower bound of a step, the bytes on the link), next to one GPU. That
-table's memory column counts weights only; ``memory_report`` adds the whole per-GPU memory
-(``memory_model``: activations, handoff buffers, solver state, prompts, the VAE's decode) for
-the real configurations, and says whether the layout fits the GPU.
-"""
+A layout (``parallel.layout``, e.g. ``cfg=2,ulysses=4,fsdp=8``), checked by the rules ``ppdit
+generate`` applies, is bounded by ``hardware.predict`` next to one GPU: the weights per GPU, a
+step's lower bound, the bytes on the link. That table counts weights only; ``memory_report``
+adds the whole per-GPU memory (``memory_model``: activations, handoff buffers, solver state,
+prompts, the VAE's decode) for the real configurations, and whether the layout fits the GPU."""
 
 from __future__ import annotations
 
@@ -26,16 +24,15 @@ def plan_rows(model, gpu: str, layout: str | Layout, link: str | None = None,
         raise ValueError(f"gpu={gpu!r} is not one of {tuple(GPUS)}")
     hw = parse_layout(layout) if isinstance(layout, str) else layout
     kw = dict(latent_shape=latent_shape, dtype=dtype, num_steps=num_steps, cfg=cfg)
-    one = predict(model, gpu, **kw)
     links = [link] if link else list(GPUS[gpu].links)
-    return [one, *(predict(model, gpu, hw, link=lk, **kw) for lk in links)]
+    return [predict(model, gpu, **kw), *(predict(model, gpu, hw, link=lk, **kw) for lk in links)]
 
 
 # the real configurations the memory table covers: (model, resolution), 81 frames each
-REAL_CONFIGS = (("wan2.1-1.3b", "480p"), ("wan2.1-1.3b", "720p"), ("wan2.1-14b", "480p"),
-                ("wan2.1-14b", "720p"))
+REAL_CONFIGS = tuple((m, res) for m in ("wan2.1-1.3b", "wan2.1-14b") for res in ("480p", "720p"))
 _COLUMNS = ("weights", "gathered", "activations", "handoff", "solver", "text_embeddings",
             "vae_peak", "total")
+_VERDICT = {True: "fits", False: "does NOT fit"}
 
 
 def memory_rows(layout: str, **kwargs) -> dict[tuple[str, str], MemoryBreakdown | str]:
@@ -59,17 +56,13 @@ def memory_report(layout: str, gpu: str, model: str = "wan2.1-14b", **kwargs) ->
              "request; total = weights + max(denoising, VAE decode)):", head]
     rows = memory_rows(layout, **kwargs)
     for (name, res), m in rows.items():
-        if isinstance(m, str):
-            lines.append(f"{name:<12}{res:<6}  cannot run: {m}")
-            continue
-        verdict = "fits" if m.total <= mem else "does NOT fit"
-        lines.append(f"{name:<12}{res:<6}" + "".join(f"{getattr(m, c) / 1e9:>9.2f}"
-                                                     for c in _COLUMNS) + f"  {verdict}")
+        cells = (f"  cannot run: {m}" if isinstance(m, str) else "".join(
+            f"{getattr(m, c) / 1e9:>9.2f}" for c in _COLUMNS) + f"  {_VERDICT[m.total <= mem]}")
+        lines.append(f"{name:<12}{res:<6}{cells}")
     mine = rows.get((model, "480p"))
     if isinstance(mine, MemoryBreakdown):
-        verdict = "fits" if mine.total <= mem else "does NOT fit"
         lines.append(f"{model} at 480p: this layout needs {mine.total / 1e9:.1f} GB per GPU; "
-                     f"your GPUs ({gpu}) have {mem / 1e9:.0f} GB: {verdict}")
+                     f"your GPUs ({gpu}) have {mem / 1e9:.0f} GB: {_VERDICT[mine.total <= mem]}")
     lines.append("(umT5-XXL's weights, "
                  f"{rank_memory_model(model, text_encoder=True).text_encoder / 1e9:.1f} GB, "
                  "come on top only if the text encoder stays on the GPU)")
@@ -82,14 +75,10 @@ def plan_report(rows: list[Prediction], layout: str | None = None) -> str:
     one, lines = rows[0], [format_predictions(rows), ""]
     mem = GPUS[one.gpu].mem_bytes / 1e9
     for r in rows[1:]:
-        verdict = "fits" if r.fits else "does NOT fit"
         lines.append(f"{r.layout} over {r.link}: needs {r.weights_gb:.1f} GB of weights per GPU "
-                     f"({verdict} in the {one.gpu}'s {mem:.0f} GB); a step >= {r.step_s:.2f} s, "
+                     f"({_VERDICT[r.fits]} in the {one.gpu}'s {mem:.0f} GB); "
+                     f"a step >= {r.step_s:.2f} s, "
                      f"{one.step_s / r.step_s:.2f}x one GPU's {one.step_s:.2f} s")
     if layout is not None:
         lines += ["", memory_report(layout, one.gpu, one.model)]
     return "\n".join(lines)
-
-
-__all__ = ["REAL_CONFIGS", "memory_report", "memory_rows", "plan_report",
-           "plan_rows"]

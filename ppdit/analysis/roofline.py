@@ -24,8 +24,7 @@ Conventions, each an approximation stated so a reader can check or change it:
   a bound: such ops move >= 2 bytes per element, far left of any ridge point.
 * Attention ``"flash"`` is one fused kernel that reads Q, K, V and writes O (what
   ``F.scaled_dot_product_attention`` runs on a GPU); ``"naive"`` writes the scores to memory
-  (QK^T, softmax, PV as three ops). Same FLOPs, very different bytes.
-"""
+  (QK^T, softmax, PV as three ops). Same FLOPs, very different bytes."""
 
 from __future__ import annotations
 
@@ -75,7 +74,6 @@ def dtype_name(dtype) -> str:
 @dataclass(frozen=True)
 class Op:
     """One operation: its FLOPs and minimum bytes per call, and how often a forward calls it."""
-
     name: str
     kind: str  # how it runs: linear, sdpa, qk, softmax, pv, layernorm, rmsnorm, rope, gelu, ...
     flops: int  # per call
@@ -113,12 +111,9 @@ def elementwise(name: str, kind: str, rows: int, cols: int, flops_per_element: i
 
 def attention_ops(prefix: str, batch: int, heads: int, s_q: int, s_kv: int, head_dim: int,
                   nbytes: int, mode: str = "flash") -> list[Op]:
-    """softmax(Q K^T / sqrt(d)) V for Q (B, H, s_q, d) and K, V (B, H, s_kv, d).
-
-    FLOPs: 2 matmuls of 2 * B*H*s_q*s_kv*d each, plus the softmax. Bytes: ``"flash"`` reads Q,
-    K, V and writes O once; ``"naive"`` also writes the (B, H, s_q, s_kv) scores, reads them for
-    the softmax, writes the probabilities and reads them again for PV.
-    """
+    """softmax(Q K^T / sqrt(d)) V for Q (B, H, s_q, d) and K, V (B, H, s_kv, d): 2 matmuls of
+    2 * B*H*s_q*s_kv*d FLOPs each, plus the softmax. ``"naive"`` also writes the (B, H, s_q,
+    s_kv) scores, reads them for the softmax, writes the probabilities and reads them for PV."""
     dims = (batch, heads, s_q, s_kv, head_dim)
     q_or_o, k_or_v = batch * heads * s_q * head_dim, batch * heads * s_kv * head_dim
     scores = batch * heads * s_q * s_kv
@@ -140,9 +135,11 @@ def _wan(preset: str | ModelPreset) -> ModelPreset:
     return p
 
 
-def _shape(p: ModelPreset, latent_shape, batch) -> tuple[int, ...]:
+def _setup(preset, latent_shape, batch, dtype) -> tuple[ModelPreset, tuple[int, ...], int]:
+    """The Wan preset, its latent shape (with ``batch`` samples if given), the dtype's bytes."""
+    p = _wan(preset)
     shape = tuple(latent_shape or p.latent_shape)
-    return (batch, *shape[1:]) if batch is not None else shape
+    return p, (batch, *shape[1:]) if batch is not None else shape, DTYPE_BYTES[dtype_name(dtype)]
 
 
 def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
@@ -158,13 +155,11 @@ def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
     ``sp`` > 1 gives one sequence-parallel rank's share: every token-wise op on S/sp tokens
     (all the weights still read), self-attention as S/sp queries over all S keys. Ulysses
     (H/U heads of all S queries) and ring (S/R queries, all heads) do the same FLOPs; the bytes
-    are counted as the ring's.
-    """
-    p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
+    are counted as the ring's."""
+    p, shape, nb = _setup(preset, latent_shape, batch, dtype)
     if p.num_heads % tp or p.ffn_dim % tp:
         raise ValueError(f"tp={tp} must divide num_heads={p.num_heads} and "
                          f"ffn_dim={p.ffn_dim} (each rank owns whole heads)")
-    shape = _shape(p, latent_shape, batch)
     b, s_all, d, hd = shape[0], p.num_tokens(shape), p.dim, p.head_dim
     s = -(-s_all // sp)  # the longest slice
     m, mt, dl, hl, fl = b * s, b * p.text_len, p.dim // tp, p.num_heads // tp, p.ffn_dim // tp
@@ -201,43 +196,34 @@ def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
 def prologue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
                  batch: int | None = None, dtype: str = "bf16") -> list[Op]:
     """Patch embedding (a Conv3d with kernel = stride = (1, 2, 2)) and the condition embedder."""
-    p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
-    b, c, f, h, w = _shape(p, latent_shape, batch)
+    p, (b, c, f, h, w), nb = _setup(preset, latent_shape, batch, dtype)
     m, mt, d, k = b * p.num_tokens((b, c, f, h, w)), b * p.text_len, p.dim, c * 1 * 2 * 2
     patch = Op("patch_embedding", "patchify", 2 * m * d * k,
                (b * c * f * h * w + d * k + m * d) * nb, (b, c, f, h, w, d), weights=d * k)
-    return [
-        patch,
-        linear("time_embedder.linear_1", b, p.freq_dim, d, nb),
-        linear("time_embedder.linear_2", b, d, d, nb),
-        linear("time_proj", b, d, 6 * d, nb),  # the 6 shift/scale/gate vectors of every block
-        linear("text_embedder.linear_1", mt, p.text_dim, d, nb),
-        elementwise("text_embedder.act", "gelu", mt, d, GELU_FLOPS, nb),
-        linear("text_embedder.linear_2", mt, d, d, nb),
-    ]
+    return [patch, linear("time_embedder.linear_1", b, p.freq_dim, d, nb),
+            linear("time_embedder.linear_2", b, d, d, nb),
+            linear("time_proj", b, d, 6 * d, nb),  # the 6 shift/scale/gate vectors of every block
+            linear("text_embedder.linear_1", mt, p.text_dim, d, nb),
+            elementwise("text_embedder.act", "gelu", mt, d, GELU_FLOPS, nb),
+            linear("text_embedder.linear_2", mt, d, d, nb)]
 
 
 def epilogue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
                  batch: int | None = None, dtype: str = "bf16") -> list[Op]:
     """Output norm modulated by ``scale_shift_table + temb``, then ``proj_out`` to the patches."""
-    p, nb = _wan(preset), DTYPE_BYTES[dtype_name(dtype)]
-    shape = _shape(p, latent_shape, batch)
+    p, shape, nb = _setup(preset, latent_shape, batch, dtype)
     m = shape[0] * p.num_tokens(shape)
     return [elementwise("norm_out", "layernorm", m, p.dim, LAYERNORM_FLOPS + MODULATE_FLOPS, nb),
             linear("proj_out", m, p.dim, p.in_channels * 1 * 2 * 2, nb)]
 
 
 def model_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
-              batch: int | None = None, dtype: str = "bf16",
-              attention: str = "flash", tp: int = 1, sp: int = 1,
-              num_blocks: int | None = None, prologue: bool = True,
+              batch: int | None = None, dtype: str = "bf16", attention: str = "flash",
+              tp: int = 1, sp: int = 1, num_blocks: int | None = None, prologue: bool = True,
               epilogue: bool = True) -> list[Op]:
     """One forward: prologue, ``num_blocks`` blocks (default all; counted, not listed), epilogue.
-
     ``num_blocks`` and the two flags describe one layer-split stage; ``tp`` one TP rank and
-    ``sp`` one sequence-parallel rank (the prologue and epilogue are cheap and run replicated on
-    every rank).
-    """
+    ``sp`` one sequence-parallel rank (the cheap prologue and epilogue run on every rank)."""
     p = _wan(preset)
     kw = dict(batch=batch, dtype=dtype)
     n = p.num_layers if num_blocks is None else num_blocks
@@ -250,10 +236,8 @@ def model_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
 def step_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
              cfg: bool = True, **kwargs) -> list[Op]:
     """One denoising step: one forward, or two with classifier-free guidance (cond + uncond).
-
     Two forwards, not one of batch 2: the weights are read twice. (Batching the halves reads
-    them once; that matters only where weight bytes dominate, i.e. at tiny token counts.)
-    """
+    them once; that matters only where weight bytes dominate, i.e. at tiny token counts.)"""
     ops = model_ops(preset, latent_shape, **kwargs)
     return [op.repeated(2) for op in ops] if cfg else ops
 
@@ -261,7 +245,6 @@ def step_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = N
 @dataclass(frozen=True)
 class Totals:
     """Sums over a list of ops, each weighted by its count."""
-
     flops: int
     bytes: int
     weights: int  # parameter elements read (a model's weights once per forward)
@@ -278,9 +261,7 @@ def totals(ops: list[Op]) -> Totals:
                   sum(o.weights * o.count for o in ops))
 
 
-# ----------------------------------------------------------------------------------------------
 # Communication: what a layout must send (bytes of the message; link time is hardware's job)
-# ----------------------------------------------------------------------------------------------
 
 
 def step_handoff_bytes(latent_shape: tuple[int, ...], dtype: str = "fp32") -> int:
@@ -291,36 +272,29 @@ def step_handoff_bytes(latent_shape: tuple[int, ...], dtype: str = "fp32") -> in
 def layer_handoff_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
                         *, batch: int | None = None, dtype: str = "bf16") -> int:
     """Layer-split PP hands the hidden states h (B, S, D) to the next stage, once per forward."""
-    p = _wan(preset)
-    shape = _shape(p, latent_shape, batch)
-    return shape[0] * p.num_tokens(shape) * p.dim * DTYPE_BYTES[dtype_name(dtype)]
+    p, shape, nb = _setup(preset, latent_shape, batch, dtype)
+    return shape[0] * p.num_tokens(shape) * p.dim * nb
 
 
 def tp_allreduce_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
                        *, batch: int | None = None, dtype: str = "bf16") -> int:
     """Bytes all-reduced per block on every TP rank (the message size, not the link traffic).
-
     Three row-parallel outputs of (B, S, D) (self-attention, cross-attention, FFN) plus the
     fp32 sums of squares the across-heads RMSNorm needs for q and k: (B, S) twice for
-    self-attention, (B, S) and (B, L) for cross-attention.
-    """
-    p = _wan(preset)
-    shape = _shape(p, latent_shape, batch)
+    self-attention, (B, S) and (B, L) for cross-attention."""
+    p, shape, nb = _setup(preset, latent_shape, batch, dtype)
     b, s = shape[0], p.num_tokens(shape)
-    return 3 * b * s * p.dim * DTYPE_BYTES[dtype_name(dtype)] + (3 * b * s + b * p.text_len) * 4
+    return 3 * b * s * p.dim * nb + (3 * b * s + b * p.text_len) * 4
 
 
 def sp_traffic_per_block(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
                          *, ulysses: int = 1, ring: int = 1, batch: int | None = None,
                          dtype: str = "bf16") -> float:
     """Bytes one sequence-parallel rank sends per block (``ulysses x ring`` ranks, USP).
-
-    Ulysses: 4 all-to-alls (Q, K, V to heads, the output back) of its (B, S/P, D) slice, each
-    keeping 1/U at home. Ring: K and V of its group's S/R tokens for H/U heads, passed on R - 1
-    times."""
-    p = _wan(preset)
-    shape = _shape(p, latent_shape, batch)
-    nb, tokens, d = DTYPE_BYTES[dtype_name(dtype)], shape[0] * p.num_tokens(shape), p.dim
+    Ulysses: 4 all-to-alls (Q, K, V to heads, the output back) of its (B, S/P, D) slice, 1/U
+    of each kept at home. Ring: K and V of its group's S/R tokens for H/U heads, R - 1 hops."""
+    p, shape, nb = _setup(preset, latent_shape, batch, dtype)
+    tokens, d = shape[0] * p.num_tokens(shape), p.dim
     degree = ulysses * ring
     a2a = 4 * tokens / degree * d * nb * (ulysses - 1) / ulysses
     hops = 2 * tokens / ring * d / ulysses * nb * (ring - 1)
@@ -330,12 +304,3 @@ def sp_traffic_per_block(preset: str | ModelPreset, latent_shape: tuple[int, ...
 def ring_allreduce_traffic(message_bytes: int, degree: int) -> float:
     """Bytes each rank sends in a ring all-reduce: 2 (n - 1) / n times the message."""
     return 2 * (degree - 1) / degree * message_bytes
-
-
-
-__all__ = [
-    "DTYPE_BYTES", "GROUPS", "Op", "Totals", "attention_ops", "block_ops", "dtype_name",
-    "elementwise", "epilogue_ops", "layer_handoff_bytes", "linear", "model_ops",
-    "prologue_ops", "ring_allreduce_traffic", "sp_traffic_per_block", "step_handoff_bytes",
-    "step_ops", "totals", "tp_allreduce_bytes",
-]

@@ -38,13 +38,11 @@ def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str = "bf16",
     become 1 + 2 (F - 1) and then 1 + 4 (F - 1) frames. Counted: every conv (FLOPs exact) and the
     attention. Not counted (an explicit approximation): RMS norms, SiLU, the nearest upsampling
     copies and residual adds (bandwidth-bound, a few passes over each activation); weights are
-    counted once although the frame-by-frame decode re-reads them for every latent frame.
-    """
+    counted once although the frame-by-frame decode re-reads them for every latent frame."""
     cfg = {**WAN21_VAE, **(config or {})}
     if cfg["is_residual"]:
         raise ValueError("is_residual=True is Wan 2.2's VAE; only Wan 2.1's is accounted for")
-    nb = DTYPE_BYTES[dtype_name(dtype)]
-    b, z, t, h, w = latent_shape
+    nb, (b, z, t, h, w) = DTYPE_BYTES[dtype_name(dtype)], latent_shape
     mult, base = cfg["dim_mult"], cfg["decoder_base_dim"] or cfg["base_dim"]
     dims = [base * u for u in [mult[-1], *mult[::-1]]]
     up_time = cfg["temperal_downsample"][::-1]

@@ -1,42 +1,34 @@
 """Statistics of a merged trace: where each rank's time went.
 
-All functions take a ``ppdit.runtime.observe.trace.Trace`` (times in ns from the first event).
-"""
+All functions take a ``ppdit.runtime.observe.trace.Trace`` (times in ns from the first event)."""
 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections import defaultdict
 
-from ppdit.runtime.observe.trace import BOOT_PHASES, Span, Trace
+from ppdit.runtime.observe.trace import BOOT_PHASES, Trace
 
 
 def busy_fractions(trace: Trace, kinds: tuple[str, ...] = ("compute",)) -> dict[int, float]:
     """Per rank, the share of the whole run (first span to last, all ranks) spent in ``kinds``.
-
     This is utilisation as a pipeline sees it: a rank waiting for its first request is idle,
-    even though it has nothing to do yet — that wait is the pipeline's fill bubble.
-    """
+    even though it has nothing to do yet — that wait is the pipeline's fill bubble."""
     window = trace.makespan_s
-    out = {}
-    for r in trace.ranks:
-        busy = _union_s([s for s in trace.select(rank=r) if s.kind in kinds])
-        out[r] = busy / window if window > 0 else 0.0
-    return out
+    return {r: union_ns([(s.start_ns, s.end_ns) for s in trace.select(rank=r) if s.kind in kinds])
+            / 1e9 / window if window > 0 else 0.0 for r in trace.ranks}
 
 
-def _union_s(spans: list[Span]) -> float:
-    """Total covered time of possibly overlapping spans, in seconds."""
-    total, end = 0, None
-    for s in sorted(spans, key=lambda s: s.start_ns):
-        if end is None or s.start_ns >= end:
-            total += s.end_ns - s.start_ns
-            end = s.end_ns
-        elif s.end_ns > end:
-            total += s.end_ns - end
-            end = s.end_ns
-    return total / 1e9
+def union_ns(intervals: list[tuple[int, int]], within: tuple[int, int] | None = None) -> int:
+    """Time covered by possibly overlapping (start, end) intervals, clipped to ``within``."""
+    lo, hi = within or (-math.inf, math.inf)
+    total, end = 0, lo
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
+        if b > max(a, end):
+            total, end = total + b - max(a, end), b
+    return total
 
 
 def kind_totals(trace: Trace) -> dict[int, dict[str, float]]:
@@ -49,20 +41,16 @@ def kind_totals(trace: Trace) -> dict[int, dict[str, float]]:
 
 def handoff_latencies(trace: Trace) -> list[float]:
     """Seconds from "both sides ready" to "data delivered", for every matched send/recv pair.
-
     A send span on rank s and a recv span on another rank with the same ``request`` and
     ``step`` metadata form a pair. Latency = recv end - max(send start, recv start): if the
     receiver was already waiting, that is the transfer; if the data arrived first, only the
     receive call's own cost counts. Either way, time spent waiting for the *producer's compute*
-    is excluded, which is what the earlier report's "per-handoff overhead" mixed in.
-    """
+    is excluded, which is what the earlier report's "per-handoff overhead" mixed in."""
     sends = {(s.meta.get("request"), s.meta.get("step")): s for s in trace.select("send")}
-    out = []
-    for r in trace.select("recv"):
-        s = sends.get((r.meta.get("request"), r.meta.get("step")))
-        if s is not None and s.rank != r.rank:
-            out.append((r.end_ns - max(s.start_ns, r.start_ns)) / 1e9)
-    return out
+    pairs = [(sends.get((r.meta.get("request"), r.meta.get("step"))), r)
+             for r in trace.select("recv")]
+    return [(r.end_ns - max(s.start_ns, r.start_ns)) / 1e9 for s, r in pairs
+            if s is not None and s.rank != r.rank]
 
 
 def compute_durations(trace: Trace, rank: int | None = None) -> list[float]:
@@ -73,24 +61,19 @@ def compute_durations(trace: Trace, rank: int | None = None) -> list[float]:
 def summary(trace: Trace, num_requests: int) -> dict:
     """The headline numbers of a run, as plain data (what ``summary.json`` holds)."""
     lat = handoff_latencies(trace)
-    return {
-        "makespan_s": trace.makespan_s,
-        "requests": num_requests,
-        "requests_per_s": num_requests / trace.makespan_s if trace.makespan_s else 0.0,
-        "busy_fraction": {str(r): round(v, 4) for r, v in busy_fractions(trace).items()},
-        "handoffs": len(lat),
-        "handoff_ms_median": statistics.median(lat) * 1e3 if lat else None,
-        "seconds_by_kind": {str(r): {k: round(v, 6) for k, v in d.items()}
-                            for r, d in kind_totals(trace).items()},
-    }
+    return {"makespan_s": trace.makespan_s, "requests": num_requests,
+            "requests_per_s": num_requests / trace.makespan_s if trace.makespan_s else 0.0,
+            "busy_fraction": {str(r): round(v, 4) for r, v in busy_fractions(trace).items()},
+            "handoffs": len(lat),
+            "handoff_ms_median": statistics.median(lat) * 1e3 if lat else None,
+            "seconds_by_kind": {str(r): {k: round(v, 6) for k, v in d.items()}
+                                for r, d in kind_totals(trace).items()}}
 
 
 def startup_phases(boot_ns_by_rank: dict[int, dict[str, int]]) -> dict[str, float]:
     """Seconds spent in each start-up phase by the rank that was ready last (the critical path).
-
     ``boot_ns_by_rank`` holds the ``RankContext.boot_ns`` stamps of each rank (see
-    ``ppdit.runtime.observe.trace.BOOT_PHASES`` for the phases).
-    """
+    ``ppdit.runtime.observe.trace.BOOT_PHASES`` for the phases)."""
     last = max(boot_ns_by_rank.values(), key=lambda stamps: max(stamps.values()))
     order = sorted(last.items(), key=lambda kv: kv[1])
     return {BOOT_PHASES.get(key, key): (t1 - t0) / 1e9
@@ -111,13 +94,11 @@ def request_intervals(trace: Trace) -> dict[int, tuple[int, int]]:
 
 def littles_law(trace: Trace) -> dict[str, float]:
     """The three quantities of Little's law, L = lambda W, from a trace.
-
     L: time-averaged number of requests in the system (between their first and last compute);
     lambda: requests completed per second; W: mean time a request spends in the system. Over a
     run that starts and ends empty, L = lambda W holds exactly (both sides are the total
     request-seconds over the window). Its use is *predictive*: cap L (requests in flight), know
-    W (a request's latency), and the throughput lambda = L / W follows.
-    """
+    W (a request's latency), and the throughput lambda = L / W follows."""
     spans = list(request_intervals(trace).values())
     if not spans:
         raise ValueError("the trace has no compute spans with a 'request' id")

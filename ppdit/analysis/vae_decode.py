@@ -14,8 +14,7 @@ What the numbers mean:
   ``torch.cat`` makes; a streaming consumer holds one chunk's frames at a time and the cache,
   so its peak does not grow with the video's length.
 
-Modes are interleaved repeat by repeat, so a slow moment of a shared machine hits all of them.
-"""
+Modes are interleaved repeat by repeat, so a slow moment of a shared machine hits all of them."""
 
 from __future__ import annotations
 
@@ -37,7 +36,6 @@ CPU = Placement(torch.device("cpu"), "gloo")
 @dataclass(frozen=True)
 class DecodeMeasurement:
     """One decode mode on one latent video: medians over repeats, and the peak memory."""
-
     mode: str  # "full" or "stream k" (k latent frames per push after the first)
     chunk_frames: int | None  # k; None for full decode
     latent_frames: int  # F of the latent video
@@ -90,15 +88,12 @@ def measure_decode(vae: AutoencoderKLWan, latents: torch.Tensor,
                    chunk_sizes: Sequence[int] = (1, 2, 4), *, repeats: int = 3,
                    placement: Placement = CPU) -> list[DecodeMeasurement]:
     """Full decode and streaming with each chunk size on ``latents``: medians of ``repeats``.
-
-    One untimed warm-up of every mode first (kernel selection, allocator growth).
-    """
+    One untimed warm-up of every mode first (kernel selection, allocator growth)."""
     modes: list[int | None] = [None, *chunk_sizes]
 
     def once(k: int | None) -> tuple[float, float]:
-        if k is None:
-            return time_full(vae, latents, placement)
-        return time_stream(vae, latents, k, placement)
+        return (time_full(vae, latents, placement) if k is None
+                else time_stream(vae, latents, k, placement))
 
     for k in modes:
         once(k)
@@ -106,16 +101,13 @@ def measure_decode(vae: AutoencoderKLWan, latents: torch.Tensor,
     for r in range(repeats):
         for k in modes[r % len(modes):] + modes[:r % len(modes)]:
             runs[k].append(once(k))
-    out = []
-    for k in modes:
-        out.append(DecodeMeasurement(
-            mode="full" if k is None else f"stream {k}", chunk_frames=k,
-            latent_frames=latents.shape[2],
-            ttff_s=statistics.median(t for t, _ in runs[k]),
-            total_s=statistics.median(t for _, t in runs[k]),
-            peak_bytes=peak_bytes(vae, latents, k, placement),
-            ttff_runs=tuple(t for t, _ in runs[k]), total_runs=tuple(t for _, t in runs[k])))
-    return out
+    return [DecodeMeasurement(
+        mode="full" if k is None else f"stream {k}", chunk_frames=k,
+        latent_frames=latents.shape[2], ttff_s=statistics.median(t for t, _ in runs[k]),
+        total_s=statistics.median(t for _, t in runs[k]),
+        peak_bytes=peak_bytes(vae, latents, k, placement),
+        ttff_runs=tuple(t for t, _ in runs[k]), total_runs=tuple(t for _, t in runs[k]))
+        for k in modes]
 
 
 def moving_blob_latent(frames: int, hw: tuple[int, int] = (16, 16), channels: int = 16,
@@ -152,7 +144,3 @@ def format_table(rows: Sequence[DecodeMeasurement]) -> str:
                      f"{r.total_s * 1e3:>9.1f} {r.peak_bytes / 2**20:>9.2f} {q['ttff']:>9.3f} "
                      f"{q['total']:>10.2f} {q['peak_mem']:>9.2f} {target:>7.3f} {ok:>3}")
     return "\n".join(lines)
-
-
-__all__ = ["DecodeMeasurement", "format_table", "measure_decode", "peak_bytes", "time_full",
-           "time_stream", "ttff_target"]

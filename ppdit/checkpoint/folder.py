@@ -137,7 +137,3 @@ def load_scheduler(path: str | Path):
     if cls is None:
         raise PipelineFolderError(f"{path}/scheduler names unknown class {cfg.get('_class_name')}")
     return cls.from_pretrained(Path(path) / "scheduler", local_files_only=True)
-
-
-__all__ = ["COMPONENTS", "PipelineFolderError", "WanFolder", "check_folder", "load_folder",
-           "load_scheduler"]

@@ -79,6 +79,3 @@ def _files(folder: Path) -> dict[str, Path]:
     single = folder / "diffusion_pytorch_model.safetensors"
     with safe_open(single, framework="pt") as f:
         return dict.fromkeys(f.keys(), single)
-
-
-__all__ = ["Reader", "fill_from_folder", "meta_transformer", "read_whole"]

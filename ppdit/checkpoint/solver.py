@@ -87,7 +87,6 @@ class SchedulerSolver:
         new = {"step_index": state.step_index + 1, **{a: _copy(getattr(s, a)) for a in self.attrs}}
         return replace(state, step_index=state.step_index + 1, latent=latent, solver_state=new)
 
-
     # -- the memory as a handoff carries it ------------------------------------------------------
 
     @property
@@ -207,7 +206,3 @@ def make_denoiser(model: torch.nn.Module, scheduler, num_steps: int, guidance_sc
     sampling = folder_sampling(scheduler, num_steps, guidance_scale)
     step = SchedulerSolver(scheduler, num_steps) if solver == "folder" else None
     return Denoiser(model, None, sampling, forward=forward, solver=step, cfg=cfg)
-
-
-__all__ = ["SOLVERS", "STATE_ATTRS", "SchedulerSolver", "check_solver", "folder_sampling",
-           "make_denoiser", "plan_denoiser", "state_nbytes", "state_tensors"]

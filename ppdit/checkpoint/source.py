@@ -151,6 +151,3 @@ class ModelPlan:
         if self.prompts is not None and len(self.prompts) != len(self.requests):
             raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
                              "give one per request (or None for seeded stand-ins)")
-
-
-__all__ = ["ModelPlan", "ModelSource"]

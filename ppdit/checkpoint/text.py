@@ -55,6 +55,3 @@ def encode_prompts(tokenizer, text_encoder, prompt: str, negative_prompt: str | 
     if guidance_scale > 1.0:
         neg = encode_text(tokenizer, text_encoder, negative_prompt or "", max_sequence_length)
     return Conditioning(text, neg).to("cpu", dtype)
-
-
-__all__ = ["encode_prompts", "encode_text", "text_length"]

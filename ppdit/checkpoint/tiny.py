@@ -94,24 +94,25 @@ def tiny_scheduler(name: str = "unipc"):
 
 def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
                         vae_preset: str = "tiny", scheduler: str = "unipc") -> Path:
-    """Write a tiny random Wan 2.1 T2V pipeline folder to ``out`` and return its path.
-
-    ``WanPipeline(...).save_pretrained`` writes it, so diffusers' own ``from_pretrained`` loads
-    it: the folder is exactly what a real snapshot looks like, only small.
-    """
-    from diffusers import WanPipeline
-
+    """Write a tiny random Wan 2.1 T2V pipeline folder to ``out`` and return its path."""
     from ppdit.vae.presets import build_vae
 
     tokenizer = word_tokenizer(TINY_VOCAB)
     text_encoder = tiny_text_encoder(get_preset(preset).text_dim, len(tokenizer), seed)
-    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder,
-                       transformer=build_model(preset, seed=seed),
-                       vae=build_vae(vae_preset, seed=seed), scheduler=tiny_scheduler(scheduler))
+    return save_pipeline(out, tokenizer=tokenizer, text_encoder=text_encoder,
+                         transformer=build_model(preset, seed=seed),
+                         vae=build_vae(vae_preset, seed=seed), scheduler=tiny_scheduler(scheduler))
+
+
+def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
+                  scheduler=None) -> Path:
+    """``WanPipeline(...).save_pretrained(out)`` (``scheduler`` None: Wan 2.1's UniPC), so
+    diffusers' own ``from_pretrained`` loads it: exactly what a real snapshot looks like, only
+    small. Returns the folder's path."""
+    from diffusers import WanPipeline
+
     out = Path(out)
-    pipe.save_pretrained(out)
+    WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
+                scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler
+                ).save_pretrained(out)
     return out
-
-
-__all__ = ["TINY_VOCAB", "WAN_UNIPC_CONFIG", "build_tiny_pipeline", "tiny_scheduler",
-           "tiny_text_encoder", "tiny_unipc_scheduler", "word_tokenizer"]

@@ -32,36 +32,26 @@ def gpu_facts() -> dict:
 
 def driver_version() -> str | None:
     """The NVIDIA driver's version (``nvidia-smi``), or ``None`` where it cannot be asked."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    first = out.strip().splitlines()
-    return first[0].strip() if first else None
+    out = _stdout("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader") or ""
+    return next((line.strip() for line in out.strip().splitlines()), None)
 
 
 def git_state(root: Path = REPO) -> dict:
     """The checkout's commit, and whether tracked files (or untracked ones outside
     ``gpu_runs/``) differ from it; nulls outside a git checkout."""
-    try:
-        commit = _git(root, "rev-parse", "HEAD").strip()
-        changes = _git(root, "status", "--porcelain", "--", ".", ":(exclude)gpu_runs")
-    except (OSError, subprocess.SubprocessError):
+    commit = _stdout("git", "rev-parse", "HEAD", cwd=root)
+    changes = _stdout("git", "status", "--porcelain", "--", ".", ":(exclude)gpu_runs", cwd=root)
+    if commit is None or changes is None:
         return {"commit": None, "dirty": None}
-    return {"commit": commit or None, "dirty": bool(changes.strip())}
+    return {"commit": commit.strip() or None, "dirty": bool(changes.strip())}
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20,
-                          check=True).stdout
-
-
-def package_version(name: str) -> str | None:
-    """An installed distribution's version, or ``None``."""
+def _stdout(*command: str, cwd: Path | None = None) -> str | None:
+    """A command's output, or ``None`` where it is missing, fails or takes over 20 s."""
     try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
+        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=20,
+                              check=True).stdout
+    except (OSError, subprocess.SubprocessError):
         return None
 
 
@@ -77,7 +67,8 @@ def provenance(*, command: str, duration_s: float | None, today: dt.date | None 
         "command": command, "date": date,
         "duration_s": None if duration_s is None else round(duration_s, 1),
         "gpu": gpu_facts(), "driver": driver_version(), "cuda": torch.version.cuda,
-        "torch": torch.__version__, "diffusers": package_version("diffusers"),
+        "torch": torch.__version__,
+        "diffusers": next((d.version for d in metadata.distributions(name="diffusers")), None),
         "python": platform.python_version(), "git": git, "unknown": [], "notes": None,
     }
     block["unknown"] = unknown_fields(block)
@@ -111,7 +102,3 @@ def report_path(folder: Path, slug: str, date: str) -> Path:
     while path.exists():
         path, n = folder / f"{slug}-{date}-{n}.json", n + 1
     return path
-
-
-__all__ = ["driver_version", "git_state", "gpu_facts", "gpu_slug", "package_version",
-           "provenance", "report_path", "unknown_fields"]

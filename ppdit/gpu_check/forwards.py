@@ -15,11 +15,11 @@ Two lower bounds beside each measurement (``ppdit.analysis.hardware``):
 from __future__ import annotations
 
 import traceback
-from contextlib import contextmanager
 
 import torch
 from diffusers import WanTransformer3DModel
 
+from ppdit.analysis.gpu_run_schema import FORWARDS
 from ppdit.analysis.gpu_runs import ceiling_bound_ms
 from ppdit.analysis.hardware import predict
 from ppdit.analysis.memory_model import rank_memory_model
@@ -27,6 +27,7 @@ from ppdit.analysis.roofline import DTYPE_BYTES, model_ops, totals
 from ppdit.gpu_check.sections import first_line, free_gb, release, sig
 from ppdit.presets import get_preset
 from ppdit.runtime.device import Placement
+from ppdit.runtime.observe.memory import track_peak_memory
 from ppdit.runtime.observe.timing import repeat
 
 MODELS = ("wan2.1-1.3b", "wan2.1-14b")
@@ -51,26 +52,20 @@ def weights_gb(model: str, dtype: str = "bf16") -> float:
     return totals(model_ops(model, dtype=dtype)).weights * DTYPE_BYTES[dtype] / 1e9
 
 
-@contextmanager
-def _default_dtype(dtype: torch.dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
-
-
 def build_direct(model: str, device: torch.device | str, dtype: torch.dtype = torch.bfloat16,
                  seed: int = 0) -> WanTransformer3DModel:
     """A preset's transformer with random weights drawn on ``device`` in ``dtype``, its
     fp32-kept modules back in fp32 (see the module docstring). Not identical to
     ``ppdit.model.build_model``'s weights: those are drawn on the CPU in fp32."""
-    config = get_preset(model).diffusers_config()
+    config, old = get_preset(model).diffusers_config(), torch.get_default_dtype()
     with torch.random.fork_rng(devices=[device] if torch.device(device).type == "cuda" else []):
         torch.manual_seed(seed)
-        with torch.device(device), _default_dtype(dtype):
-            net = WanTransformer3DModel(**config)
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(device):
+                net = WanTransformer3DModel(**config)
+        finally:
+            torch.set_default_dtype(old)
     keep = set(net._keep_in_fp32_modules)
     for name, tensor in [*net.named_parameters(), *net.named_buffers()]:
         if keep & set(name.split(".")):
@@ -95,11 +90,9 @@ def forward_row(model: str, placement: Placement, ceilings: dict | None) -> dict
     """Measure one model (or say why not) and put its bounds beside it."""
     p = get_preset(model)
     shape = p.latent_shape
-    row = {"model": model, "dtype": "bf16", "latent_shape": list(shape),
-           "tokens": p.num_tokens(shape), "status": "ok", "reason": None, "measured_ms": None,
-           "bound_ms": None, "bound_hardware": None, "ratio": None, "ceiling_bound_ms": None,
-           "compiled_ms": None, "compile_s": None, "compiled_speedup": None,
-           "activation_peak_gb": None, "activation_model_gb": None, "activation_ratio": None}
+    # every field of the schema's row, in its order: null until measured
+    row = {**dict.fromkeys(FORWARDS["rows"][0]), "model": model, "dtype": "bf16",
+           "latent_shape": list(shape), "tokens": p.num_tokens(shape), "status": "ok"}
     need, free = weights_gb(model) + HEADROOM_GB, free_gb()
     if free < need:
         return {**row, "status": "skipped",
@@ -148,13 +141,6 @@ def _time_forward(model: str, placement: Placement) -> tuple[float, int | None]:
     ms = repeat(once, placement, rounds=REPEATS, warmup=1).median * 1e3
     if not placement.is_cuda:
         return ms, None
-    placement.synchronize()
-    before = torch.cuda.memory_allocated(dev)
-    torch.cuda.reset_peak_memory_stats(dev)
-    once()
-    placement.synchronize()
-    return ms, torch.cuda.max_memory_allocated(dev) - before
-
-
-__all__ = ["DATASHEET_ROWS", "MODELS", "build_direct", "datasheet_row", "forward_row",
-           "wan_forwards", "weights_gb"]
+    with track_peak_memory(placement) as mem:
+        once()
+    return ms, mem.peak_bytes

@@ -37,26 +37,24 @@ def matmul_tflops(placement: Placement, n: int = MATMUL_N) -> float:
     """TFLOP/s of an (n, n) @ (n, n) bf16 matmul, 2 n^3 FLOPs each."""
     a, b = (torch.randn(n, n, device=placement.device, dtype=torch.bfloat16) for _ in range(2))
     c = torch.empty_like(a)
-
-    def matmuls():
-        for _ in range(CALLS):
-            torch.mm(a, b, out=c)
-
-    return 2 * n**3 / (best_time(matmuls, 0.2, 5, placement) / CALLS) / 1e12
+    return _per_second(2 * n**3, lambda: torch.mm(a, b, out=c), placement) / 1e12
 
 
 def copy_tb_s(placement: Placement, gb: float = COPY_GB) -> float:
     """TB/s of ``dst.copy_(src)`` on fp32 buffers of ``gb`` GB, counting one read and one
     write per byte (as ``ppdit.analysis.measure.measure_copy_bandwidth`` does on the CPU)."""
-    elems = int(gb * 1e9) // 4
-    src = torch.ones(elems, device=placement.device)
+    src = torch.ones(int(gb * 1e9) // 4, device=placement.device)
     dst = torch.empty_like(src)
+    return _per_second(2 * src.numel() * 4, lambda: dst.copy_(src), placement) / 1e12
 
-    def copies():
+
+def _per_second(work: float, kernel, placement: Placement) -> float:
+    """``work`` (FLOPs or bytes) per second of ``kernel``, timed ``CALLS`` kernels at a time."""
+    def calls():
         for _ in range(CALLS):
-            dst.copy_(src)
+            kernel()
 
-    return 2 * elems * 4 / (best_time(copies, 0.2, 5, placement) / CALLS) / 1e12
+    return work / (best_time(calls, 0.2, 5, placement) / CALLS)
 
 
 def graph_replay(placement: Placement, presets: tuple[str, ...] = GRAPH_PRESETS,
@@ -74,6 +72,3 @@ def graph_replay(placement: Placement, presets: tuple[str, ...] = GRAPH_PRESETS,
                      "graph_ms": sig(r["graph_ms"]), "speedup": sig(r["speedup"], 3)})
         del model
     return {"rows": rows}
-
-
-__all__ = ["copy_tb_s", "device_ceilings", "graph_replay", "matmul_tflops"]

@@ -36,24 +36,20 @@ TIMEOUT_S = 300  # per job: far above what these take, low enough to end a hang 
 
 def launch_cost(world_size: int = WORLD, fresh_calls: int = MIN_ROUNDS,
                 pool_jobs: int = 5) -> dict:
-    """Seconds of ``launch(hello, n)`` on fresh ranks vs the same job on a live pool.
-
-    Timed in this process on the CPU clock (``timed(None)``): the ranks' work is done once
-    their results are back here."""
+    """Seconds of ``launch(hello, n)`` on fresh ranks vs the same job on a live pool, on this
+    process's CPU clock (``timed(None)``): the ranks' work is done once their results are back."""
     fresh = []
     for _ in range(fresh_calls):
         with timed() as t:
             rows = launch(hello, world_size, timeout_s=TIMEOUT_S, echo=False)
         fresh.append(t.seconds)
+    jobs = []
     with ranks(world_size, timeout_s=TIMEOUT_S, echo=False) as pool:
-        with timed() as first:
-            pool.run(hello)
-        pool_start = first.seconds
-        jobs = []
-        for _ in range(pool_jobs):
+        for _ in range(1 + pool_jobs):  # the first job also starts the pool's ranks
             with timed() as t:
                 pool.run(hello)
             jobs.append(t.seconds)
+    pool_start, jobs = jobs[0], jobs[1:]
     return {"world_size": world_size, "devices": [r["device"] for r in rows],
             "fresh_s": sig(statistics.median(fresh), 3),
             "fresh_s_range": [sig(min(fresh), 3), sig(max(fresh), 3)],
@@ -77,8 +73,7 @@ def layout_step_times() -> dict:
     shared = time_sliced(devices)
     if shared:  # what the rows measure is not scaling: say so on every row
         rows = [{**r, "layout": f"{r['layout']} {shared}"} for r in rows]
-    out = {"world_size": WORLD, "devices": devices, "backend": where[0]["backend"],
-           "rows": rows}
+    out = {"world_size": WORLD, "devices": devices, "backend": where[0]["backend"], "rows": rows}
     if failed:
         out.update(status="partial" if rows else "error", reason="; ".join(failed))
     return out
@@ -101,29 +96,25 @@ def _row(layout: str, per: str, ms: float, one_device_ms: float) -> dict:
 
 
 def _step_split(pool) -> list[dict]:
-    sampling = SamplingConfig(num_steps=STEPS)
-    source = ModelSource(PRESET)
-    res = run_step_splits({"one": make_plan(1, REQUESTS, sampling=sampling, source=source),
-                           "p2": make_plan(2, REQUESTS, sampling=sampling, source=source)},
-                          ROUNDS, pool=pool, echo=False, timeout_s=TIMEOUT_S)
-    per_step = {k: statistics.median(v.makespans_s) / (REQUESTS * STEPS) * 1e3
-                for k, v in res.items()}
-    return [_row(f"step split P=2, {REQUESTS} requests filled", "request-step", per_step["p2"],
-                 per_step["one"])]
+    sampling, source = SamplingConfig(num_steps=STEPS), ModelSource(PRESET)
+    return _split_row(f"step split P=2, {REQUESTS} requests filled", run_step_splits, pool, {
+        "one": make_plan(1, REQUESTS, sampling=sampling, source=source),
+        "p2": make_plan(2, REQUESTS, sampling=sampling, source=source)})
 
 
 def _layer_split(pool) -> list[dict]:
     reqs = tuple(Request(i, i) for i in range(REQUESTS))
-    sampling = SamplingConfig(num_steps=STEPS)
-    res = run_layer_splits({
-        "one": LayerSplitPlan(reqs, 1, REQUESTS, sampling=sampling, source=ModelSource(PRESET)),
-        "p2": LayerSplitPlan(reqs, 2, REQUESTS, wrap=True, sampling=sampling,
-                             source=ModelSource(PRESET)),
-    }, rounds=ROUNDS, pool=pool, echo=False, timeout_s=TIMEOUT_S)
-    per_step = {k: statistics.median(v.makespans_s) / (REQUESTS * STEPS) * 1e3
-                for k, v in res.items()}
-    return [_row(f"layer split P=2, M={REQUESTS}, wrap", "request-step", per_step["p2"],
-                 per_step["one"])]
+    sampling, source = SamplingConfig(num_steps=STEPS), ModelSource(PRESET)
+    return _split_row(f"layer split P=2, M={REQUESTS}, wrap", run_layer_splits, pool, {
+        "one": LayerSplitPlan(reqs, 1, REQUESTS, sampling=sampling, source=source),
+        "p2": LayerSplitPlan(reqs, 2, REQUESTS, wrap=True, sampling=sampling, source=source)})
+
+
+def _split_row(layout: str, run, pool, plans: dict) -> list[dict]:
+    """The split on one device ("one") and on 2 ranks ("p2"), one launch: ms per request-step."""
+    res = run(plans, rounds=ROUNDS, pool=pool, echo=False, timeout_s=TIMEOUT_S)
+    ms = {k: statistics.median(v.makespans_s) / (REQUESTS * STEPS) * 1e3 for k, v in res.items()}
+    return [_row(layout, "request-step", ms["p2"], ms["one"])]
 
 
 def _tp_sp(pool) -> list[dict]:
@@ -134,6 +125,3 @@ def _tp_sp(pool) -> list[dict]:
              "SP, V last": "SP (Ulysses, V last)", RING: "SP (ring attention)"}
     return [_row(f"{label}, latent {spec.latent_shape}", "forward", res.seconds[v] * 1e3, one)
             for v, label in names.items()]
-
-
-__all__ = ["launch_cost", "layout_step_times", "time_sliced"]

@@ -29,16 +29,6 @@ SECTIONS = tuple(MEASUREMENTS)  # launch, layouts, device, cuda_graphs, vae, for
 BUDGET_S = 8 * 60  # the issue's bound for one H100
 
 
-def no_cuda_message() -> str:
-    """What the check says on a machine without CUDA (and then it exits non-zero)."""
-    build = torch.version.cuda
-    why = (f"this torch ({torch.__version__}) is built for CUDA {build} but sees no GPU"
-           if build else f"this torch ({torch.__version__}) is a CPU-only build")
-    return (f"gpu-check needs a CUDA GPU: torch.cuda.is_available() is False ({why}). Nothing "
-            "was run and nothing was written. On a GPU machine, install a CUDA build of torch "
-            "(TORCH_SPEC, see scripts/bootstrap.sh) and run `make gpu-check` again.")
-
-
 def gpu_check(out: Path = Path("gpu_runs"), *, tests: bool = True,
               tests_timeout_s: float | None = None, skip: Sequence[str] = (),
               command: str | None = None) -> int:
@@ -47,7 +37,13 @@ def gpu_check(out: Path = Path("gpu_runs"), *, tests: bool = True,
     if unknown:
         raise ValueError(f"skip={sorted(unknown)}: the sections are {', '.join(SECTIONS)}")
     if not torch.cuda.is_available():
-        print(no_cuda_message(), file=sys.stderr)
+        build = torch.version.cuda
+        why = (f"this torch ({torch.__version__}) is built for CUDA {build} but sees no GPU"
+               if build else f"this torch ({torch.__version__}) is a CPU-only build")
+        print(f"gpu-check needs a CUDA GPU: torch.cuda.is_available() is False ({why}). Nothing "
+              "was run and nothing was written. On a GPU machine, install a CUDA build of torch "
+              "(TORCH_SPEC, see scripts/bootstrap.sh) and run `make gpu-check` again.",
+              file=sys.stderr)
         return 1
     from ppdit.analysis.gpu_runs import GpuRun, format_report
 
@@ -56,7 +52,8 @@ def gpu_check(out: Path = Path("gpu_runs"), *, tests: bool = True,
     print(f"gpu-check on {torch.cuda.get_device_name(0)}: the GPU tests, then the "
           f"measurements ({', '.join(s for s in SECTIONS if s not in skip)}); about "
           f"{BUDGET_S // 60} minutes on one H100", flush=True)
-    tests_section = _tests(tests, tests_timeout_s)
+    tests_section = (run_section("tests", TESTS, run_gpu_tests, timeout_s=tests_timeout_s)
+                     if tests else empty_section(TESTS, "skipped", "--skip-tests was given"))
     report = build_report(tests_section, measure(skip), command=command,
                           duration_s=time.perf_counter() - start)
     path = write_report(report, out)
@@ -86,12 +83,6 @@ def write_report(report: dict, out: Path) -> Path:
     return path
 
 
-def _tests(run: bool, timeout_s: float | None) -> dict:
-    if not run:
-        return empty_section(TESTS, "skipped", "--skip-tests was given")
-    return run_section("tests", TESTS, run_gpu_tests, timeout_s=timeout_s)
-
-
 def measure(skip: Sequence[str] = ()) -> dict:
     """Every measurement section in order: ranks first (before this process holds GPU memory),
     then the ceilings, which the forwards' second bound needs, the largest models last."""
@@ -100,19 +91,14 @@ def measure(skip: Sequence[str] = ()) -> dict:
     gpu = cuda_placement()
     plan = {"launch": (ranks.launch_cost,), "layouts": (ranks.layout_step_times,),
             "device": (kernels.device_ceilings, gpu), "cuda_graphs": (kernels.graph_replay, gpu),
-            "vae": (streaming_vae.streaming_vae, gpu)}
+            "vae": (streaming_vae.streaming_vae, gpu), "forwards": (forwards.wan_forwards, gpu)}
     out = {}
     for name in SECTIONS:
-        if name in skip:
-            out[name] = empty_section(MEASUREMENTS[name], "skipped", f"--skip {name}")
-        elif name == "forwards":
-            device = out["device"]
-            ceilings = device if device["status"] == "ok" else None
-            out[name] = run_section(name, MEASUREMENTS[name], forwards.wan_forwards, gpu,
-                                    ceilings)
-        else:
-            fn, *args = plan[name]
-            out[name] = run_section(name, MEASUREMENTS[name], fn, *args)
+        fn, *args = plan[name]
+        if name == "forwards":  # the second bound needs the ceilings, where they were measured
+            args.append(out["device"] if out["device"]["status"] == "ok" else None)
+        out[name] = (empty_section(MEASUREMENTS[name], "skipped", f"--skip {name}")
+                     if name in skip else run_section(name, MEASUREMENTS[name], fn, *args))
     return out
 
 
@@ -123,7 +109,3 @@ def passed(report: dict) -> bool:
     sections = report["measurements"].values()
     return report["tests"]["status"] in ("ok", "skipped") and all(
         s["status"] not in ("error", "partial") for s in sections)
-
-
-__all__ = ["BUDGET_S", "SECTIONS", "build_report", "gpu_check", "measure", "no_cuda_message",
-           "passed", "write_report"]

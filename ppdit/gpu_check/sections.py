@@ -77,6 +77,3 @@ def first_line(err: BaseException) -> str:
     """The first line of an exception's message (the rest goes to the printed traceback)."""
     lines = str(err).strip().splitlines()
     return lines[0] if lines else "(no message)"
-
-
-__all__ = ["cuda_placement", "first_line", "free_gb", "release", "run_section", "sig"]

@@ -82,7 +82,7 @@ class CompareRunner(Runner):
             warm_up_pairs(self.ctx.wire, [], self.ctx.rank, group=self.world)
             self.warm = True
 
-    def _forward(self, name: str) -> None:
+    def _forward(self, name: str, tracer: Tracer | None = None) -> None:
         if name == "one device":
             use_diffusers_attention(self.full)
             if self.ctx.rank == 0:
@@ -94,7 +94,9 @@ class CompareRunner(Runner):
             sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
         else:
             install_ulysses(self.full, self.world, self.split, v_first=name != "SP, V last",
-                            staged=self.staged)
+                            tracer=tracer, staged=self.staged)
+            if tracer is not None:
+                tracer.align()
             sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
 
     @torch.no_grad()
@@ -113,10 +115,7 @@ class CompareRunner(Runner):
         if name not in ("SP, V-first", "SP, V last"):
             return None
         tracer = Tracer(self.ctx.rank, self.ctx.placement)
-        install_ulysses(self.full, self.world, self.split, v_first=name == "SP, V-first",
-                        tracer=tracer, staged=self.staged)
-        tracer.align()
-        sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
+        self._forward(name, tracer)
         return tracer.finish()
 
 

@@ -2,8 +2,7 @@
 
 A layout's forward axes (``Layout.forward``: tp, ring, ulysses, fsdp, cfg) each transform how a
 rank computes one denoising forward, and every rank of a forward ends it holding the same
-velocity. ``ForwardStack`` applies them in torchtitan's order, each on the mesh's axis of its
-name::
+velocity. ``ForwardStack`` applies them in torchtitan's order, each on its mesh axis::
 
     weights   the whole model (built once per rank), or only this rank's shards read from a
               folder (TP: ``tensor.load``; FSDP: ``fsdp.load``): no rank holds the whole model
@@ -16,9 +15,8 @@ name::
     4. CFG    this branch's half of each guided step, the velocities exchanged
               (``cfg.halves.CFGHalves``, the ``Denoiser``'s policy)
 
-A pipeline axis then picks the loop around the result (``parallel.runner``: one forward per
-step, the step-split stage loop; the layer split holds runs of blocks and stands alone). With
-every degree 1 the stack is the model itself: the single device is the same code.
+A pipeline axis then picks the loop around the result (``parallel.runner``). With every
+degree 1 the stack is the model itself: the single device is the same code.
 
 ``ForwardOptions`` are the knobs of the transforms (V-first, the two-phase all-to-all,
 V-Major, how TP's all-reduces are issued, compiled blocks), a mixin of every plan that runs
@@ -27,6 +25,7 @@ forward axes, checked once against its layout.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -37,7 +36,7 @@ from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.cfg.halves import CFGHalves
 from ppdit.parallel.fsdp.load import load_sharded
 from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks, trace_gathers
-from ppdit.parallel.layout import SEQUENCE, Layout
+from ppdit.parallel.layout import SEQUENCE, check_model
 from ppdit.parallel.sequence.comms import A2ACounter, even_split
 from ppdit.parallel.sequence.ring import Ring, install_ring
 from ppdit.parallel.sequence.topology import hierarchy
@@ -50,6 +49,7 @@ from ppdit.parallel.tensor.parallelize import compile_blocks, parallelize_wan
 from ppdit.runtime.comm.mesh import RankMesh
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
+from ppdit.runtime.rounds import ReplicatedRunner
 from ppdit.sampler import Denoiser
 
 
@@ -58,17 +58,19 @@ class ForwardOptions:
     """How the forward axes run (a mixin of the plans: keyword fields with defaults)."""
 
     v_first: bool = True  # Ulysses: V's all-to-all issued before the Q/K work (CoCoDiff)
-    # Ulysses: the all-to-alls in two phases over nodes of this many ranks (CoCoDiff's
-    # topology-aware all-to-all, ``sequence.topology``); None: flat
+    # Ulysses: all-to-alls in two phases over nodes of this many ranks (``sequence.topology``)
     ranks_per_node: int | None = None
-    # Ulysses: V's all-to-all sends only the token rows whose relative change since they were
-    # last sent exceeds this (``sequence.vmajor``, CoCoDiff's V-Major); None: every row
+    # Ulysses: V's all-to-all sends only rows whose relative change exceeds this (``vmajor``)
     v_major: float | None = None
     collectives: str = "funcol"  # how TP all-reduces are issued (``tensor.layers``)
     compiled: bool = False  # torch.compile(fullgraph=True) every block
 
-    def check_forward(self, layout: Layout) -> None:
-        """The options fit the layout (``ValueError`` naming the rule and the values)."""
+    def check_forward(self) -> None:
+        """The plan's layout fits its model and request (``check_model``), and the options fit
+        the layout (``ValueError`` naming the rule and the values)."""
+        layout, sampling = self.layout, self.sampling
+        check_model(layout, self.preset, num_steps=sampling.num_steps, latent_shape=self.shape,
+                    guided=sampling.uses_cfg and sampling.guidance_steps is None)
         ulysses_only = layout.ulysses > 1 and layout.ring == 1
         if self.v_major is not None and (not ulysses_only or self.v_major < 0):
             raise ValueError(f"v_major={self.v_major} needs a Ulysses-only layout (got "
@@ -103,15 +105,14 @@ class ForwardStack:
         self.model = self._weights(base)
         if plan.compiled:
             self.model = compile_blocks(self.model)
-        tokens = plan.preset.num_tokens(plan.shape)
-        self.split = even_split(tokens, self.layout.sp)
+        self.split = even_split(plan.preset.num_tokens(plan.shape), self.layout.sp)
         self.hier = None if mesh is None else hierarchy(mesh)
         self.vmajor = None if plan.v_major is None else VMajor(plan.v_major)
         self.counter, self.ring = A2ACounter(), Ring(None, self.split, 0)
 
     def _weights(self, base):
         """Steps 1 and 3: the model TP-split or FSDP-sharded (read shard by shard from a
-        folder where there is no ``base``), or ``base`` itself."""
+        folder where there is no ``base``), or ``base`` itself (``shared``)."""
         f, device = self.layout, self.ctx.device if self.ctx is not None else "cpu"
         if f.tp > 1:
             kw = dict(collectives=self.plan.collectives, staged=self.staged)
@@ -120,23 +121,17 @@ class ForwardStack:
                 return load_tp(self.plan.source, group, device, **kw)[0]
             return parallelize_wan(self.plan.source.dit(device), tp_group=group, **kw)
         if f.fsdp > 1:
-            return self._shard(base)
-        if base is None:
+            if self.staged:
+                raise ValueError("FSDP gathers weights with the rank's own backend: ranks "
+                                 "sharing a GPU over gloo (staged) cannot; give each rank its "
+                                 "own GPU or run on the CPU")
+            group = self.mesh.group("cfg", *SEQUENCE)
+            if base is None:  # a folder: read this rank's shards, never the whole model
+                model, self.load_peak_bytes = load_sharded(self.plan.source, group, device)
+                return model
+            shard_blocks(base, group, device.type)  # in place: one mesh per job
+        elif base is None:
             raise ValueError(f"layout {self.plan.layout}: only TP and FSDP read shards")
-        self.shared = True
-        return base
-
-    def _shard(self, base):
-        if self.staged:
-            raise ValueError("FSDP gathers weights with the rank's own backend: ranks sharing "
-                             "a GPU over gloo (staged) cannot; give each rank its own GPU or "
-                             "run on the CPU")
-        group = self.mesh.group("cfg", *SEQUENCE)
-        if base is None:  # a folder: read this rank's shards, never the whole model
-            model, self.load_peak_bytes = load_sharded(self.plan.source, group,
-                                                       self.ctx.device)
-            return model
-        shard_blocks(base, group, self.ctx.device.type)  # in place: one mesh per job
         self.shared = True
         return base
 
@@ -177,21 +172,26 @@ class ForwardStack:
                                            tracer=tracer)
 
     def start_request(self, den: Denoiser, request) -> None:
-        """V-Major holds nothing at a request's first step, and learns which text is the
-        prompt's (its copies are per conditioning)."""
+        """V-Major starts a request holding nothing, told which text is the prompt's."""
         if self.vmajor is not None:
             self.vmajor.reset()
             den.forward.cond_text = den.conditioning(request).text
 
-    def gathers(self, tracer: Tracer) -> list:
-        """FSDP's all-gathers drawn on ``tracer`` (hooks to remove after the round)."""
-        return trace_gathers(self.model, tracer) if self.layout.fsdp > 1 else []
+    @contextmanager
+    def round(self, tracer: Tracer | None):
+        """One round: attention routed with ``tracer``, FSDP's all-gathers drawn on it."""
+        self.install(tracer)
+        gathers = trace_gathers(self.model, tracer) if self.layout.fsdp > 1 else []
+        try:
+            yield self
+        finally:
+            for handle in gathers:
+                handle.remove()
 
     def counts(self) -> dict:
         """What this round's traffic counters say."""
         hier, vm = self.hier, self.vmajor
         return {"a2a_calls": self.counter.calls, "a2a_bytes": self.counter.bytes_sent,
-                "a2a_per_call": self.counter.per_call, "ring_hops": self.ring.hops,
                 "ring_bytes": self.ring.bytes_sent,
                 "hier": None if hier is None else (hier.intra_bytes, hier.inter_bytes,
                                                    hier.inter_messages),
@@ -201,9 +201,33 @@ class ForwardStack:
                 "load_peak_bytes": self.load_peak_bytes}
 
 
+class StackRunner(ReplicatedRunner):
+    """One rank's runner for plans that run forward axes (``runner.LayoutRunner``, step-split
+    stages): per plan its groups (``meshes``), its ``ForwardStack``, its ``Denoiser``."""
+
+    @staticmethod
+    def loads_shards(plans: tuple) -> bool:
+        """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model."""
+        return all(reads_shards(p) for p in plans)
+
+    def __init__(self, ctx: RankContext, plans: tuple):
+        super().__init__(ctx, plans)
+        # every rank creates every plan's groups, in plan order (group creation is collective)
+        self.meshes = [p.mesh().build(ctx.rank) for p in plans]
+        self.stacks = [None if m is None else ForwardStack(ctx, p, m, self.model)
+                       for p, m in zip(plans, self.meshes, strict=True)]
+        self.dens: list[Denoiser | None] = [None if s is None else s.denoiser()
+                                            for s in self.stacks]
+
+    def takes_part(self, i: int) -> bool:
+        return self.stacks[i] is not None
+
+    def model_of(self, i: int):
+        return self.stacks[i].model
+
+
 class _KeyedByText:
-    """A forward that tells V-Major which conditioning it runs (the prompt's or the negative
-    one's: each has its own V, so its own copies)."""
+    """A forward that tells V-Major which conditioning it runs: each has its own V and copies."""
 
     def __init__(self, forward, vm: VMajor):
         self.forward, self.vm = forward, vm
@@ -214,6 +238,3 @@ class _KeyedByText:
         same = self.cond_text is not None and torch.equal(text, self.cond_text)
         self.vm.branch = 0 if same else 1
         return self.forward(latent, timestep, text)
-
-
-__all__ = ["ForwardOptions", "ForwardStack", "reads_shards"]

@@ -17,8 +17,7 @@ split into two kinds, and that is what the one runner (``parallel.runner``) foll
 * the *forward* axes (tp, ring, ulysses, fsdp, cfg) transform one forward: every rank of a
   forward ends a step holding the same latent, so they compose with each other and with a
   pipeline, applied in one fixed order (TP, then the sequence axes, then FSDP, then CFG);
-* the *pipeline* axes (step, layer) pick the loop: the step-split stage loop, or the
-  layer-split schedule.
+* the *pipeline* axes (step, layer) pick the loop: the step-split stages or layer-split schedule.
 
 The mesh (``mesh()``) puts the axes outermost to innermost as dp, step | layer, cfg, ring,
 ulysses, tp: the innermost talk most (TP every block: NVLink neighbours).
@@ -31,6 +30,7 @@ layout and ``ppdit plan`` answers in a fraction of a second.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 AXES = ("cfg", "step", "layer", "ring", "ulysses", "tp", "fsdp")
@@ -63,10 +63,7 @@ class Layout:
     @property
     def ranks(self) -> int:
         """World size: the product of the degrees (fsdp shards over them, adding none)."""
-        n = 1
-        for name in AXES[:-1]:
-            n *= getattr(self, name)
-        return n
+        return math.prod(getattr(self, name) for name in AXES[:-1])
 
     @property
     def pipeline(self) -> str | None:
@@ -183,16 +180,11 @@ def _shorthand(name: str, ranks: int | None) -> Layout:
         if r != 1:
             raise ValueError(f"layout 'single' runs on 1 rank, got ranks={r}")
         return Layout()
-    if name == "pp_tp":
+    if name in ("pp_tp", "usp"):
+        what = "stages of 2 TP ranks" if name == "pp_tp" else "a ring of 2 Ulysses groups"
         if r % 2 or r < 4:
-            raise ValueError(f"layout 'pp_tp' runs stages of 2 TP ranks: ranks={r} must be "
-                             "an even number >= 4")
-        return Layout(step=r // 2, tp=2)
-    if name == "usp":
-        if r % 2 or r < 4:
-            raise ValueError(f"layout 'usp' runs a ring of 2 Ulysses groups: ranks={r} must "
-                             "be an even number >= 4")
-        return Layout(ulysses=r // 2, ring=2)
+            raise ValueError(f"layout {name!r} runs {what}: ranks={r} must be an even number >= 4")
+        return Layout(step=r // 2, tp=2) if name == "pp_tp" else Layout(ulysses=r // 2, ring=2)
     if name == "cfg" and r != 2:
         raise ValueError(f"layout 'cfg' runs the conditional and unconditional halves on "
                          f"exactly 2 ranks, got ranks={r}")
@@ -211,18 +203,15 @@ def check_tp_degree(config, tp: int) -> None:
 
     ``config``: a diffusers config (``model.config``) or a ``ModelPreset``. Heads are the unit
     of the attention split (a head cut in two would need its q.k dot product summed across
-    ranks); FFN columns must split evenly so every rank's GEMM has the same shape.
-    """
+    ranks); FFN columns must split evenly so every rank's GEMM has the same shape."""
     if tp < 1:
         raise ValueError(f"tp={tp} must be >= 1")
     heads = getattr(config, "num_attention_heads", None) or config.num_heads
-    ffn = config.ffn_dim
-    if heads % tp:
-        raise ValueError(f"num_heads={heads} is not divisible by the TP degree tp={tp}: "
-                         f"tensor parallelism splits whole heads ({heads} % {tp} = {heads % tp})")
-    if ffn % tp:
-        raise ValueError(f"ffn_dim={ffn} is not divisible by the TP degree tp={tp}: the FFN "
-                         f"hidden features split evenly ({ffn} % {tp} = {ffn % tp})")
+    for name, n, why in (("num_heads", heads, "tensor parallelism splits whole heads"),
+                         ("ffn_dim", config.ffn_dim, "the FFN hidden features split evenly")):
+        if n % tp:
+            raise ValueError(f"{name}={n} is not divisible by the TP degree tp={tp}: {why} "
+                             f"({n} % {tp} = {n % tp})")
 
 
 def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[int, ...],
@@ -248,7 +237,3 @@ def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[i
     if layout.cfg == 2 and not guided:
         raise ValueError("CFG-parallel needs guidance on every step (guidance_scale != 1, "
                          "guidance_steps None): without it there is no second half")
-
-
-__all__ = ["AXES", "FORWARD", "PIPELINE_AXES", "SEQUENCE", "SHORTHANDS", "Layout",
-           "check_model", "check_sp_degree", "check_tp_degree", "parse_layout"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 
@@ -42,8 +43,4 @@ def balanced_sizes(costs: Sequence[float], parts: int) -> list[int]:
 
 def to_ranges(sizes: Sequence[int]) -> list[range]:
     """Consecutive ranges with the given sizes, starting at 0."""
-    out, start = [], 0
-    for n in sizes:
-        out.append(range(start, start + n))
-        start += n
-    return out
+    return [range(a, b) for a, b in itertools.pairwise(itertools.accumulate(sizes, initial=0))]

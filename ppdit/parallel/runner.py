@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 import torch
 
 from ppdit.checkpoint.source import ModelPlan, ModelSource
-from ppdit.parallel.forward import ForwardOptions, ForwardStack, reads_shards
+from ppdit.parallel.forward import ForwardOptions, ForwardStack, StackRunner
 from ppdit.parallel.layer_split.run import run_layer_split
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.parallel.layout import Layout, check_model
+from ppdit.parallel.layout import Layout
 from ppdit.parallel.step_split.plan import StepSplitPlan, split_steps
 from ppdit.parallel.step_split.run import run_step_split
 from ppdit.runtime.observe.trace import Trace, Tracer
 from ppdit.runtime.processes.rank import RankContext
-from ppdit.runtime.rounds import PlanRuns, ReplicatedRunner, run_side_by_side
+from ppdit.runtime.rounds import PlanRuns, run_side_by_side
 from ppdit.sampler import Conditioning, Denoiser, Request, SamplingConfig, check_cfg
 
 
@@ -53,10 +53,7 @@ class LayoutPlan(ForwardOptions, ModelPlan):
     def __post_init__(self) -> None:
         self.check_workload()
         check_cfg(self.cfg)
-        every_step = self.sampling.uses_cfg and self.sampling.guidance_steps is None
-        check_model(self.layout, self.preset, num_steps=self.sampling.num_steps,
-                    latent_shape=self.shape, guided=every_step)
-        self.check_forward(self.layout)
+        self.check_forward()
 
     @property
     def world_size(self) -> int:
@@ -75,8 +72,7 @@ def loop_plan(plan: LayoutPlan):
     common = dict(sampling=plan.sampling, source=plan.source, latent_shape=plan.latent_shape,
                   solver=plan.solver, prompts=plan.prompts, report_steps=plan.report_steps)
     if m.layer > 1:  # the guided halves as micro-batches of one sample: batch-1 forwards
-        return LayerSplitPlan(plan.requests, m.layer, 2 if plan.sampling.uses_cfg else 1,
-                              **common)
+        return LayerSplitPlan(plan.requests, m.layer, 2 if plan.sampling.uses_cfg else 1, **common)
     if m.step > 1:
         options = {f: getattr(plan, f) for f in ForwardOptions.__dataclass_fields__}
         stages = tuple(split_steps(plan.sampling.num_steps, m.step))
@@ -101,8 +97,7 @@ def run_requests(plan: LayoutPlan, stack: ForwardStack, den: Denoiser,
                  tracer: Tracer | None = None,
                  on_step: Callable[[int], None] | None = None) -> dict[int, torch.Tensor]:
     """Every request of the plan, start to end, through the one loop (``Denoiser.run``); the
-    final latents by request id. A compute span per step, unless the sequence processors draw
-    their own (compute, all-to-all waits)."""
+    final latents by request id. A compute span per step, unless the sequence axes draw theirs."""
     out = {}
     for r in plan.requests:
         span = None if tracer is None or plan.layout.sp > 1 else (
@@ -127,47 +122,25 @@ def run_local(plan: LayoutPlan, device: str | torch.device = "cpu", *,
     return run_requests(plan, stack, stack.denoiser(), tracer, on_step)
 
 
-class LayoutRunner(ReplicatedRunner):
-    """Every plan of a side-by-side job without a pipeline axis, on one rank: its stack, its
-    ``Denoiser``, each request start to end."""
-
-    @staticmethod
-    def loads_shards(plans: tuple) -> bool:
-        """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model."""
-        return all(reads_shards(p) for p in plans)
+class LayoutRunner(StackRunner):
+    """Every plan without a pipeline axis of a side-by-side job, on one rank, request by request."""
 
     def __init__(self, ctx: RankContext, plans: Sequence[LayoutPlan]):
-        super().__init__(ctx, plans)
         sharded = {p.layout for p in plans if p.layout.fsdp > 1}
         if sharded and len({p.layout for p in plans}) > 1:
             raise ValueError("FSDP shards the rank's one model in place: every plan of a job "
                              f"must ask for it on the same layout, got "
                              f"{[str(p.layout) for p in plans]}")
-        # every plan's groups, every rank creating every group in order (runtime.comm.mesh)
-        meshes = [p.mesh().build(ctx.rank) for p in plans]
-        self.stacks = [None if m is None else ForwardStack(ctx, p, m, self.model)
-                       for p, m in zip(plans, meshes, strict=True)]
-        self.dens = [None if s is None else s.denoiser() for s in self.stacks]
-
-    def takes_part(self, i: int) -> bool:
-        return self.stacks[i] is not None
-
-    def model_of(self, i: int):
-        return self.stacks[i].model
+        super().__init__(ctx, plans)
 
     @torch.no_grad()
     def run(self, i: int, tracer: Tracer) -> dict:
         """One round: every request of plan ``i``; every rank returns the latents."""
-        plan, stack = self.plans[i], self.stacks[i]
-        stack.install(tracer)
+        plan = self.plans[i]
         report = (lambda step: self.ctx.emit(("step", step))) if (
             plan.report_steps and self.ctx.rank == 0) else None
-        gathers = stack.gathers(tracer)  # FSDP's all-gathers on the timeline
-        try:
+        with self.stacks[i].round(tracer) as stack:
             latents = run_requests(plan, stack, self.dens[i], tracer, report)
-        finally:
-            for handle in gathers:
-                handle.remove()
         return {"latents": latents, **stack.counts()}
 
 
@@ -220,7 +193,3 @@ def run_layouts(plans: dict[str, LayoutPlan], rounds: int = 1,
     if runs is None:
         return None
     return {name: LayoutResult.from_runs(plans[name], r) for name, r in runs.items()}
-
-
-__all__ = ["LayoutPlan", "LayoutResult", "LayoutRunner", "loop_plan", "run_layouts",
-           "run_local", "run_plan", "run_requests"]

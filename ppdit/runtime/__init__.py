@@ -17,46 +17,15 @@ Importing any of it starts no process: the fork server CPU ranks start from
 """
 
 from ppdit._fork_server import start_early as warm
-from ppdit.runtime.comm.wire import (
-    FrameReceiver,
-    FrameSender,
-    FrameSpec,
-    recv_tensor,
-    send_tensor,
-)
+from ppdit._spawn_entry import in_torchrun
+from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
 from ppdit.runtime.device import Placement, PlacementDecision, decide_placement
 from ppdit.runtime.observe.trace import RankTrace, Span, Trace, Tracer, merge
-from ppdit.runtime.processes.launch import (
-    LaunchTimeout,
-    RankContext,
-    RankError,
-    in_torchrun,
-    launch,
-    run_under_torchrun,
-)
-from ppdit.runtime.processes.pool import RankPool, ranks
+from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.processes.pool import LaunchTimeout, RankError, RankPool, ranks
+from ppdit.runtime.processes.rank import RankContext, run_under_torchrun
 
-__all__ = [
-    "FrameReceiver",
-    "FrameSender",
-    "FrameSpec",
-    "LaunchTimeout",
-    "Placement",
-    "PlacementDecision",
-    "RankContext",
-    "RankError",
-    "RankPool",
-    "RankTrace",
-    "Span",
-    "Trace",
-    "Tracer",
-    "decide_placement",
-    "in_torchrun",
-    "launch",
-    "merge",
-    "ranks",
-    "recv_tensor",
-    "run_under_torchrun",
-    "send_tensor",
-    "warm",
-]
+__all__ = ["FrameReceiver", "FrameSender", "FrameSpec", "LaunchTimeout", "Placement",
+           "PlacementDecision", "RankContext", "RankError", "RankPool", "RankTrace", "Span",
+           "Trace", "Tracer", "decide_placement", "in_torchrun", "launch", "merge", "ranks",
+           "recv_tensor", "run_under_torchrun", "send_tensor", "warm"]

@@ -30,26 +30,18 @@ from pathlib import Path
 ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
-def project_root() -> Path | None:
-    """The checkout that holds this package (editable install), or None for an installed copy."""
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").exists() and (root / "ppdit").is_dir() else None
-
-
 def cache_root() -> Path:
-    """The folder that holds one sub-folder per ``cache_key()``: ``<checkout>/.cache/inductor``,
-    else ``~/.cache/ppdit/inductor``."""
-    root = project_root()
-    return (root / ".cache" if root else Path.home() / ".cache" / "ppdit") / "inductor"
+    """The folder that holds one sub-folder per ``cache_key()``: ``<checkout>/.cache/inductor``
+    in the checkout that holds this package (editable install), else ``~/.cache/ppdit/inductor``."""
+    root = Path(__file__).resolve().parents[2]
+    ours = (root / "pyproject.toml").exists() and (root / "ppdit").is_dir()
+    return (root / ".cache" if ours else Path.home() / ".cache" / "ppdit") / "inductor"
 
 
 def cache_key() -> str:
     """What makes compiled kernels differ, as a folder name, e.g.
-    ``torch2.13.0+cpu-x86_64-avx512-cpu3fa2b1c4-nocuda``.
-
-    The CPU capability is the one ATen runs with (``ATEN_CPU_CAPABILITY`` may lower it, and
-    Inductor follows it); the CPU model is a short hash of what ``-march=native`` compiles for.
-    """
+    ``torch2.13.0+cpu-x86_64-avx512-cpu3fa2b1c4-nocuda``: the CPU capability is the one ATen runs
+    with (``ATEN_CPU_CAPABILITY`` may lower it, and Inductor follows it)."""
     import torch
 
     parts = [f"torch{torch.__version__}", platform.machine() or "unknown",
@@ -66,14 +58,14 @@ def cache_key() -> str:
 
 
 def _cpu_id() -> str:
-    """8 hex digits naming this CPU model and its instruction set extensions."""
+    """8 hex digits naming this CPU model and its instruction set extensions (what
+    ``-march=native`` compiles for)."""
     text = platform.processor()
     with_info = Path("/proc/cpuinfo")
     if with_info.exists():
-        lines = with_info.read_text(errors="replace").splitlines()
         keep = ("model name", "flags", "Features", "CPU part", "CPU implementer")
         seen: dict[str, str] = {}
-        for line in lines:
+        for line in with_info.read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
             if key.strip() in keep:
                 seen.setdefault(key.strip(), value.strip())
@@ -97,21 +89,12 @@ def use_project_compile_cache(path: str | Path | None = None) -> Path:
 
 
 def _ours_or_default(path: Path) -> bool:
-    """Whether ``path`` is Inductor's own default or one of ppdit's keyed folders (set by this
-    function, here or in a parent process, perhaps for another key): neither is a choice."""
-    if str(path) == _inductor_default():
-        return True
-    root, path = cache_root().resolve(), path.resolve()
-    return path == root or path.parent == root  # the root: what ppdit chose before keys
-
-
-def _inductor_default() -> str:
-    """Inductor's own default folder. Inductor writes it into the environment the first time
-    it needs a folder, so finding it there means nobody chose it: it may be replaced."""
+    """Whether ``path`` is no one's choice (see the module): Inductor's own default, or one of
+    ppdit's folders (set here or in a parent process, perhaps for another key)."""
     # Imported here: Inductor's modules take a second to import, and most callers never ask.
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    return os.path.abspath(default_cache_dir())
-
-
-__all__ = ["cache_key", "cache_root", "project_root", "use_project_compile_cache"]
+    if str(path) == os.path.abspath(default_cache_dir()):
+        return True
+    root, path = cache_root().resolve(), path.resolve()
+    return path == root or path.parent == root  # the root: what ppdit chose before keys

@@ -16,9 +16,8 @@ Staging can be switched on for CPU ranks too (``stage=True``): the copies are th
 which is how the tests check the staged transport on a machine without a GPU.
 
 NCCL's point-to-point rules can be kept by gloo ranks (``nccl_rules=True``, or
-``$PPDIT_NCCL_RULES``: 1, or the eager limit in bytes): one ordered queue per peer, rendezvous
-above the buffer, timeouts from posting (``ppdit.runtime.comm.nccl_rules``). The test suite turns it
-on, so an ordering that would hang on GPUs hangs, and is named, on the CPU.
+``$PPDIT_NCCL_RULES``: 1 or the eager limit in bytes; ``ppdit.runtime.comm.nccl_rules``). The test
+suite turns them on, so an ordering that would hang on GPUs hangs, and is named, on the CPU.
 
 Everything else in ppdit asks a ``Placement`` instead of calling ``torch.cuda`` itself, so the
 CPU path used by the tests and the notebooks is the same code a GPU user runs.
@@ -58,10 +57,6 @@ class Placement:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
 
-    def memory_allocated(self) -> int:
-        """Bytes held by tensors on this device (GPU only; 0 on CPU, where RSS is the measure)."""
-        return torch.cuda.memory_allocated(self.device) if self.is_cuda else 0
-
 
 @dataclass(frozen=True)
 class PlacementDecision:
@@ -92,9 +87,8 @@ def decide_placement(local_world_size: int, *, backend: str = "auto", device: st
     ("auto", "gloo", "nccl") override the rule where they can; a request that cannot work
     (NCCL with two ranks on one GPU, CUDA without a GPU) is a ``ValueError`` saying why.
     ``stage`` forces host staging on (CPU ranks too) or off (only where messages stay on the
-    host anyway); ``None`` stages exactly when gloo carries CUDA tensors. ``nccl_rules`` (True,
-    an eager limit in bytes, or False; default ``$PPDIT_NCCL_RULES``) makes gloo ranks keep
-    NCCL's point-to-point rules (NCCL ranks keep them anyway).
+    host anyway); ``None`` stages exactly when gloo carries CUDA tensors. ``nccl_rules``: True,
+    an eager limit in bytes, or False (default ``$PPDIT_NCCL_RULES``; gloo ranks only).
     """
     decision = _decide(local_world_size, backend, device, stage)
     limit = _rules_limit(nccl_rules)
@@ -142,9 +136,8 @@ def _decide(local_world_size: int, backend: str, device: str | None, stage: bool
 def _cpu(backend: str, stage: bool | None, why: str) -> PlacementDecision:
     if backend == "nccl":
         raise ValueError(f"backend='nccl' needs CUDA GPUs, but the ranks run on the CPU ({why})")
-    return PlacementDecision("cpu", "gloo", 0, bool(stage),
-                             f"CPU + gloo: {why}" + ("; messages staged through host buffers "
-                                                     "(forced)" if stage else ""))
+    forced = "; messages staged through host buffers (forced)" if stage else ""
+    return PlacementDecision("cpu", "gloo", 0, bool(stage), f"CPU + gloo: {why}{forced}")
 
 
 def _cuda(ranks: int, gpus: int, backend: str, stage: bool | None) -> PlacementDecision:
@@ -170,11 +163,6 @@ def _cuda(ranks: int, gpus: int, backend: str, stage: bool | None) -> PlacementD
                              "message is staged through pinned host buffers")
 
 
-def choose_backend(backend: str, local_world_size: int) -> str:
-    """The backend ``decide_placement`` picks for this many local ranks (a shortcut)."""
-    return decide_placement(local_world_size, backend=backend).backend
-
-
 @contextlib.contextmanager
 def cpu_share(placement: Placement) -> Iterator[int]:
     """Threads for work this rank does on the CPU (encoding, decoding) while its placement is
@@ -196,7 +184,3 @@ def cpu_share(placement: Placement) -> Iterator[int]:
 def local_world_size() -> int:
     """Ranks on this host: torchrun's LOCAL_WORLD_SIZE, else the whole world."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
-
-
-__all__ = ["BACKENDS", "DEVICES", "DEVICE_ENV", "Placement", "PlacementDecision",
-           "choose_backend", "cpu_share", "decide_placement", "local_world_size"]

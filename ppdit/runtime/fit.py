@@ -25,13 +25,6 @@ def weight_bytes(source, part: str = "dit") -> int:
     return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
 
 
-def ranks_per_device(decision: PlacementDecision, world_size: int) -> int:
-    """How many of the launch's ranks share the busiest device (all of them on the CPU)."""
-    if decision.kind == "cpu" or decision.gpus == 0:
-        return world_size
-    return math.ceil(world_size / decision.gpus)
-
-
 def device_bytes(decision: PlacementDecision) -> int:
     """The memory of one device of the decision: a GPU's total, or the host's RAM."""
     if decision.kind != "cpu" and torch.cuda.is_available():
@@ -44,7 +37,8 @@ def check_fits(source, world_size: int, decision: PlacementDecision,
     """``ValueError`` naming the sizes when the ranks on one device cannot hold their copies
     of the ``part``'s weights. ``capacity`` overrides the device's memory (tests, what-ifs)."""
     each = weight_bytes(source, part)
-    sharing = ranks_per_device(decision, world_size)
+    cpu = decision.kind == "cpu" or decision.gpus == 0  # then every rank shares the host
+    sharing = world_size if cpu else math.ceil(world_size / decision.gpus)  # the busiest device
     have = device_bytes(decision) if capacity is None else capacity
     if sharing * each > have:
         where = "the host's RAM" if decision.kind == "cpu" else "one GPU"
@@ -53,6 +47,3 @@ def check_fits(source, world_size: int, decision: PlacementDecision,
             f"{source.name} weights = {sharing * each / 1e9:.3g} GB, more than its "
             f"{have / 1e9:.3g} GB (every rank builds the whole {part.upper()}). Use fewer ranks "
             "per device, more devices, or a smaller dtype.")
-
-
-__all__ = ["check_fits", "device_bytes", "ranks_per_device", "weight_bytes"]

@@ -7,21 +7,10 @@ plan B a minute later compare the machine's moods, not the plans. Running every 
 same processes, round k starting at plan k mod n (A B, B A, ...), makes a slow minute slow all
 of them, so per-round ratios mean something and the spread over rounds says how much.
 
-The parts:
-
-* a ``Runner`` subclass says what one layout does on one rank: ``prepare`` (before the process
-  group exists: build the model), ``takes_part(i)`` (a smaller plan leaves ranks idle),
-  ``warm_up(i)``, ``run(i, tracer)`` (one round of plan i; its return value is kept),
-  ``result(i)`` (anything to report once, after all rounds), ``model_of(i)`` (the model the
-  rank holds for plan i: its bytes are kept, the baseline of the round's peak) and ``close``;
-* ``rounds_worker`` is every rank's loop: align clocks at a barrier, run plan i where it
-  takes part, keep the output and the trace;
-* ``run_side_by_side`` is the caller's side: one launch (one thread per rank unless told
-  otherwise: a speedup measured with more threads than cores measures the OS scheduler), then
-  each plan's traces merged round by round.
-
-Under ``torchrun`` the same call gathers every rank's results to rank 0 and returns ``None``
-on the other ranks (see ``ppdit.runtime.processes.launch.launch``).
+A ``Runner`` subclass says what one layout does on one rank; ``rounds_worker`` is every rank's loop
+(a barrier, then plan i where the rank takes part, its output and trace kept); ``run_side_by_side``
+is the caller's side: one launch (one thread per rank unless told otherwise: a speedup measured with
+more threads than cores measures the OS scheduler), then each plan's traces merged round by round.
 """
 
 from __future__ import annotations
@@ -31,12 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ppdit._spawn_entry import in_torchrun
 from ppdit.runtime.device import decide_placement, local_world_size
 from ppdit.runtime.fit import check_fits
 from ppdit.runtime.observe.memory import held_bytes, track_peak_memory
 from ppdit.runtime.observe.timing import now_ns
 from ppdit.runtime.observe.trace import PEAK_MEMORY, RankTrace, Rounds, Trace, Tracer, merge
-from ppdit.runtime.processes.launch import in_torchrun, launch
+from ppdit.runtime.processes.launch import launch
 from ppdit.runtime.processes.rank import RankContext
 
 
@@ -102,11 +92,10 @@ _LOADS_LATER = "the rank reads its share of the weights once its groups exist"
 
 class ReplicatedRunner(Runner):
     """A layout whose every rank holds the whole model: built from the plans' one ``source``
-    before the process group exists, then moved to the rank's device (``self.model``).
-
-    Unless ``loads_shards(plans)``: then every plan reads only this rank's share of a folder's
-    weights once the groups exist (FSDP, TP), and no rank builds the whole model
-    (``self.model`` is ``None``)."""
+    before the process group exists, then moved to the rank's device (``self.model``). Unless
+    ``loads_shards(plans)``: then every plan reads only this rank's share of a folder's weights
+    once the groups exist (FSDP, TP), and no rank builds the whole model (``self.model`` is
+    ``None``)."""
 
     @staticmethod
     def loads_shards(plans: tuple) -> bool:
@@ -178,8 +167,7 @@ def rounds_worker(ctx: RankContext, job: Job) -> RankRounds:
 
 def _run_round(runner: Runner, i: int, tracer: Tracer, ctx: RankContext, memory: bool) -> Any:
     """One round of plan ``i``; its peak memory becomes the trace's ``PEAK_MEMORY`` counter:
-    on a GPU always (the allocator's peak, free to read), on the CPU when asked (live tensor
-    bytes, counted by a dispatch mode that slows every operator a little)."""
+    on a GPU always (free to read), on the CPU when asked (a count that slows every operator)."""
     if not (memory or ctx.placement.is_cuda):
         return runner.run(i, tracer)
     with track_peak_memory(ctx.placement) as peak:
@@ -199,7 +187,6 @@ class PlanRuns(Rounds):
     held: dict[int, int] = field(default_factory=dict)  # rank -> bytes of its model
 
     def last(self) -> dict[int, Any]:
-        """Each rank's output of the last round."""
         return {r: outs[-1] for r, outs in self.outputs.items()}
 
 
@@ -230,13 +217,12 @@ def check_weights_fit(plans: Mapping[str, Any], world_size: int, launch_kwargs: 
     plan = next((p for p in map(_plan, plans.values()) if _source(p) is not None), None)
     if plan is None:
         return
-    source = _source(plan)
     pool = launch_kwargs.get("pool")
     local = local_world_size() if in_torchrun() else world_size
     decision = pool.placement if pool is not None else decide_placement(
         local, backend=launch_kwargs.get("backend", "auto"), device=launch_kwargs.get("device"),
         stage=launch_kwargs.get("stage"))
-    check_fits(source, local, decision, part=getattr(plan, "weights", "dit"))
+    check_fits(_source(plan), local, decision, part=getattr(plan, "weights", "dit"))
 
 
 def _plan(plan: Any) -> Any:
@@ -245,10 +231,8 @@ def _plan(plan: Any) -> Any:
 
 
 def _source(plan: Any) -> Any:
-    """A plan's model source: its ``source``, or the first item of a (plan, variant) pair's."""
-    if isinstance(plan, tuple):
-        return _source(plan[0]) if plan else None
-    return getattr(plan, "source", None)
+    """A plan's model source (of a (plan, variant) pair, its plan's), or None."""
+    return getattr(_plan(plan), "source", None)
 
 
 def check_one_model(plans: Mapping[str, Any]) -> None:
@@ -270,8 +254,3 @@ def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[s
                              {r.rank: r.results[i] for r in mine},
                              {r.rank: r.boot_ns for r in mine}, {r.rank: r.held[i] for r in mine})
     return out
-
-
-__all__ = ["Job", "PlanRuns", "RankRounds", "ReplicatedRunner", "Runner", "check_one_model",
-           "collect", "interleaved", "median_ratio", "prepare_job", "ratios", "rounds_worker",
-           "run_side_by_side"]

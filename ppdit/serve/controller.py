@@ -21,7 +21,7 @@ import torch
 from ppdit.runtime.comm.mesh import Lanes
 from ppdit.runtime.observe.timing import now_ns
 from ppdit.runtime.observe.trace import Tracer
-from ppdit.runtime.processes.launch import RankContext
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import PPEnvelopeV1, PPResultV1, isend_message, recv_message
 from ppdit.serve.queues import BoundedQueue, Deduplicator

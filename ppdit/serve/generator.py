@@ -25,7 +25,7 @@ import torch
 from ppdit.runtime.comm.mesh import Lanes
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Tracer, collectives_into
-from ppdit.runtime.processes.launch import RankContext
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.protocol import (

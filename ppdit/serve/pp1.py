@@ -17,7 +17,7 @@ from ppdit.parallel.tensor.comms import trace_report
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.comm.mesh import world_group
 from ppdit.runtime.comm.wire import broadcast_tensor
-from ppdit.runtime.processes.launch import RankContext
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.sampler import Request, SamplingConfig, prompt_embeddings
 from ppdit.serve.causal import ChunkGenerator, StreamConfig, offset_rope
 from ppdit.serve.config import LEADER

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from ppdit._spawn_entry import in_torchrun
 from ppdit.checkpoint.folder import WanFolder, check_folder, load_folder
 from ppdit.checkpoint.source import ModelSource
 from ppdit.checkpoint.text import encode_prompts, text_length
@@ -24,7 +25,6 @@ from ppdit.parallel.runner import LayoutPlan, loop_plan, run_local
 from ppdit.runtime.device import cpu_share, decide_placement
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Trace, Tracer, merge
-from ppdit.runtime.processes.rank import in_torchrun
 from ppdit.sampler import Conditioning
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
@@ -192,7 +192,3 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
         del vae
         _free(place.device)
     return Generated(spec, latent, video, trace, handoff, text, vae_cost)
-
-
-__all__ = ["Generated", "Prepared", "VaeCost", "decode_split", "encode", "generate",
-           "generate_latent", "prepare", "shape_of"]

@@ -55,6 +55,3 @@ def run_layout(plan: LayoutPlan, *, on_step=None, pool=None, **launch_kwargs
         return None
     handoff = out.plan.handoff_bytes() if plan.layout.step > 1 else {}
     return LayoutOutput(out.latents[REQUEST_ID], out.traces[-1], handoff)
-
-
-__all__ = ["REQUEST_ID", "LayoutOutput", "plan_for", "run_layout"]

@@ -88,6 +88,3 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
         raise ValueError(f"vae_ranks={spec.vae_ranks} must lie in 1..{latent_rows}: the decode "
                          f"splits the latent's {latent_rows} rows (height {spec.height} / VAE "
                          f"factor {s}) and each rank needs at least one")
-
-
-__all__ = ["LAYOUTS", "TEXT_ENCODER_PLACES", "GenerateSpec", "check_spec", "latent_shape"]

@@ -2,10 +2,9 @@
 measured when they reproduced them in miniature.
 
 A notebook cell calls ``record(claim_id, measured=..., checks=[...])`` with the numbers it just
-computed; that writes ``<claim_id>.json`` to ``claims_dir()`` (a scratch folder unless the
-committed ledger, ``notebooks/claims``, is being regenerated). Each ``Check`` compares one measured
-quantity with what the claim predicts, within a stated tolerance, on a simulated clock or on
-live ranks; the **verdict** is computed from the checks, never set by hand:
+computed, which writes ``<claim_id>.json`` to ``claims_dir()``. Each ``Check`` compares one
+measured quantity with the claim's prediction, within a stated tolerance, on a simulated clock
+or on live ranks; the **verdict** is computed from the checks, never set by hand:
 
 * "reproduced live": every check holds, and at least one ran on live ranks;
 * "reproduced in simulation": the simulated checks hold, the live ones (if any) do not;
@@ -14,8 +13,7 @@ live ranks; the **verdict** is computed from the checks, never set by hand:
 * "unchecked": recorded without checks (the tests refuse that in a committed record).
 
 The book's ledger page is generated from those files (``ledger_markdown``), so the page cannot
-drift from what the cells measured. A claim no notebook has recorded yet is listed as pending.
-"""
+drift from what the cells measured. A claim no notebook has recorded yet is listed as pending."""
 
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ GUIDE = "Bring-up study guide (PP0 -> PP1)"
 @dataclass(frozen=True)
 class Claim:
     """A claim as a source states it, and where ppdit reproduces it."""
-
     claim_id: str
     source: str
     text: str
@@ -46,31 +43,27 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("report-cold-step", REPORT,
           "Each rank's first step takes 700-900 ms against 140-180 ms for later steps.",
           "01_step_split_pp", "4. Where a step's time goes: the cold first step"),
-    Claim("report-memory", REPORT,
-          "Step splitting spreads memory: each GPU holds only its steps' activations, so peak "
-          "memory per GPU falls about N-fold on N GPUs.", "03_layer_split_pp",
-          "8. Memory per rank, measured: step split against layer split"),
+    Claim("report-memory", REPORT, "Step splitting spreads memory: each GPU holds only its "
+          "steps' activations, so peak memory per GPU falls about N-fold on N GPUs.",
+          "03_layer_split_pp", "8. Memory per rank, measured: step split against layer split"),
     Claim("report-divisible", REPORT,
           "Steps are distributed evenly; total steps must be divisible by the rank count.",
           "01_step_split_pp", "1. The idea"),
-    Claim("filling", REPORT,
-          "Pipeline filling over multiple samples is the route to throughput (recommended, not "
-          "measured); ideal R P / (R + P - 1).", "02_pipeline_filling",
-          "2. Measured: throughput against the number of requests"),
-    Claim("stream-batch", "StreamDiffusion (Kodaira et al., 2023)",
-          "Stream Batch (batching denoising steps of different frames) raises throughput over "
-          "processing them one by one.", "02_pipeline_filling",
-          "4. The baselines a pipeline must beat"),
+    Claim("filling", REPORT, "Pipeline filling over multiple samples is the route to "
+          "throughput (recommended, not measured); ideal R P / (R + P - 1).",
+          "02_pipeline_filling", "2. Measured: throughput against the number of requests"),
+    Claim("stream-batch", "StreamDiffusion (Kodaira et al., 2023)", "Stream Batch (batching "
+          "denoising steps of different frames) raises throughput over processing them one "
+          "by one.", "02_pipeline_filling", "4. The baselines a pipeline must beat"),
     Claim("bubble-gpipe", "GPipe / pipeline scheduling theory",
           "The bubble of P stages and M micro-batches is (P - 1)/(M + P - 1).",
           "03_layer_split_pp", "4. The bubble: formula, simulated clock, live ranks"),
     Claim("bubble-interleaved", "Megatron-LM interleaved schedule (Narayanan et al., 2021)",
           "V virtual stages per rank shrink the bubble to (P - 1)/(V M + P - 1).",
           "03_layer_split_pp", "5. Interleaving: V chunks per rank"),
-    Claim("funcol-compile", GUIDE,
-          "Moving tensor-parallel all-reduces to functional collectives kept torch.compile's "
-          "graphs whole: 9.6 -> 24.5 FPS.", "04_tensor_parallel_funcol",
-          "6. Eager against compiled"),
+    Claim("funcol-compile", GUIDE, "Moving tensor-parallel all-reduces to functional "
+          "collectives kept torch.compile's graphs whole: 9.6 -> 24.5 FPS.",
+          "04_tensor_parallel_funcol", "6. Eager against compiled"),
     Claim("vae-first-frame", "Streaming video decoders (StreamDiffusionV2, LightX2V)",
           "A causal VAE decoded chunk by chunk delivers its first frames long before a full "
           "decode finishes.", "06_streaming_vae",
@@ -86,14 +79,12 @@ CLAIMS: tuple[Claim, ...] = (
           "V-Major sends only the V projections that changed since the previous step; with "
           "TAPA and V-First, 3.6x average and 8.4x peak speedup over 1-8 nodes (no quality "
           "ablation given).", "14_context_parallel", "6. V-Major: bytes saved against quality"),
-    Claim("report-oom", REPORT,
-          "One 24 GB GPU runs out of memory part-way through the steps (memory accumulates "
-          "over steps); splitting the work over GPUs makes it fit.", "15_memory",
-          "3. The report's out-of-memory, in miniature"),
-    Claim("report-memory-opts", REPORT,
-          "Memory optimisations (flash attention, fp16, gradient checkpointing) give modest "
-          "improvements but cannot fit the model on a single 24 GB GPU.", "15_memory",
-          "4. The report's memory optimisations, one at a time"),
+    Claim("report-oom", REPORT, "One 24 GB GPU runs out of memory part-way through the "
+          "steps (memory accumulates over steps); splitting the work over GPUs makes it fit.",
+          "15_memory", "3. The report's out-of-memory, in miniature"),
+    Claim("report-memory-opts", REPORT, "Memory optimisations (flash attention, fp16, "
+          "gradient checkpointing) give modest improvements but cannot fit the model on a "
+          "single 24 GB GPU.", "15_memory", "4. The report's memory optimisations, one at a time"),
 )
 
 
@@ -102,13 +93,9 @@ WHERE = ("simulation", "live")
 
 @dataclass(frozen=True)
 class Check:
-    """One measured quantity against the claim's prediction, within a tolerance.
-
-    Holds when ``|measured - expected| <= abs_tol + rel_tol * |expected|`` (with
-    ``at_least=True``: when ``measured >= expected - abs_tol``, for claims of the form "at least
-    x"; with ``at_most=True`` the mirror image).
-    """
-
+    """One measured quantity against the claim's prediction: holds when ``|measured - expected|
+    <= abs_tol + rel_tol * |expected|`` (``at_least=True``: when ``measured >= expected -`` that
+    tolerance, for claims of the form "at least x"; ``at_most=True``: the mirror image)."""
     name: str  # what was measured, e.g. "live bubble, P=2, M=8, flushed"
     measured: float
     expected: float
@@ -172,11 +159,9 @@ def ledger_dir() -> Path:
 
 
 def claims_dir() -> Path:
-    """Where ``record`` writes: ``$PPDIT_CLAIMS_DIR``, else ``out/claims`` of the checkout.
-
-    Why not the ledger itself: a learner running a lesson would rewrite tracked files with
-    their own machine's timings. The ledger is regenerated only when asked, by executing the
-    notebooks for a commit (``make notebooks`` sets ``PPDIT_CLAIMS_DIR=notebooks/claims``)."""
+    """Where ``record`` writes: ``$PPDIT_CLAIMS_DIR``, else ``out/claims`` of the checkout. Not
+    the ledger itself: a learner running a lesson would rewrite tracked files with their own
+    machine's timings (``make notebooks`` sets ``PPDIT_CLAIMS_DIR=notebooks/claims``)."""
     if os.environ.get(ENV):
         return Path(os.environ[ENV])
     root = _checkout()
@@ -189,8 +174,7 @@ def _read_dir() -> Path:
 
 
 def record(claim_id: str, measured: str, *, checks: list[Check] | None = None,
-           reproducible_here: bool = True, why_not: str = "",
-           values: dict | None = None) -> str:
+           reproducible_here: bool = True, why_not: str = "", values: dict | None = None) -> str:
     """Store what a cell measured for a claim (a sentence with its numbers, the checks that
     decide it, raw values) and return the computed verdict, for the cell to print."""
     known = {c.claim_id for c in CLAIMS}
@@ -239,15 +223,12 @@ def ledger_markdown(directory: Path | None = None, notebook_prefix: str = "noteb
     notebooks = Path(directory or _read_dir()).parent
     for c in CLAIMS:
         rec = data.get(c.claim_id)
-        if (notebooks / f"{c.notebook}.ipynb").exists():
-            where = f"[{c.notebook}]({notebook_prefix}{c.notebook}.ipynb)"
-        else:
-            where = f"{c.notebook} (not written yet)"
+        where = (f"[{c.notebook}]({notebook_prefix}{c.notebook}.ipynb)"
+                 if (notebooks / f"{c.notebook}.ipynb").exists()
+                 else f"{c.notebook} (not written yet)")
         if c.section:
             where += f", §{c.section.split('.')[0]}"
-        if rec is None:
-            measured, decided = "*pending: no notebook has recorded it yet*", "pending"
-        else:
-            measured, decided = rec["measured"], recorded_verdict(rec)
+        measured, decided = (("*pending: no notebook has recorded it yet*", "pending")
+                             if rec is None else (rec["measured"], recorded_verdict(rec)))
         lines.append(f"| {c.text} | {c.source} | {where} | {measured} | **{decided}** |")
     return "\n".join(lines) + "\n"

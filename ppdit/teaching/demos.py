@@ -3,8 +3,7 @@ comes, or issues collectives in another order than its peer (lesson 00, lesson 1
 
 Each ends as a named error in bounded time, which is the point the lessons make: the launcher
 re-raises a rank's exception with its rank, reaps a killed rank's peers, and a receive or a
-collective without a partner hits its timeout instead of hanging the notebook.
-"""
+collective without a partner hits its timeout instead of hanging the notebook."""
 
 from __future__ import annotations
 
@@ -62,6 +61,3 @@ def mismatched_collectives(ctx: RankContext) -> int:
         dist.broadcast(x, src=0)
         dist.all_reduce(x)
     return ctx.rank
-
-
-__all__ = ["die_on", "mismatched_collectives", "raise_on", "recv_never", "sleep_for"]

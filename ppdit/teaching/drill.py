@@ -2,10 +2,8 @@
 
 What a learner does to a notebook most often is interrupt a cell (SIGINT) or restart the
 kernel (SIGTERM, then SIGKILL if the kernel is busy). ``signal_drill`` does the same to a
-command line run, from the outside, and reports what happened: how long until every process
-of the run was gone, what the run printed, and which processes (if any) were left behind.
-The tests and lesson 00 use it; it needs Linux's ``/proc``.
-"""
+command line run, from the outside, and reports what happened (``DrillResult``). The tests and
+lesson 00 use it; it needs Linux's ``/proc``."""
 
 from __future__ import annotations
 
@@ -26,7 +24,6 @@ MARK = "PPDIT_DRILL"  # an environment variable every process of a drilled run i
 @dataclass
 class DrillResult:
     """What a signal did to a run."""
-
     signal: str
     ranks_seen: int  # rank processes running when the signal was sent
     ended_s: float  # from the signal until no process of the run was left (or the limit)
@@ -36,7 +33,6 @@ class DrillResult:
 
     @property
     def clean(self) -> bool:
-        """Every process of the run ended."""
         return not self.leftovers
 
 
@@ -74,9 +70,8 @@ def _ppid(pid: int) -> int:
 
 
 def signal_drill(sig: signal.Signals, *, command: tuple[str, ...] = STEP_SPLIT, ranks: int = 2,
-                 limit_s: float = 10.0, start_limit_s: float = 120.0,
-                 busy_s: float = 1.5, cwd: str | Path | None = None,
-                 to_group: bool = False) -> DrillResult:
+                 limit_s: float = 10.0, start_limit_s: float = 120.0, busy_s: float = 1.5,
+                 cwd: str | Path | None = None, to_group: bool = False) -> DrillResult:
     """Run ``python *command`` in a new session; once ``ranks`` rank processes run (and have
     had ``busy_s`` to get busy), send ``sig`` to the main process only (``to_group=True``: to
     its whole process group, ranks included, as Jupyter's interrupt does); then wait up to
@@ -136,6 +131,3 @@ def _kill_all(token: str) -> None:
     for pid in marked_processes(token):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-__all__ = ["STEP_SPLIT", "DrillResult", "marked_processes", "signal_drill"]

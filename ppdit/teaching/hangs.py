@@ -6,8 +6,7 @@ posted ahead (so a transfer overlaps the work on the previous frame) and acknowl
 frame. With the acknowledgements on the frames' communicator, NCCL's one ordered queue per peer
 puts rank 1's next (posted-ahead) receive in front of the acknowledgement rank 0 waits for:
 both ranks wait forever. ``acks_own_group=True`` is the fix step split uses
-(``RankMesh.back_group``): the acknowledgements travel on a communicator of their own.
-"""
+(``RankMesh.back_group``): the acknowledgements travel on a communicator of their own."""
 
 from __future__ import annotations
 
@@ -46,6 +45,3 @@ def relay(ctx: RankContext, n: int, max_in_flight: int, acks_own_group: bool) ->
             outbox.send(torch.ones(1, dtype=torch.int64), [])
     outbox.flush()
     return got
-
-
-__all__ = ["FRAME", "relay"]

@@ -9,8 +9,8 @@ import importlib.util
 import os
 import sys
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -18,6 +18,7 @@ from unittest import mock
 
 import torch
 
+from ppdit.analysis.measure import torch_threads
 from ppdit.runtime.comm.wire import Wire
 
 
@@ -44,14 +45,11 @@ def lab_implementation(default: str | Path) -> ModuleType:
 
 
 class LoopbackWire:
-    """Point-to-point messages between ranks that run one after another in this process.
-
-    A stand-in for ``send_tensor`` / ``recv_tensor`` when every message flows from a lower rank
-    to a higher one (a step-split pipeline): rank 0 runs to the end, its sends wait in a FIFO
-    per (source, destination) pair, then rank 1 runs and reads them, and so on. A checker can
-    then hand each rank a *different* plan — which real ranks never get — to see whether a
-    stage notices that it was handed the wrong step. No process starts, so it costs nothing.
-    """
+    """Point-to-point messages between ranks that run one after another in this process: a
+    stand-in for ``send_tensor`` / ``recv_tensor`` when every message flows from a lower rank
+    to a higher one (a step-split pipeline). Rank 0 runs to the end, its sends wait in a FIFO
+    per (source, destination) pair, then rank 1 runs and reads them, and so on, so each rank
+    can be handed a *different* plan. No process starts, so it costs nothing."""
 
     def __init__(self) -> None:
         self.rank = 0  # the rank running now
@@ -107,14 +105,8 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
     return results
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
+def one_thread():
     """Run the block with one intra-op thread, then restore the count. A checker's reference
     runs are tiny: on a CPU shared with its own ranks (or other jobs) a second OpenMP thread
     only spins, and it made a 5-step tiny generation ~20x slower on a loaded 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    return torch_threads(1)

@@ -1,18 +1,16 @@
 """Reading a real ``torch.profiler`` trace of one denoising step, next to ppdit's own spans.
 
-Why a teaching module: lesson 05 counts a step's operators with ``count_ops``, which is itself a
-profiler run reduced to two numbers. A learner who will later read a GPU trace needs the raw
-material those numbers came from: every aten call as a timed event with its parent, the
-``key_averages`` table (self vs total time), and the Chrome trace file that Perfetto opens.
-This module runs one step under the profiler and reduces the events in the same way the lesson
-counts them, so the table, the count and the figure can be checked against each other.
+Why: lesson 05 counts a step's operators with ``count_ops``, a profiler run reduced to two
+numbers. A learner who will read a GPU trace needs the raw material: every aten call as a timed
+event with its parent, the ``key_averages`` table (self vs total time), the Chrome trace that
+Perfetto opens. The events are reduced as the lesson counts them, so the table, the count and
+the figure can be checked against each other.
 
 Two clocks meet here. The profiler stamps its events on its own clock; ppdit's ``Tracer`` uses
 the host's monotonic clock (``now_ns``). They are not the same clock, so they are aligned on a
 shared marker: the step runs inside a ``record_function`` marker (a profiler event) *and*, just
 inside it, a ``Tracer`` span, and each lane is drawn from its own start of that step. The error
-is at most the difference of the two lengths (``StepProfile.alignment_us``, microseconds).
-"""
+is at most the difference of the two lengths (``StepProfile.alignment_us``, microseconds)."""
 
 from __future__ import annotations
 
@@ -26,16 +24,15 @@ import torch
 from torch.autograd.profiler_util import FunctionEvent
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ppdit.analysis.overhead import _quiet_native_output
+from ppdit.analysis.overhead import _quiet_native_output, has_aten_ancestor, is_aten
 from ppdit.runtime.observe.timing import now_ns
 from ppdit.runtime.observe.trace import Trace, Tracer, merge
+from ppdit.teaching.claims import _checkout
 
 MARKER = "ppdit step"  # the record_function that brackets the profiled step
 
-# Families of top-level operators: what kind of work an op does, not its name (the figure colours
-# them: ``ppdit.viz.profiling``).
-FAMILIES = ("linear / matmul", "attention", "norm", "elementwise",
-            "other (views, casts, copies)")
+# The families of ``op_family``, in the order it tests them (``ppdit.viz.profiling`` colours them)
+FAMILIES = ("linear / matmul", "attention", "norm", "elementwise", "other (views, casts, copies)")
 _MATMUL = {"linear", "addmm", "mm", "bmm", "matmul", "baddbmm", "einsum", "conv1d", "conv2d",
            "conv3d", "convolution", "_convolution"}
 _ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "pow", "sqrt",
@@ -45,32 +42,22 @@ _ELEMENTWISE = {"add", "sub", "mul", "div", "neg", "exp", "log", "sin", "cos", "
 
 def op_family(name: str) -> str:
     """The colour family of an aten operator name (``aten::linear`` -> "linear / matmul").
-
     Why families and not names: a step has dozens of distinct operators, too many colours to
     read; what a trace reader asks first is *which kind* of work fills the time."""
     base = name.removeprefix("aten::").rstrip("_")
-    if base in _MATMUL:
-        return "linear / matmul"
-    if "attention" in base:
-        return "attention"
-    if "norm" in base:
-        return "norm"
-    if base in _ELEMENTWISE:
-        return "elementwise"
-    return "other (views, casts, copies)"
+    tests = (base in _MATMUL, "attention" in base, "norm" in base, base in _ELEMENTWISE, True)
+    return FAMILIES[tests.index(True)]
 
 
 @dataclass(frozen=True)
 class OpSpan:
     """One top-level operator of the step, in µs from the step's start on the profiler clock."""
-
     name: str
     start_us: float
     end_us: float
 
     @property
     def family(self) -> str:
-        """Its colour family (``op_family``)."""
         return op_family(self.name)
 
     @property
@@ -79,28 +66,10 @@ class OpSpan:
         return self.end_us - self.start_us
 
 
-def is_aten(event: FunctionEvent) -> bool:
-    """Whether ``event`` is an aten operator (not a marker or another annotation)."""
-    return event.name.startswith("aten::")
-
-
-def has_aten_ancestor(event: FunctionEvent) -> bool:
-    """Whether an aten operator encloses ``event``: then another op called it, not Python.
-
-    This is ``count_ops``'s definition of a nested call, so the two counts can be compared."""
-    parent = event.cpu_parent
-    while parent is not None:
-        if is_aten(parent):
-            return True
-        parent = parent.cpu_parent
-    return False
-
-
 def top_level_events(events: list[FunctionEvent]) -> list[FunctionEvent]:
-    """The aten events no other aten event encloses, in start order: the calls Python made.
-
-    Without a marker these are exactly the events with ``cpu_parent is None``; with one, they
-    are the marker's children."""
+    """The aten events no other aten event encloses (``count_ops``'s top level, so the two counts
+    can be compared), in start order: the calls Python made. Without a marker these are exactly
+    the events with ``cpu_parent is None``; with one, they are the marker's children."""
     top = [e for e in events if is_aten(e) and not has_aten_ancestor(e)]
     return sorted(top, key=lambda e: e.time_range.start)
 
@@ -117,7 +86,6 @@ def call_tree(event: FunctionEvent, depth: int = 0, max_depth: int = 3) -> str:
 @dataclass
 class StepProfile:
     """One step as the profiler saw it, and as ppdit's ``Tracer`` saw it."""
-
     prof: profile  # the profiler itself: key_averages(), export_chrome_trace()
     top: list[FunctionEvent]  # top-level aten events, in start order
     aten_calls: int  # every aten event, nested calls included
@@ -168,7 +136,6 @@ class StepProfile:
 def module_spans(model: torch.nn.Module, tracer: Tracer) -> Iterator[None]:
     """Record a ``module`` span on ``tracer`` for each direct child of ``model`` and for each
     block, with forward hooks (removed on exit): ppdit's own view of where the step is.
-
     Why hooks: they are pure Python, so they add no aten event and leave the profiler's counts
     as they were; and they name the model's parts, which the flat list of aten calls does not."""
     parts: list[tuple[str, torch.nn.Module]] = []
@@ -200,10 +167,9 @@ def profile_step(fn: Callable[[], object], model: torch.nn.Module | None = None,
                  record_shapes: bool = True, warmup: int = 1) -> StepProfile:
     """Run ``fn`` (one denoising step) ``warmup`` times, then once under the CPU profiler,
     inside a ``record_function`` marker and a ``Tracer`` span; with ``model``, its parts get
-    ppdit spans too (``module_spans``).
-
-    Why the warm-up: the first call allocates and picks kernels, which a steady step does not.
-    Native profiler log lines are silenced, so a notebook's output stays deterministic."""
+    ppdit spans too (``module_spans``). Why the warm-up: the first call allocates and picks
+    kernels, which a steady step does not. Native profiler log lines are silenced, so a
+    notebook's output stays deterministic."""
     for _ in range(warmup):  # the marker too: its first use looks its operator up (~1 ms)
         with record_function(MARKER):
             fn()
@@ -231,10 +197,4 @@ def export_trace(step: StepProfile, path: str | Path) -> Path:
 
 def default_trace_dir() -> Path:
     """``out/profiles`` of the checkout (git ignores ``out/``), else ``./out/profiles``."""
-    root = Path(__file__).resolve().parents[2]
-    return (root if (root / "notebooks").is_dir() else Path()) / "out" / "profiles"
-
-
-__all__ = ["FAMILIES", "MARKER", "OpSpan", "StepProfile", "call_tree",
-           "default_trace_dir", "export_trace", "has_aten_ancestor", "is_aten", "module_spans",
-           "op_family", "profile_step", "top_level_events"]
+    return (_checkout() or Path()) / "out" / "profiles"

@@ -2,8 +2,7 @@
 
 A timing on a shared machine is a distribution, not a number. Every measured time or ratio a
 notebook prints goes through these helpers, so each sentence carries the median, the range and
-how many interleaved rounds they come from: "12.3 ms (11.8-13.1, 5 rounds)".
-"""
+how many interleaved rounds they come from: "12.3 ms (11.8-13.1, 5 rounds)"."""
 
 from __future__ import annotations
 
@@ -51,6 +50,3 @@ def agreement(actual: torch.Tensor, expected: torch.Tensor, tol: dict, name: str
 def residue(actual: torch.Tensor, expected: torch.Tensor) -> str:
     """"max |difference| 7.2e-07": for cells nbval does not compare (machine-specific)."""
     return f"max |difference| {(actual - expected).abs().max().item():.1e}"
-
-
-__all__ = ["UNITS", "agreement", "ratio_spread", "ratios", "residue", "spread"]

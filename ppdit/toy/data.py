@@ -18,16 +18,12 @@ import torch
 
 # RGB in [0, 1]. Far apart in colour so that even a blurry reconstruction stays classifiable.
 COLOURS: dict[str, tuple[float, float, float]] = {
-    "red": (0.90, 0.15, 0.15),
-    "green": (0.15, 0.75, 0.20),
-    "blue": (0.20, 0.35, 0.95),
-    "yellow": (0.95, 0.85, 0.15),
-}
+    "red": (0.90, 0.15, 0.15), "green": (0.15, 0.75, 0.20), "blue": (0.20, 0.35, 0.95),
+    "yellow": (0.95, 0.85, 0.15)}
 BACKGROUND: tuple[float, float, float] = (0.10, 0.10, 0.12)
 SHAPES: tuple[str, ...] = ("ball", "square")
 DIRECTIONS: dict[str, tuple[int, int]] = {  # (dx, dy) in image coordinates (y grows downwards)
-    "left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1),
-}
+    "left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 SIZE = 32  # pixels, height = width
 FRAMES = 13  # pixel frames: 1 + 4 * 3 (four latent frames: two causal chunks)
 RADIUS = 4.0  # ball radius / half the square's side, pixels
@@ -112,7 +108,3 @@ def held_out_specs(n: int = 20, seed: int = 10_000) -> list[ClipSpec]:
     colours, directions = list(COLOURS), list(DIRECTIONS)
     return [sample_spec(rng, colour=colours[i % 4], shape=SHAPES[(i // 4) % 2],
                         direction=directions[(i + i // 4) % 4]) for i in range(n)]
-
-
-__all__ = ["BACKGROUND", "COLOURS", "DIRECTIONS", "FRAMES", "SHAPES", "SIZE", "ClipSpec",
-           "held_out_specs", "make_clips", "make_specs", "render", "sample_spec", "vocabulary"]

@@ -50,11 +50,18 @@ class Score:
         return asdict(self)
 
 
+def _rgb(clip: torch.Tensor) -> torch.Tensor:
+    return (clip.float().clamp(-1, 1) + 1) / 2
+
+
+def _nearest(rgb: torch.Tensor) -> str:
+    """The palette colour nearest to an RGB (3,) in [0, 1]."""
+    return list(COLOURS)[int((torch.tensor(list(COLOURS.values())) - rgb).norm(dim=1).argmin())]
+
+
 def foreground(clip: torch.Tensor) -> torch.Tensor:
     """(T, H, W) bool mask from a (3, T, H, W) clip in [-1, 1]."""
-    rgb = (clip.float().clamp(-1, 1) + 1) / 2
-    bg = torch.tensor(BACKGROUND).view(3, 1, 1, 1)
-    return (rgb - bg).norm(dim=0) > FG_DISTANCE
+    return (_rgb(clip) - torch.tensor(BACKGROUND).view(3, 1, 1, 1)).norm(dim=0) > FG_DISTANCE
 
 
 def detect(clip: torch.Tensor) -> Detection:
@@ -64,26 +71,15 @@ def detect(clip: torch.Tensor) -> Detection:
     mask = foreground(clip)
     if not mask.any():
         return Detection(None, "none", (0.0, 0.0))
-    rgb = ((clip.float().clamp(-1, 1) + 1) / 2)[:, mask].mean(dim=1)
-    palette = torch.tensor(list(COLOURS.values()))
-    colour = list(COLOURS)[int((palette - rgb).norm(dim=1).argmin())]
-    return Detection(colour, *_motion(mask))
+    return Detection(_nearest(_rgb(clip)[:, mask].mean(dim=1)), *_motion(mask))
 
 
 def frame_colours(clip: torch.Tensor) -> list[str | None]:
     """The palette colour of each frame's foreground (None: fewer than ``MIN_PIXELS`` of it),
     for a (3, T, H, W) clip in [-1, 1]: where in a clip a wrong colour shows."""
-    mask = foreground(clip)
-    rgb = (clip.float().clamp(-1, 1) + 1) / 2
-    palette, names = torch.tensor(list(COLOURS.values())), list(COLOURS)
-    out = []
-    for t in range(clip.shape[1]):
-        if mask[t].sum() < MIN_PIXELS:
-            out.append(None)
-            continue
-        mean = rgb[:, t][:, mask[t]].mean(dim=1)
-        out.append(names[int((palette - mean).norm(dim=1).argmin())])
-    return out
+    mask, rgb = foreground(clip), _rgb(clip)
+    return [None if mask[t].sum() < MIN_PIXELS else _nearest(rgb[:, t][:, mask[t]].mean(dim=1))
+            for t in range(clip.shape[1])]
 
 
 def _motion(mask: torch.Tensor) -> tuple[str, tuple[float, float]]:
@@ -132,7 +128,3 @@ def accuracy(scores: list[Score]) -> dict[str, float]:
     return {"colour_accuracy": sum(s.colour_ok for s in scores) / n,
             "direction_accuracy": sum(s.direction_ok for s in scores) / n,
             "every_frame_colour_accuracy": sum(s.every_frame_ok for s in scores) / n}
-
-
-__all__ = ["Detection", "Score", "accuracy", "detect", "foreground", "frame_colours",
-           "parse_prompt", "score"]

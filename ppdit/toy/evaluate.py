@@ -13,11 +13,9 @@ Two generation paths, the two ways ppdit runs the model:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import torch
 
+from ppdit.checkpoint.folder import WanFolder
 from ppdit.toy import data, detect, models
 
 CAUSAL_STEPS = 8  # Euler steps per chunk in the demo's path
@@ -27,37 +25,17 @@ GUIDANCE = 5.0  # the "full_cfg" path: WanPipeline's default guidance, negative 
 PATHS = ("causal", "full", "full_cfg")
 
 
-@dataclass
-class Toy:
-    """A loaded toy pipeline's parts."""
-
-    tokenizer: object
-    text_encoder: torch.nn.Module
-    vae: torch.nn.Module
-    transformer: torch.nn.Module
-    scheduler: object
-
-
-def load(folder: str | Path) -> Toy:
-    """Load every component of a pipeline folder (fp32, CPU, eval mode)."""
-    from ppdit.checkpoint.folder import load_folder
-
-    parts = load_folder(folder)
-    return Toy(parts.tokenizer, parts.text_encoder, parts.vae, parts.transformer,
-               parts.scheduler)
-
-
-def random_like(seed: int = 0) -> Toy:
+def random_like(seed: int = 0) -> WanFolder:
     """The same shapes with untrained weights (the chance baseline)."""
     from ppdit.checkpoint.tiny import tiny_unipc_scheduler
 
     tokenizer, text_encoder = models.build_text(seed)
     vae = models.build_vae(seed).eval()
-    return Toy(tokenizer, text_encoder, vae, models.build_dit(seed).eval(),
-               tiny_unipc_scheduler())
+    return WanFolder(None, models.build_dit(seed).eval(), vae, text_encoder, tokenizer,
+                     tiny_unipc_scheduler())
 
 
-def embed(toy: Toy, prompt: str) -> torch.Tensor:
+def embed(toy: WanFolder, prompt: str) -> torch.Tensor:
     """(1, L, D) prompt embeddings at the trained length."""
     return models.encode_prompts(toy.tokenizer, toy.text_encoder, [prompt])
 
@@ -72,7 +50,7 @@ def decode(vae, latents: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def generate_causal(toy: Toy, prompt: str, seed: int, steps: int = CAUSAL_STEPS,
+def generate_causal(toy: WanFolder, prompt: str, seed: int, steps: int = CAUSAL_STEPS,
                     chunks: int = CHUNKS) -> torch.Tensor:
     """The demo's path: causal chunks with the KV cache; pixels (3, T, H, W)."""
     from ppdit.attention import use_diffusers_attention
@@ -89,7 +67,7 @@ def generate_causal(toy: Toy, prompt: str, seed: int, steps: int = CAUSAL_STEPS,
 
 
 @torch.no_grad()
-def generate_full(toy: Toy, prompt: str, seed: int, steps: int = FULL_STEPS,
+def generate_full(toy: WanFolder, prompt: str, seed: int, steps: int = FULL_STEPS,
                   guidance_scale: float = 1.0, frames: int = data.FRAMES) -> torch.Tensor:
     """diffusers' ``WanPipeline`` on the whole clip; pixels (3, T, H, W) in [-1, 1]."""
     from diffusers import WanPipeline
@@ -104,7 +82,7 @@ def generate_full(toy: Toy, prompt: str, seed: int, steps: int = FULL_STEPS,
     return video.permute(1, 0, 2, 3) * 2 - 1
 
 
-def evaluate(toy: Toy, path: str = "causal", n: int = 20, seed0: int = 1000,
+def evaluate(toy: WanFolder, path: str = "causal", n: int = 20, seed0: int = 1000,
              **kwargs) -> dict:
     """Scores of ``n`` held-out prompt/seed pairs: accuracies and each clip's verdict."""
     if path not in PATHS:
@@ -115,7 +93,3 @@ def evaluate(toy: Toy, path: str = "causal", n: int = 20, seed0: int = 1000,
     scores = [detect.score(run(toy, spec.prompt, seed0 + i, **kwargs), spec)
               for i, spec in enumerate(data.held_out_specs(n))]
     return {**detect.accuracy(scores), "clips": [s.as_dict() for s in scores]}
-
-
-__all__ = ["CAUSAL_STEPS", "FULL_STEPS", "GUIDANCE", "PATHS", "Toy", "decode", "evaluate",
-           "generate_causal", "generate_full", "load", "random_like"]

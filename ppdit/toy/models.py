@@ -21,8 +21,6 @@ which is what ``WanPipeline`` and every parallel layout run: one set of weights 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from ppdit.attention import attend, attention_out, install, project_qk, project_v
@@ -48,8 +46,7 @@ def build_vae(seed: int):
     """The untrained toy VAE (latent statistics are set after training)."""
     from diffusers import AutoencoderKLWan
 
-    cfg = {**VAE.diffusers_config(), "latents_mean": [0.0] * Z_DIM,
-           "latents_std": [1.0] * Z_DIM}
+    cfg = {**VAE.diffusers_config(), "latents_mean": [0.0] * Z_DIM, "latents_std": [1.0] * Z_DIM}
     return build_seeded(AutoencoderKLWan, cfg, seed, "cpu")
 
 
@@ -80,34 +77,27 @@ def encode_prompts(tokenizer, text_encoder, prompts: list[str],
                       for p in prompts])
 
 
-@dataclass
-class AttnState:
-    """What the training attention uses this forward: a rope table override and a mask."""
+class TrainAttnProcessor:
+    """Self-attention with an optional rope override and mask, set before each forward
+    (differentiable; the same arithmetic as ``ppdit.serve.causal.CausalAttnProcessor`` without
+    the cache)."""
 
     rope: tuple[torch.Tensor, torch.Tensor] | None = None
     mask: torch.Tensor | None = None  # (S, S) bool, True = may attend
 
-
-class TrainAttnProcessor:
-    """Self-attention with an optional mask and rope override (differentiable; the same
-    arithmetic as ``ppdit.serve.causal.CausalAttnProcessor`` without the cache)."""
-
-    def __init__(self, state: AttnState):
-        self.state = state
-
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None):
-        q, k = project_qk(attn, hidden_states, self.state.rope or rotary_emb)
+        q, k = project_qk(attn, hidden_states, self.rope or rotary_emb)
         v = project_v(attn, hidden_states)
-        return attention_out(attn, attend(q, k, v, self.state.mask), q)
+        return attention_out(attn, attend(q, k, v, self.mask), q)
 
 
-def install_train_attention(model) -> AttnState:
-    """Route every block's self-attention through one shared ``TrainAttnProcessor``."""
-    state = AttnState()
-    processor = TrainAttnProcessor(state)
+def install_train_attention(model) -> TrainAttnProcessor:
+    """Route every block's self-attention through one shared ``TrainAttnProcessor``: its rope
+    and mask apply to the next forward."""
+    processor = TrainAttnProcessor()
     install(model, lambda i: processor)
-    return state
+    return processor
 
 
 def teacher_forcing_mask(frames: int, tokens_per_frame: int, chunk_frames: int = CHUNK_FRAMES
@@ -119,8 +109,3 @@ def teacher_forcing_mask(frames: int, tokens_per_frame: int, chunk_frames: int =
     same = chunk[:, None] == chunk[None, :]
     none = torch.zeros_like(same)
     return torch.cat([torch.cat([q_clean, none], 1), torch.cat([k_clean, same], 1)], 0)
-
-
-__all__ = ["CHUNK_FRAMES", "DIT", "MAX_SEQUENCE_LENGTH", "TEXT_DIM", "VAE", "Z_DIM", "AttnState",
-           "TrainAttnProcessor", "build_dit", "build_text", "build_vae", "encode_prompts",
-           "install_train_attention", "teacher_forcing_mask"]

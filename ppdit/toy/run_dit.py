@@ -11,18 +11,10 @@ from pathlib import Path
 
 import torch
 
-from ppdit.toy import evaluate, models
-from ppdit.toy.progress import bar
-from ppdit.toy.train import (
-    DitData,
-    TrainConfig,
-    encode_clips,
-    latent_stats,
-    save_folder,
-    train_dit,
-    tune_dit,
-    write_json,
-)
+from ppdit.checkpoint.folder import load_folder
+from ppdit.checkpoint.tiny import save_pipeline
+from ppdit.toy import evaluate, models, train
+from ppdit.toy.train import DitData, TrainConfig, with_bar, write_json
 from ppdit.viz.toy import save_loss_plot
 
 
@@ -32,7 +24,7 @@ def stage_latents(vae, cfg: TrainConfig, work: Path):
     if path.exists():
         saved = torch.load(path)
         return saved["latents"], saved["prompts"]
-    latents, prompts = encode_clips(vae, cfg)
+    latents, prompts = train.encode_clips(vae, cfg)
     torch.save({"latents": latents, "prompts": prompts}, path)
     return latents, prompts
 
@@ -42,11 +34,11 @@ def dit_data(cfg: TrainConfig, vae, work: Path | None, tokenizer=None, text_enco
     the VAE config; a trained folder's VAE keeps its own), the prompts encoded once with the
     frozen umT5. Returns (DitData, tokenizer, umT5)."""
     if work is None:  # a trained folder: its VAE already holds the statistics
-        latents, prompts = encode_clips(vae, cfg)
+        latents, prompts = train.encode_clips(vae, cfg)
         mean, std = vae.config.latents_mean, vae.config.latents_std
     else:
         latents, prompts = stage_latents(vae, cfg, work)
-        mean, std = latent_stats(latents)
+        mean, std = train.latent_stats(latents)
         vae.register_to_config(latents_mean=mean, latents_std=std)
     shape = (1, -1, 1, 1, 1)
     latents = (latents - torch.tensor(mean).view(shape)) / torch.tensor(std).view(shape)
@@ -59,21 +51,12 @@ def dit_data(cfg: TrainConfig, vae, work: Path | None, tokenizer=None, text_enco
     return DitData(latents, ids, embeds, empty), tokenizer, text_encoder
 
 
-def _with_bar(total: int, desc: str, fit):
-    """``fit(progress)`` with a progress bar of ``total`` steps."""
-    with bar(total, desc) as progress:
-        def tick(loss):
-            progress.set_postfix(loss=f"{loss:.4f}", refresh=False)
-            progress.update(1)
-        return fit(tick)
-
-
 def stage_dit(cfg: TrainConfig, data: DitData):
     """Train the DiT, then fine-tune it for the first frame: (dit, losses of both, tune s)."""
-    dit, losses = _with_bar(cfg.dit_steps, "DiT", lambda tick: train_dit(data, cfg, tick))
+    dit, losses = with_bar(cfg.dit_steps, "DiT", lambda tick: train.train_dit(data, cfg, tick))
     start = time.perf_counter()
-    dit, tuned = _with_bar(cfg.tune_steps, "DiT first-frame tune",
-                           lambda tick: tune_dit(dit, data, cfg, tick))
+    dit, tuned = with_bar(cfg.tune_steps, "DiT first-frame tune",
+                          lambda tick: train.tune_dit(dit, data, cfg, tick))
     return dit, losses + tuned, time.perf_counter() - start
 
 
@@ -90,7 +73,7 @@ def finish(cfg: TrainConfig, args, vae, vae_losses: list[float], start: float) -
     out = args.out
     if out.exists():
         shutil.rmtree(out)
-    save_folder(out, vae, dit, tokenizer, text_encoder)
+    save_pipeline(out, tokenizer=tokenizer, text_encoder=text_encoder, transformer=dit, vae=vae)
     save_loss_plot(vae_losses, dit_losses, out / "loss.png")
     write_json(out / "train.json", {
         "config": asdict(cfg), "threads": args.threads, "train_wall_s": round(train_s, 1),
@@ -106,16 +89,15 @@ def finish(cfg: TrainConfig, args, vae, vae_losses: list[float], start: float) -
 
 def tune_folder(cfg: TrainConfig, args) -> int:
     """``--tune-from FOLDER``: only the first-frame fine-tune, on a trained folder's DiT with
-    its own VAE and text encoder (the same clips, re-encoded); writes the folder to ``--out``
-    (the source's files, only the transformer replaced), its train.json extended with the
-    tune's record, and a new eval.json."""
+    its own VAE and text encoder (the same clips, re-encoded); writes the source's files to
+    ``--out`` with the new transformer, train.json extended with the tune, a new eval.json."""
     src = Path(args.tune_from)
-    toy = evaluate.load(src)
+    toy = load_folder(src)
     record = json.loads((src / "train.json").read_text())
     start = time.perf_counter()
     data, _, _ = dit_data(cfg, toy.vae, None, toy.tokenizer, toy.text_encoder)
-    dit, losses = _with_bar(cfg.tune_steps, "DiT first-frame tune",
-                            lambda tick: tune_dit(toy.transformer, data, cfg, tick))
+    dit, losses = with_bar(cfg.tune_steps, "DiT first-frame tune",
+                           lambda tick: train.tune_dit(toy.transformer, data, cfg, tick))
     tune_s = time.perf_counter() - start
     if args.out.resolve() != src.resolve():  # everything but the DiT is the source's, as is
         shutil.rmtree(args.out, ignore_errors=True)
@@ -144,7 +126,7 @@ def run_eval(folder: Path, seed: int, n: int = 20) -> dict:
         "full": f"WanPipeline, {evaluate.FULL_STEPS} UniPC steps, guidance 1",
         "full_cfg": f"WanPipeline, {evaluate.FULL_STEPS} UniPC steps, guidance "
                     f"{evaluate.GUIDANCE:g}, negative prompt ''"}}
-    for name, toy in (("trained", evaluate.load(folder)), ("random", evaluate.random_like(seed))):
+    for name, toy in (("trained", load_folder(folder)), ("random", evaluate.random_like(seed))):
         for path in evaluate.PATHS:
             r = evaluate.evaluate(toy, path, n)
             result[f"{name}_{path}"] = r

@@ -24,6 +24,3 @@ def stream_config(cfg: BringupConfig, prompts: tuple[str, str], num_steps: int |
     return replace(cfg, source=source, prompts=tuple(prompts), latent_hw=(side, side),
                    channels=models.Z_DIM, chunk_frames=models.CHUNK_FRAMES,
                    num_steps=num_steps or evaluate.CAUSAL_STEPS)
-
-
-__all__ = ["stream_config"]

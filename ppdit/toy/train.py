@@ -56,9 +56,26 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
     return peak * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+def _step(opt: torch.optim.Optimizer, model, loss: torch.Tensor, lr: float) -> None:
+    """One AdamW step at ``lr``, the gradient norm clipped to 1."""
     for group in opt.param_groups:
         group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def with_bar(total: int, desc: str, fit: Callable, name: str = "loss"):
+    """``fit(tick)`` under a tqdm bar of ``total`` steps (redrawn at most every 2 s); each
+    ``tick(x)`` advances it, showing ``x`` as ``name``."""
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, unit="step", mininterval=2.0) as bar:
+        def tick(x: float) -> None:
+            bar.set_postfix({name: f"{x:.4f}"}, refresh=False)
+            bar.update(1)
+        return fit(tick)
 
 
 def vae_loss(vae, clips: torch.Tensor, cfg: TrainConfig, g: torch.Generator
@@ -90,12 +107,8 @@ def train_vae(cfg: TrainConfig, progress: Callable | None = None, vae=None, long
     for step in range(steps):
         specs = data.make_specs(cfg.seed * 1_000_003 + step + 500_000 * long, cfg.vae_batch)
         clips = data.make_clips(specs, frames=frames)
-        _set_lr(opt, lr_at(step, steps, peak, warmup=10 if long else 50))
         loss, mse = vae_loss(vae, clips, cfg, g)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
-        opt.step()
+        _step(opt, vae, loss, lr_at(step, steps, peak, warmup=10 if long else 50))
         losses.append(mse)
         if progress:
             progress(mse)
@@ -159,17 +172,15 @@ def make_batch(x0: torch.Tensor, text: torch.Tensor, cfg: TrainConfig, g: torch.
     return DitBatch((1 - s) * x0 + s * eps, sig * 1000, text, eps - x0, False)
 
 
-def dit_loss(model, state: models.AttnState, batch: DitBatch, first_frame_weight: float = 1.0
-             ) -> torch.Tensor:
+def dit_loss(model, state: models.TrainAttnProcessor, batch: DitBatch,
+             first_frame_weight: float = 1.0) -> torch.Tensor:
     """MSE of the predicted velocity (on the noisy half only, for teacher forcing), averaged
     over latent frames with weight ``first_frame_weight`` on frame 0 (1 on the others)."""
     if batch.causal:
-        f = batch.target.shape[2]
-        shape = (1, batch.target.shape[1], *batch.target.shape[2:])
+        shape = (1, *batch.target.shape[1:])  # (1, C, F, H, W)
         cos, sin = model.rope(torch.empty(shape, device="meta"))
         state.rope = (torch.cat([cos, cos], dim=1), torch.cat([sin, sin], dim=1))
-        per_frame = (shape[3] // 2) * (shape[4] // 2)
-        state.mask = models.teacher_forcing_mask(f, per_frame)
+        state.mask = models.teacher_forcing_mask(shape[2], (shape[3] // 2) * (shape[4] // 2))
     else:
         state.rope = state.mask = None
     out = model(batch.latent, batch.timestep, batch.text, return_dict=False)[0]
@@ -208,12 +219,8 @@ def _fit(model, data: DitData, cfg: TrainConfig, *, steps: int, peak: float, war
         text = data.embeds[data.prompt_ids[idx]].clone()
         text[torch.rand(cfg.dit_batch, generator=g) < cfg.p_uncond] = data.empty
         batch = make_batch(data.latents[idx], text, cfg, g)
-        _set_lr(opt, lr_at(step, steps, peak, warmup))
         loss = dit_loss(model, state, batch, first_frame_weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _step(opt, model, loss, lr_at(step, steps, peak, warmup))
         losses.append(float(loss.detach()))
         if progress:
             progress(losses[-1])
@@ -233,26 +240,9 @@ def tune_dit(dit, data: DitData, cfg: TrainConfig, progress: Callable | None = N
     model = models.build_dit(cfg.seed)
     model.load_state_dict(dit.state_dict())
     return _fit(model, data, cfg, steps=cfg.tune_steps, peak=cfg.tune_lr, warmup=20,
-                first_frame_weight=cfg.first_frame_weight, seed=cfg.seed + 3,
-                progress=progress)
-
-
-def save_folder(out: Path, vae, transformer, tokenizer, text_encoder) -> Path:
-    """``WanPipeline(...).save_pretrained(out)`` with Wan's UniPC scheduler config."""
-    from diffusers import WanPipeline
-
-    from ppdit.checkpoint.tiny import tiny_unipc_scheduler
-
-    pipe = WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
-                       vae=vae, scheduler=tiny_unipc_scheduler())
-    pipe.save_pretrained(out)
-    return out
+                first_frame_weight=cfg.first_frame_weight, seed=cfg.seed + 3, progress=progress)
 
 
 def write_json(path: Path, obj) -> None:
     """Pretty JSON (eval.json, train.json)."""
     path.write_text(json.dumps(obj, indent=2) + "\n")
-
-
-__all__ = ["DitData", "TrainConfig", "dit_loss", "encode_clips", "latent_stats", "make_batch",
-           "save_folder", "train_dit", "train_vae", "tune_dit", "write_json"]

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
-
+from ppdit.checkpoint.folder import WanFolder, load_folder
 from ppdit.checkpoint.solver import folder_sampling
 from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.layout import Layout
@@ -40,9 +39,9 @@ class AblationRow:
 
 def ablation_plans(n: int, thresholds=THRESHOLDS, steps: int = evaluate.FULL_STEPS,
                    folder: str | Path = FOLDER, seed0: int = 1000
-                   ) -> tuple[dict[str, LayoutPlan], list[data.ClipSpec], evaluate.Toy]:
+                   ) -> tuple[dict[str, LayoutPlan], list[data.ClipSpec], WanFolder]:
     """The exact plan and one per threshold, over ``n`` held-out prompts (one launch)."""
-    toy = evaluate.load(folder)
+    toy = load_folder(folder)
     specs = data.held_out_specs(n)
     null = evaluate.embed(toy, "")
     prompts = tuple(Conditioning(evaluate.embed(toy, s.prompt), null) for s in specs)
@@ -59,27 +58,20 @@ def run_ablation(n: int = 8, thresholds=THRESHOLDS, steps: int = evaluate.FULL_S
     """Generate, decode and score every plan; one row per plan, the exact run first."""
     plans, specs, toy = ablation_plans(n, thresholds, steps)
     results = run_layouts(plans, **launch_kwargs)
-    exact = _videos(toy, results["exact"], n)
-    rows = [_row(None, results["exact"], exact, exact, specs, results["exact"])]
-    for t in thresholds:
-        res = results[f"{t}"]
-        rows.append(_row(t, res, _videos(toy, res, n), exact, specs, results["exact"]))
-    return rows
+    videos = {k: [evaluate.decode(toy.vae, r.latents[i]) for i in range(n)]  # (3, T, H, W)
+              for k, r in results.items()}
+    return [_row(t, results[k], videos[k], videos["exact"], specs, results["exact"].a2a_bytes)
+            for t, k in [(None, "exact"), *((t, f"{t}") for t in thresholds)]]
 
 
-def _videos(toy: evaluate.Toy, res: LayoutResult, n: int) -> list[torch.Tensor]:
-    return [evaluate.decode(toy.vae, res.latents[i]) for i in range(n)]  # (3, T, H, W)
-
-
-def _row(t, res: LayoutResult, videos, exact, specs, exact_res: LayoutResult) -> AblationRow:
+def _row(t, res: LayoutResult, videos, exact, specs, exact_bytes: int) -> AblationRow:
     diffs = [((v - e).abs() / 2) for v, e in zip(videos, exact, strict=True)]  # [-1,1] -> [0,1]
     scores = detect.accuracy([detect.score(v, s) for v, s in zip(videos, specs, strict=True)])
     if res.vmajor is None:
         rows_sent, saved = 1.0, 0.0
     else:
         sent, total, bytes_sent, bytes_full = res.vmajor
-        rows_sent = sent / total
-        saved = (bytes_full - bytes_sent) / (exact_res.a2a_bytes)
+        rows_sent, saved = sent / total, (bytes_full - bytes_sent) / exact_bytes
     return AblationRow(t, rows_sent, saved, max(float(d.max()) for d in diffs),
                        sum(float(d.mean()) for d in diffs) / len(diffs),
                        scores["colour_accuracy"], scores["direction_accuracy"])
@@ -95,6 +87,3 @@ def table(rows: list[AblationRow]) -> str:
                    f"{r.max_pixel_error:>12.4f}{r.mean_pixel_error:>13.5f}"
                    f"{r.colour_accuracy:>8.0%}{r.direction_accuracy:>11.0%}")
     return "\n".join(out)
-
-
-__all__ = ["THRESHOLDS", "AblationRow", "ablation_plans", "run_ablation", "table"]

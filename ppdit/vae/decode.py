@@ -58,6 +58,3 @@ def vae_config(folder: str):
 
     with torch.device("meta"):
         return AutoencoderKLWan.from_config(AutoencoderKLWan.load_config(f"{folder}/vae")).config
-
-
-__all__ = ["decode", "denormalize", "postprocess", "vae_config"]

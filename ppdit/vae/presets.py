@@ -111,6 +111,3 @@ def build_vae(
     if dtype != torch.float32:  # (a .to(dtype=float32) would only print diffusers' cast warning)
         vae = vae.to(dtype)
     return vae.eval().requires_grad_(False)
-
-
-__all__ = ["VAE_PRESETS", "VAEPreset", "build_vae", "get_vae_preset"]

@@ -24,9 +24,8 @@ inputs: bitwise equal to ``decode_full``. A chunk of k > 1 frames runs each conv
 once (fewer, larger kernels: faster, on GPUs especially); the math is the same but the summation
 order inside the convolutions is not, so it agrees to rounding (``CHUNKED_TOL`` in the tests).
 
-The VAE presets (a tiny CPU one, the real Wan 2.1 config) live in ``ppdit.vae.presets`` and are
-re-exported here; measurements in ``ppdit.analysis.vae_decode``, pictures in
-``ppdit.viz.vae``.
+The VAE presets live in ``ppdit.vae.presets``, measurements in ``ppdit.analysis.vae_decode``,
+pictures in ``ppdit.viz.vae``.
 """
 
 from __future__ import annotations
@@ -207,7 +206,3 @@ class StreamingDecoder:
                              f"{state.geometry}: the cache holds features of the old shape; "
                              "call reset() to start a new stream")
         return state
-
-
-__all__ = ["StreamingDecoder", "decode_full", "decode_streaming", "iter_chunks", "output_frames",
-           "temporal_factor"]

@@ -1,9 +1,7 @@
-"""The files a job leaves behind: a timeline PNG, the video (imageio), a frame strip; drawn
-without touching global state.
+"""The files a job leaves behind: a timeline PNG, the video (imageio), a frame strip.
 
 Figures here are ``matplotlib.figure.Figure`` objects saved directly (no ``pyplot``, no backend
-switch), so calling them from a notebook or a library never changes the caller's matplotlib.
-"""
+switch), so calling them from a notebook or a library never changes the caller's matplotlib."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ from ppdit.viz.timeline import plot_busy, plot_timeline
 
 def save_timeline(trace: Trace, path: Path, title: str, *, busy: bool = False) -> Path:
     """One lane per rank (plus, with ``busy``, each rank's busy share beside it) as a PNG."""
-    lanes = len(trace.ranks)
-    fig = Figure(figsize=(13 if busy else 12, 1.4 + 0.6 * lanes))
+    fig = Figure(figsize=(13 if busy else 12, 1.4 + 0.6 * len(trace.ranks)))
     if busy:
         ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [5, 1]})
         plot_busy(trace, ax=bx)
@@ -44,9 +41,8 @@ def pipeline_clip(video: torch.Tensor) -> torch.Tensor:
 
 
 def write_video(frames: torch.Tensor, path: Path, fps: int) -> Path:
-    """(T, H, W, 3) uint8 frames through imageio: H.264 MP4 when ``path`` ends in ``.mp4`` and
-    imageio's ffmpeg plugin is installed (else a GIF beside it), a GIF when it ends in ``.gif``.
-    Returns the path written."""
+    """(T, H, W, 3) uint8 frames through imageio, to the path returned: H.264 MP4 when ``path``
+    ends in ``.mp4`` and imageio's ffmpeg plugin is installed (else a GIF beside it), else a GIF."""
     import imageio.v2 as imageio
 
     images = list(frames.numpy())
@@ -76,8 +72,7 @@ def enlarge(clip: torch.Tensor, factor: int = 4) -> torch.Tensor:
     return F.interpolate(clip.float(), scale_factor=(1, factor, factor), mode="nearest")
 
 
-def draw_strip(fig: Figure, rows: list[torch.Tensor], titles: list[str],
-               every: int = 2) -> Figure:
+def draw_strip(fig: Figure, rows: list[torch.Tensor], titles: list[str], every: int = 2) -> Figure:
     """Into ``fig`` (a notebook passes ``plt.figure()``): one row per clip ((3, T, H, W) in
     [-1, 1]) titled above it, frames ``0, every, 2 every, ...`` labelled by index."""
     n = max(len(range(0, r.shape[1], every)) for r in rows)
@@ -88,8 +83,7 @@ def draw_strip(fig: Figure, rows: list[torch.Tensor], titles: list[str],
         frames = to_uint8_frames(clip)
         sub.suptitle(title, x=0.01, ha="left", fontsize=9)
         for c, ax in enumerate(sub.subplots(1, n, squeeze=False)[0]):
-            ax.set_xticks([])
-            ax.set_yticks([])
+            ax.set(xticks=[], yticks=[])
             t = c * every
             if t < len(frames):
                 ax.imshow(frames[t].numpy(), interpolation="nearest")
@@ -99,16 +93,7 @@ def draw_strip(fig: Figure, rows: list[torch.Tensor], titles: list[str],
     return fig
 
 
-def strip_figure(rows: list[torch.Tensor], titles: list[str], every: int = 2) -> Figure:
-    """``draw_strip`` on a figure of its own (no pyplot)."""
-    return draw_strip(Figure(), rows, titles, every)
-
-
 def save_strip(rows: list[torch.Tensor], titles: list[str], path: Path, every: int = 2) -> Path:
-    """``strip_figure`` as a PNG."""
-    strip_figure(rows, titles, every).savefig(path, dpi=100)
+    """``draw_strip`` on a figure of its own (no pyplot), as a PNG."""
+    draw_strip(Figure(), rows, titles, every).savefig(path, dpi=100)
     return path
-
-
-__all__ = ["draw_strip", "enlarge", "pipeline_clip", "save_gif", "save_strip", "save_timeline",
-           "strip_figure", "to_uint8_frames", "write_video"]

@@ -10,8 +10,7 @@ Two things a plain ``interactive_output`` gets wrong in JupyterLab, and this get
   arrives while another redraw runs is folded into the next one.
 * **The first open.** A saved notebook opened without a live kernel (or untrusted) shows the
   text a widget stores beside its view, normally ``VBox(children=(HBox(...``. The explorer's
-  text says what it is and how to use it instead.
-"""
+  text says what it is and how to use it instead."""
 
 from __future__ import annotations
 
@@ -54,7 +53,6 @@ def figure_output(fig) -> dict:
 
 
 def text_output(text: str) -> dict:
-    """A line of text as one notebook output."""
     return {"output_type": "stream", "name": "stdout", "text": text + "\n"}
 
 
@@ -65,8 +63,7 @@ def make_explorer(controls: dict, draw: Callable[..., object], *, rows: tuple[in
     ("not possible: ..."). ``summary`` names the explorer for viewers without a kernel."""
     import ipywidgets as w
 
-    out = w.Output()
-    lock = threading.Lock()
+    out, lock = w.Output(), threading.Lock()
     asked = [0, 0]  # [changes seen, changes drawn]: the draw after the last change wins
 
     def redraw(_=None) -> None:
@@ -89,6 +86,3 @@ def make_explorer(controls: dict, draw: Callable[..., object], *, rows: tuple[in
         boxes.append(w.HBox(widgets[start:start + n]))
         start += n
     return _explorer_class()([*boxes, out], summary=summary)
-
-
-__all__ = ["figure_output", "make_explorer", "text_output"]

@@ -1,8 +1,7 @@
 """Roofline pictures and the ipywidgets explorer that redraws them (notebook 07).
 
 Every figure comes from a plain function, so a notebook can draw the static fallback with the
-same code the widget calls: the book and nbval show the default view without a live kernel.
-"""
+same code the widget calls: the book and nbval show the default view without a live kernel."""
 
 from __future__ import annotations
 
@@ -13,14 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ppdit.analysis.gpu_runs import ForwardPoint
-from ppdit.analysis.hardware import (
-    GPUS,
-    LINKS,
-    Hardware,
-    Prediction,
-    op_seconds,
-    predict,
-)
+from ppdit.analysis.hardware import GPUS, LINKS, Hardware, Prediction, op_seconds, predict
 from ppdit.analysis.measure import Timed
 from ppdit.analysis.roofline import RESOLUTIONS, Op, latent_for, model_ops, totals
 from ppdit.parallel.layout import Layout
@@ -41,21 +33,16 @@ def draw_ceilings(ax, peak: float, bandwidths: Mapping[str, float], *,
     ax.axhline(peak, color="black", lw=0.5, alpha=0.3)
     ax.text(x_range[0] * 1.3, peak * 1.15, f"{label}: {peak / 1e12:,.3g} TFLOP/s", ha="left",
             va="bottom", fontsize=8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(*x_range)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte, log scale)")
-    ax.set_ylabel("FLOP/s (log scale)")
+    ax.set(xscale="log", yscale="log", xlim=x_range, ylabel="FLOP/s (log scale)",
+           xlabel="arithmetic intensity (FLOP / byte, log scale)")
     ax.grid(True, which="major", alpha=0.3)
 
 
 def plot_ops_roofline(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16", ax=None,
                       title: str | None = None, label_top: int = 5):
     """Each op at (intensity, attainable FLOP/s) on ``hw``'s roofline; marker area ~ time share.
-
     Ops of one group at the same intensity (q, k, v and out projections...) share a point; the
-    ``label_top`` points that take the most time are named, with their share of the total.
-    """
+    ``label_top`` points that take the most time are named, with their share of the total."""
     ax = ax or plt.subplots(figsize=(6.5, 4.5))[1]
     peak = hw.peak_flops(dtype)
     draw_ceilings(ax, peak, {f"{hw.name} memory": hw.mem_bw}, label=f"{hw.name} {dtype}")
@@ -90,8 +77,7 @@ def plot_ops_roofline(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16", ax=N
 def _small_on_top(points: Mapping[tuple[str, float], list]) -> list:
     """Points in drawing order, biggest first: a small marker drawn later stays visible on a big
     one. At equal size the group with less time in all is drawn last, so a lone "conv" point
-    is not hidden under a "matmul" point at the same intensity (the patch embedding and
-    proj_out of Wan)."""
+    (Wan's patch embedding) is not hidden under a "matmul" point at the same intensity."""
     group_secs: dict[str, float] = {}
     for (group, _), (_, secs, _) in points.items():
         group_secs[group] = group_secs.get(group, 0.0) + secs
@@ -108,9 +94,7 @@ def _group_legend(ax, groups) -> None:
 def plot_measured_roofline(timed: Mapping[str, Sequence[Timed]], machine: Hardware,
                            cache_bw: float | None = None, ax=None, title: str | None = None):
     """Measured ops as points (intensity, achieved FLOP/s) under this machine's measured roofs.
-
-    ``timed`` maps a label (a preset) to its timed ops; each label gets its own marker.
-    """
+    ``timed`` maps a label (a preset) to its timed ops; each label gets its own marker."""
     ax = ax or plt.subplots(figsize=(7, 4.8))[1]
     bws = {"memory (copy)": machine.mem_bw} | ({"cache (copy)": cache_bw} if cache_bw else {})
     draw_ceilings(ax, machine.fp32_flops, bws, x_range=(3e-2, 3e2), label="matmul fp32")
@@ -142,10 +126,8 @@ def plot_comm_roofline(sweep: Mapping[str, Sequence[float]], latency_s: float,
     for name, size in marks.items():
         ax.axvline(size, color="gray", lw=0.8, ls=":")
         ax.text(size, floor, f" {name}", fontsize=7, rotation=90, va="bottom", ha="right")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes, log scale)")
-    ax.set_ylabel("achieved bytes/s (one way, log scale)")
+    ax.set(xscale="log", yscale="log", xlabel="message size (bytes, log scale)",
+           ylabel="achieved bytes/s (one way, log scale)")
     ax.grid(True, alpha=0.3)
     # below the axes, as plot_alpha_beta does: inside, it covers the small-message points
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
@@ -166,8 +148,8 @@ def plot_predictions(rows: Sequence[Prediction], ax=None, title: str | None = No
                 va="center", fontsize=7)
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlim(0, left.max() * 1.3)
-    ax.set_xlabel("lower bound per denoising step (s), layout kept busy")
+    ax.set(xlim=(0, left.max() * 1.3),
+           xlabel="lower bound per denoising step (s), layout kept busy")
     ax.legend(fontsize=7, loc="lower right")
     if title:
         ax.set_title(title, fontsize=10)
@@ -213,18 +195,15 @@ def plot_gpu_forwards(points: Sequence[ForwardPoint], axes=None):
 def explorer_figure(model: str = "wan2.1-14b", resolution: str = "480p", frames: int = 81,
                     dtype: str = "bf16", gpu: str = "H100 SXM", tp: int = 1, pp: int = 1,
                     split: str = "layer", link: str | None = None):
-    """The explorer's view: one GPU's ops on its roofline, and the step time per layout.
-
-    Left: the ops of one forward on one rank of the chosen layout. Right: lower bounds for 1 GPU
-    and for the chosen layout. An impossible choice (TP that does not divide the heads, a dtype
-    the GPU lacks) is drawn as its error message: the failure regime is part of the lesson.
-    """
+    """The explorer's view: left, one forward's ops on one rank of the chosen layout, on the
+    GPU's roofline; right, the step's lower bounds for 1 GPU and for the layout. An impossible
+    choice (TP that does not divide the heads, a dtype the GPU lacks) is drawn as its error
+    message: the failure regime is part of the lesson."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6),
                                       gridspec_kw={"width_ratios": [1.15, 1]})
     try:
         shape = latent_for(resolution, frames)
         layout = Layout(tp=tp, **{split: pp})
-        link = link if layout.ranks > 1 else None
         hw, p = GPUS[gpu], get_preset(model)
         ops = model_ops(p, shape, dtype=dtype, tp=tp)
         plot_ops_roofline(ops, hw, dtype, ax=left,
@@ -269,23 +248,20 @@ FASTEST = "as sold (fastest)"  # the link dropdown's default: each GPU's own fas
 
 
 def make_explorer():
-    """Dropdowns for model, resolution, frames, dtype, GPU, TP, PP (and split, link) that redraw
-    ``explorer_figure`` (``ppdit.viz.explorer``: race-free in JupyterLab). Needs a live kernel;
-    the notebook draws the default view statically."""
+    """Dropdowns for model, resolution, frames, dtype, GPU, TP, PP, split and link that redraw
+    ``explorer_figure`` (``ppdit.viz.explorer``: race-free in JupyterLab; needs a live kernel)."""
     import ipywidgets as w  # only a live kernel needs widgets; the static figure does not
 
-    controls = dict(
-        model=w.Dropdown(options=["wan2.1-1.3b", "wan2.1-14b"], value="wan2.1-14b"),
-        resolution=w.Dropdown(options=list(RESOLUTIONS), value="480p"),
-        frames=w.Dropdown(options=[17, 33, 49, 65, 81], value=81),
-        dtype=w.Dropdown(options=["bf16", "fp8", "fp32"], value="bf16"),
-        gpu=w.Dropdown(options=list(GPUS), value="H100 SXM"),
-        tp=w.Dropdown(options=[1, 2, 4, 8], value=1, description="TP"),
-        pp=w.Dropdown(options=[1, 2, 4, 8], value=1, description="PP"),
-        split=w.Dropdown(options=["layer", "step"], value="layer"),
-        # a string for the default, not None: a Dropdown whose value is None shows an empty box
-        link=w.Dropdown(options=[FASTEST, *LINKS], value=FASTEST),
-    )
+    controls = dict(model=w.Dropdown(options=["wan2.1-1.3b", "wan2.1-14b"], value="wan2.1-14b"),
+                    resolution=w.Dropdown(options=list(RESOLUTIONS), value="480p"),
+                    frames=w.Dropdown(options=[17, 33, 49, 65, 81], value=81),
+                    dtype=w.Dropdown(options=["bf16", "fp8", "fp32"], value="bf16"),
+                    gpu=w.Dropdown(options=list(GPUS), value="H100 SXM"),
+                    tp=w.Dropdown(options=[1, 2, 4, 8], value=1, description="TP"),
+                    pp=w.Dropdown(options=[1, 2, 4, 8], value=1, description="PP"),
+                    split=w.Dropdown(options=["layer", "step"], value="layer"),
+                    # a string for the default, not None: a Dropdown set to None shows an empty box
+                    link=w.Dropdown(options=[FASTEST, *LINKS], value=FASTEST))
     for name, c in controls.items():
         c.description = c.description or name
         c.layout = w.Layout(width="210px")
@@ -296,10 +272,3 @@ def make_explorer():
     return explorer.make_explorer(controls, draw, rows=(5, 4),
                                   summary="Roofline explorer: model, resolution, frames, dtype, "
                                           "GPU, TP, PP, split and link")
-
-
-__all__ = [
-    "GROUP_COLORS", "draw_ceilings", "explorer_figure",
-    "make_explorer", "plot_comm_roofline", "plot_gpu_forwards", "plot_measured_roofline",
-    "plot_ops_roofline", "plot_predictions",
-]

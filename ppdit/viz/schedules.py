@@ -2,10 +2,7 @@
 
 Everything is drawn from ``ppdit.analysis.bubbles.simulate_schedule``: the real task orders and
 wrap rules, on a clock where each stage's chunk costs 1/V of a stage-time (times an optional
-slow-down of the last stage). ``schedule_figure`` is the static picture the book and nbval show;
-``make_explorer`` wraps it in ipywidgets sliders for a live kernel, and ``schedule_multiples``
-draws several settings at once for readers without one.
-"""
+slow-down of the last stage)."""
 
 from __future__ import annotations
 
@@ -107,15 +104,13 @@ def make_explorer():
     (V x P above 40 blocks) show the error instead."""
     import ipywidgets as w  # only a live kernel needs widgets; the static figure does not
 
-    controls = {
-        "num_stages": w.IntSlider(value=4, min=1, max=8, description="P stages"),
-        "micro": w.IntSlider(value=4, min=1, max=16, description="M micro"),
-        "virtual": w.IntSlider(value=1, min=1, max=4, description="V chunks"),
-        "steps": w.IntSlider(value=2, min=1, max=6, description="steps"),
-        "wrap": w.Checkbox(value=False, description="wrap across steps"),
-        "last_stage_slowdown": w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05,
-                                             description="last slower"),
-    }
+    controls = {"num_stages": w.IntSlider(value=4, min=1, max=8, description="P stages"),
+                "micro": w.IntSlider(value=4, min=1, max=16, description="M micro"),
+                "virtual": w.IntSlider(value=1, min=1, max=4, description="V chunks"),
+                "steps": w.IntSlider(value=2, min=1, max=6, description="steps"),
+                "wrap": w.Checkbox(value=False, description="wrap across steps"),
+                "last_stage_slowdown": w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05,
+                                                     description="last slower")}
     return explorer.make_explorer(controls, schedule_figure, rows=(3, 3),
                                   summary="Schedule explorer: sliders for P, M, V, steps, wrap "
                                           "and a slower last stage")

@@ -2,8 +2,7 @@
 which messages of an all-to-all cross the node boundary, flat or in two phases.
 
 Both are drawn from the same index arithmetic the code runs (``ring._post_hop``'s source rank,
-``topology.Hierarchy``'s phases), so a picture cannot show a schedule the ranks do not follow.
-"""
+``topology.Hierarchy``'s phases), so a picture cannot show a schedule the ranks do not follow."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ def plot_ring_schedule(p: int = 4, ax=None, title: str | None = None):
             ax.add_patch(plt.Rectangle((hop, rank), 0.94, 0.94, color=colours(src), alpha=0.8))
             ax.text(hop + 0.47, rank + 0.47, f"K/V of\nrank {src}", ha="center", va="center",
                     fontsize=7)
-    ax.set_xlim(0, p)
-    ax.set_ylim(p, 0)  # rank 0 on top
+    ax.set(xlim=(0, p), ylim=(p, 0))  # rank 0 on top
     ax.set_xticks([h + 0.47 for h in range(p)], [f"hop {h}" for h in range(p)], fontsize=8)
     ax.set_yticks([r + 0.47 for r in range(p)], [f"rank {r}\n(its queries)" for r in range(p)],
                   fontsize=8)
@@ -40,7 +38,6 @@ def plot_ring_schedule(p: int = 4, ax=None, title: str | None = None):
 
 def crossing_messages(nodes: int, local: int, hierarchical: bool) -> list[tuple[int, int]]:
     """(sender, receiver) pairs of one all-to-all whose message crosses a node boundary.
-
     Flat: every rank sends to every rank of every other node, (N - 1) L messages each.
     Two-phase (``topology.Hierarchy``): phase 2 sends one message to the same local index on
     each other node, N - 1 each."""
@@ -54,8 +51,7 @@ def crossing_messages(nodes: int, local: int, hierarchical: bool) -> list[tuple[
 def plot_crossings(nodes: int = 2, local: int = 4, axes=None):
     """Two panels, flat and two-phase: the messages one all-to-all sends across the node
     boundary (red) and inside a node (grey; the two-phase one sends N chunks in each)."""
-    if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    axes = plt.subplots(1, 2, figsize=(10, 3.4))[1] if axes is None else axes
     n = nodes * local
     pos = {r: (2 * (r // local), r % local) for r in range(n)}
     for ax, hier in zip(axes, (False, True), strict=True):
@@ -80,10 +76,6 @@ def plot_crossings(nodes: int = 2, local: int = 4, axes=None):
         ax.plot([], [], color="#999", label="message inside a node")
         ax.legend(loc="lower center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=7,
                   frameon=False)
-        ax.set_xlim(-1, 2 * nodes - 1)
-        ax.set_ylim(-0.8, local)
+        ax.set(xlim=(-1, 2 * nodes - 1), ylim=(-0.8, local))
         ax.axis("off")
     return axes
-
-
-__all__ = ["crossing_messages", "plot_crossings", "plot_ring_schedule", "ring_source"]

@@ -2,16 +2,14 @@
 
 A figure draws the median and, as its bar, the fastest and slowest repeat, the same min–max the
 cell prints with ``ppdit.teaching.quote.spread``. Rows without repeats get no bar rather than
-an error, and a bar never has a negative side (the median is always inside its own range).
-"""
+an error, and a bar never has a negative side (the median is always inside its own range)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 
-def min_max_err(medians: Sequence[float], runs: Sequence[Sequence[float]]
-                ) -> list[list[float]]:
+def min_max_err(medians: Sequence[float], runs: Sequence[Sequence[float]]) -> list[list[float]]:
     """``xerr`` / ``yerr`` for matplotlib: distances from each median down to its fastest run
     and up to its slowest (same unit as the medians)."""
     lo = [min([m, *r]) for m, r in zip(medians, runs, strict=True)]

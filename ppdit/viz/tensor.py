@@ -58,8 +58,7 @@ def draw_tp_split(tp: int = 2, ax=None):
             ha="center", fontsize=8)
     ax.text(6.55, top + 0.22, "row-parallel: W2's input features split,\none all-reduce",
             ha="center", fontsize=8)
-    ax.set_xlim(-0.9, 10.0)
-    ax.set_ylim(-0.3, top + 0.75)
+    ax.set(xlim=(-0.9, 10.0), ylim=(-0.3, top + 0.75))
     ax.axis("off")
     ax.set_title(f"Megatron column/row split over {tp} ranks (FFN shown; in attention, "
                  "heads take GELU's place)", loc="left", fontsize=10)
@@ -68,8 +67,7 @@ def draw_tp_split(tp: int = 2, ax=None):
 
 
 def plot_comm_volume(dims: Sequence[int], tps: Sequence[int], *, tokens: int, text_len: int,
-                     bytes_per_element: int = 2, marks: Mapping[str, int] | None = None,
-                     ax=None):
+                     bytes_per_element: int = 2, marks: Mapping[str, int] | None = None, ax=None):
     """Bytes each rank sends per block (ring all-reduce) against hidden size D, one line per TP
     degree; ``marks`` labels named widths (presets) on the x axis."""
     ax = ax or plt.subplots(figsize=(6.5, 3.6))[1]
@@ -82,9 +80,8 @@ def plot_comm_volume(dims: Sequence[int], tps: Sequence[int], *, tokens: int, te
         ax.axvline(d, color=SHARED, lw=0.7, ls=":")
         ax.text(d, ax.get_ylim()[1] * 0.95, f" {name}", rotation=90, va="top", fontsize=7)
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("hidden size D (features, log₂ scale)")
-    ax.set_ylabel("MB sent per rank per block (log scale)")
+    ax.set(yscale="log", xlabel="hidden size D (features, log₂ scale)",
+           ylabel="MB sent per rank per block (log scale)")
     ax.set_title(f"TP traffic per block, S={tokens:,} tokens, "
                  f"{8 * bytes_per_element}-bit activations", loc="left", fontsize=10)
     ax.legend(fontsize=8)
@@ -98,21 +95,17 @@ def plot_graph_breaks(breaks: Mapping[str, tuple[int, int | None]], ax=None):
     ax = ax or plt.subplots(figsize=(6.5, 3.0))[1]
     names = list(breaks)
     xs = range(len(names))
-    block = [breaks[n][0] for n in names]
-    forward = [breaks[n][1] for n in names]
+    block, forward = [breaks[n][0] for n in names], [breaks[n][1] for n in names]
     both = all(f is not None for f in forward)
     shift, width = (0.2, 0.4) if both else (0.0, 0.6)
-    ax.bar([x - shift for x in xs], block, width=width, color=RANK_COLORS[0], label="one block")
-    for x, b in enumerate(block):
-        ax.text(x - shift, b, str(b), ha="center", va="bottom", fontsize=8)
-    if both:
-        ax.bar([x + shift for x in xs], forward, width=width, color=RANK_COLORS[1],
-               label="whole forward")
-        for x, f in enumerate(forward):
-            ax.text(x + shift, f, str(f), ha="center", va="bottom", fontsize=8)
+    series = [("one block", block, -shift)] + ([("whole forward", forward, shift)] if both else [])
+    for i, (label, counts, dx) in enumerate(series):
+        ax.bar([x + dx for x in xs], counts, width=width, color=RANK_COLORS[i], label=label)
+        for x, n in enumerate(counts):
+            ax.text(x + dx, n, str(n), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), names)
-    ax.set_ylabel("graph breaks")
-    ax.set_ylim(0, max(block + [f for f in forward if f is not None] + [1]) * 1.2)
+    ax.set(ylabel="graph breaks",
+           ylim=(0, max(block + [f for f in forward if f is not None] + [1]) * 1.2))
     ax.set_title("Graph breaks per collective style (torch._dynamo.explain)", loc="left",
                  fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
@@ -126,8 +119,7 @@ def plot_forward_times(times_ms: Mapping[str, float], ax=None, title: str = "", 
     variant) adds min-max bars, because rounds on a shared machine spread widely enough to
     reorder the medians; variants whose name says "compiled" get their own colour."""
     ax = ax or plt.subplots(figsize=(6.5, 0.5 + 0.38 * len(times_ms)))[1]
-    names = list(times_ms)
-    med = [times_ms[n] for n in names]
+    names, med = list(times_ms), list(times_ms.values())
     compiled = ["compiled" in n for n in names]
     colors = [RANK_COLORS[1] if c else RANK_COLORS[0] for c in compiled]
     runs = [(runs_ms or {}).get(n, ()) for n in names]
@@ -149,6 +141,3 @@ def plot_forward_times(times_ms: Mapping[str, float], ax=None, title: str = "", 
         ax.set_title(title, loc="left", fontsize=10)
     ax.figure.tight_layout()
     return ax
-
-
-__all__ = ["draw_tp_split", "plot_comm_volume", "plot_forward_times", "plot_graph_breaks"]

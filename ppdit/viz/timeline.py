@@ -1,7 +1,6 @@
 """Pictures of what the ranks did: timelines (one lane per rank) and busy/idle bars.
 
-Plain matplotlib, so the figures land in notebooks, in the book, and as PNGs from the CLI.
-"""
+Plain matplotlib, so the figures land in notebooks, in the book, and as PNGs from the CLI."""
 
 from __future__ import annotations
 
@@ -13,15 +12,8 @@ from matplotlib.ticker import MaxNLocator
 from ppdit.analysis.trace_stats import busy_fractions
 from ppdit.runtime.observe.trace import Span, Trace
 
-KIND_COLORS = {
-    "compute": "#4C72B0",
-    "send": "#DD8452",
-    "recv": "#55A868",
-    "wait": "#C0C0C0",
-    "collective": "#C44E52",
-    "decode": "#8172B3",
-    "boot": "#937860",
-}
+KIND_COLORS = {"compute": "#4C72B0", "send": "#DD8452", "recv": "#55A868", "wait": "#C0C0C0",
+               "collective": "#C44E52", "decode": "#8172B3", "boot": "#937860"}
 _SHADES = (1.0, 0.65)  # alternate compute blocks on a lane so neighbours stay distinguishable
 _INSIDE_COMPUTE = ("collective",)  # spans recorded inside a compute span
 _MIN_PX = 3.0  # the narrowest a short span (a 1 ms send in a 1 s run) is drawn, in pixels
@@ -29,17 +21,12 @@ _LABEL_PT = 7  # compute labels' font size; a label is drawn only where it fits 
 
 
 def plot_timeline(trace: Trace, ax=None, title: str | None = None, label: bool = True,
-                  kinds: tuple[str, ...] | None = None,
-                  window: tuple[float, float] | None = None):
+                  kinds: tuple[str, ...] | None = None, window: tuple[float, float] | None = None):
     """Draw one horizontal lane per rank; spans coloured by kind, compute labelled by request.
-
-    Consecutive compute spans of one request are merged into one labelled block, so a stage
-    that runs 14 steps of request 3 shows one "r3" box, not 14 slivers. Spans shorter than
-    a few pixels (a send) are drawn a few pixels wide so that they stay visible; collectives
-    inside a step keep their true width (enlarge a step with ``window`` to see them);
-    ``window=(start_ms, end_ms)`` enlarges part of the run, and widths and labels are fitted
-    to what is shown. The legend names only the kinds drawn.
-    """
+    Consecutive compute spans of one request merge into one labelled block (one "r3" box, not
+    14 slivers). Spans shorter than a few pixels (a send) are drawn a few pixels wide;
+    collectives inside a step keep their true width. ``window=(start_ms, end_ms)`` enlarges part
+    of the run, widths and labels fitted to what is shown. The legend names only kinds drawn."""
     ax = ax or plt.subplots(figsize=(10, 0.6 + 0.55 * max(1, len(trace.ranks))))[1]
     lo, hi = window or (0.0, trace.makespan_s * 1e3 * 1.01 or 1.0)
     ax.set_xlim(lo, hi)
@@ -61,8 +48,7 @@ def plot_timeline(trace: Trace, ax=None, title: str | None = None, label: bool =
     return ax
 
 
-def _draw_lane(ax, lane: int, spans: list[Span], label: bool, px_ms: float,
-               dpi: float) -> set[str]:
+def _draw_lane(ax, lane: int, spans: list[Span], label: bool, px_ms: float, dpi: float) -> set[str]:
     """One rank's blocks; returns the kinds drawn (for the legend)."""
     n_compute, blocks = 0, _merge_compute(spans)
     for kind, name, start, end in blocks:
@@ -108,17 +94,13 @@ def plot_busy(trace: Trace, ax=None, title: str | None = None):
     """Stacked bars per rank: busy (compute) vs idle share of the whole run."""
     ax = ax or plt.subplots(figsize=(4.5, 3))[1]
     busy = busy_fractions(trace)
-    ranks = list(busy)
-    ax.bar([str(r) for r in ranks], [busy[r] for r in ranks], color=KIND_COLORS["compute"],
-           label="busy")
-    ax.bar([str(r) for r in ranks], [1 - busy[r] for r in ranks], bottom=[busy[r] for r in ranks],
-           color=KIND_COLORS["wait"], label="idle")
-    for i, r in enumerate(ranks):
-        ax.text(i, busy[r] / 2, f"{busy[r]:.0%}", ha="center", va="center", color="white")
-    ax.set_xlabel("rank")
-    ax.set_ylabel("share of run")
-    ax.set_ylim(0, 1.25)  # a band above the bars for the legend: it covers no bar
-    ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+    names, shares = [str(r) for r in busy], list(busy.values())
+    ax.bar(names, shares, color=KIND_COLORS["compute"], label="busy")
+    ax.bar(names, [1 - b for b in shares], bottom=shares, color=KIND_COLORS["wait"], label="idle")
+    for i, b in enumerate(shares):
+        ax.text(i, b / 2, f"{b:.0%}", ha="center", va="center", color="white")
+    # ylim: a band above the bars for the legend, where it covers no bar
+    ax.set(xlabel="rank", ylabel="share of run", ylim=(0, 1.25), yticks=[0, 0.25, 0.5, 0.75, 1.0])
     ax.legend(fontsize=8, loc="upper center", ncol=2, frameon=False)
     if title:
         ax.set_title(title)
@@ -138,8 +120,7 @@ def plot_counters(trace: Trace, names: tuple[str, ...] | None = None, ax=None,
         ax.step([c.t_ns / 1e6 for c in cs] + [end_ms], [c.value for c in cs] + [cs[-1].value],
                 where="post", label=label)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # depths and counts are whole
-    ax.set_xlabel("time (ms)")
-    ax.set_xlim(0, trace.makespan_s * 1e3 * 1.01 or 1)
+    ax.set(xlabel="time (ms)", xlim=(0, trace.makespan_s * 1e3 * 1.01 or 1))
     if by_name:
         ax.legend(fontsize=8, loc="upper right")
     if title:

@@ -26,6 +26,3 @@ def save_loss_plot(vae_losses: list[float], dit_losses: list[float], path: Path)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return path
-
-
-__all__ = ["save_loss_plot"]

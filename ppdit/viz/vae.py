@@ -1,8 +1,6 @@
 """Pictures for the streaming-VAE lesson: the causal cache, frame strips, decode measurements.
 
-Plain matplotlib, like ``ppdit.viz.timeline``; every function takes an optional ``ax`` and
-returns it.
-"""
+Plain matplotlib; every picture takes optional axes (``ax`` or ``axes``) and returns them."""
 
 from __future__ import annotations
 
@@ -36,12 +34,10 @@ def draw_frame_arithmetic(pushes: Sequence[int] = (1, 2, 1), factor: int = 4, ax
             for j in range(outs):
                 ax.add_patch(Rectangle((x + j + 0.05, 0.0), 0.9, 0.5, color=color, alpha=0.75))
                 ax.plot([zx, x + j + 0.5], [1.0, 0.5], color=color, lw=0.6)
-            x += outs
-            z += 1
+            x, z = x + outs, z + 1
     ax.text(-0.3, 1.25, "latent", ha="right", va="center", fontsize=9)
     ax.text(-0.3, 0.25, "pixels", ha="right", va="center", fontsize=9)
-    ax.set_xlim(-2.5, total + 0.5)
-    ax.set_ylim(-0.2, 1.7)
+    ax.set(xlim=(-2.5, total + 0.5), ylim=(-0.2, 1.7))
     ax.axis("off")
     ax.set_title(f"pushes of {list(pushes)} latent frames -> {total} = 1 + {factor}·"
                  f"({latent_frames} − 1) pixel frames (colour = push)", loc="left", fontsize=9)
@@ -72,8 +68,7 @@ def draw_causal_conv(chunk: int = 2, ax=None):
     ax.text(cache + cur + 0.1, 1.45, "kept as the\nnext cache", va="center", fontsize=8)
     ax.text(1, 1.95, "from the cache", ha="center", fontsize=8)
     ax.text(cache + cur / 2, 1.95, "this push", ha="center", fontsize=8)
-    ax.set_xlim(-0.3, cache + cur + 1.8)
-    ax.set_ylim(-0.2, 2.2)
+    ax.set(xlim=(-0.3, cache + cur + 1.8), ylim=(-0.2, 2.2))
     ax.axis("off")
     ax.set_title(f"one causal conv, push of {chunk} frames", loc="left", fontsize=9)
     return ax
@@ -84,8 +79,7 @@ def plot_cache_slots(decoder: StreamingDecoder, ax=None):
     ax = ax or plt.subplots(figsize=(6, 2.4))[1]
     sizes = [b / 2**10 for b in decoder.cache_nbytes()]
     ax.bar(range(len(sizes)), sizes, color="#8172B3")
-    ax.set_xlabel("cache slot (causal conv, input side -> pixel side)")
-    ax.set_ylabel("KiB")
+    ax.set(xlabel="cache slot (causal conv, input side -> pixel side)", ylabel="KiB")
     ax.set_title(f"{len(sizes)} slots, {sum(sizes):,.0f} KiB in all", loc="left", fontsize=9)
     return ax
 
@@ -119,13 +113,9 @@ def frame_strip(video: torch.Tensor, frames: Sequence[int] | None = None, axes=N
 
 def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
     """Per latent length F and mode: time to first frame (log scale), total time, peak memory.
-
-    The time panels are medians with min-max bars over the repeats each row carries: on a shared
-    CPU the repeats spread widely enough to change which mode looks faster. Peak memory comes
-    from one untimed run, so it has no bars.
-    """
-    if axes is None:
-        _, axes = plt.subplots(1, 3, figsize=(12, 3))
+    Times are medians with min-max bars over each row's repeats (on a shared CPU they spread
+    enough to change which mode looks faster); peak memory, from one untimed run, has no bars."""
+    axes = plt.subplots(1, 3, figsize=(12, 3))[1] if axes is None else axes
     lengths = sorted({r.latent_frames for r in rows})
     modes = list(dict.fromkeys(r.mode for r in rows))
     width = 0.8 / len(modes)
@@ -147,8 +137,7 @@ def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
     for ax, (title, unit, _, runs) in zip(axes, panels, strict=True):
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(lengths))],
                       [f"F={f}" for f in lengths])
-        ax.set_xlabel("latent frames")
-        ax.set_ylabel(unit)
+        ax.set(xlabel="latent frames", ylabel=unit)
         repeats = [runs(r) for r in rows] if runs else []
         note = ("one untimed run" if not runs else "median" if not any(repeats) else
                 f"median, bars min–max of {count_label(repeats, 'repeat')}")
@@ -158,7 +147,3 @@ def plot_decode_measurements(rows: Sequence[DecodeMeasurement], axes=None):
     axes[2].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), title="decode",
                    title_fontsize=8)
     return axes
-
-
-__all__ = ["draw_causal_conv", "draw_frame_arithmetic", "frame_strip", "plot_cache_slots",
-           "plot_decode_measurements", "to_images"]

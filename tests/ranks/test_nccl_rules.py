@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from ppdit.runtime.processes.launch import RankError, launch
+from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.processes.pool import RankError
 from ppdit.teaching.hangs import relay
 from tests.support import nccl_workers as w
 

@@ -13,7 +13,8 @@ import torch
 
 from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.observe.timing import timed, warm_up_pairs
-from ppdit.runtime.processes.launch import RankContext, launch
+from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.processes.rank import RankContext
 
 
 def warm_pair(ctx: RankContext, through_rules: bool) -> int:

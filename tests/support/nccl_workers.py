@@ -12,7 +12,7 @@ import torch
 
 from ppdit.runtime.comm.mesh import build_lanes
 from ppdit.runtime.comm.wire import wait_for
-from ppdit.runtime.processes.launch import RankContext
+from ppdit.runtime.processes.rank import RankContext
 
 
 def crossed(ctx: RankContext, fused: bool) -> list[float]:

@@ -10,7 +10,7 @@ from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.parallel.tensor.compare import TPCompare, tp_compare_on_rank
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.comm.mesh import Mesh
-from ppdit.runtime.processes.launch import RankContext
+from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Job, rounds_worker
 
 

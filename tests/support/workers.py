@@ -8,7 +8,7 @@ import torch
 
 from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
-from ppdit.runtime.processes.launch import RankContext
+from ppdit.runtime.processes.rank import RankContext
 
 
 def echo_lines(ctx: RankContext) -> int:

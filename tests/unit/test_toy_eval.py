@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ppdit import toy
+from ppdit.checkpoint.folder import load_folder
 from ppdit.toy import data, detect, evaluate
 
 FOLDER = toy.FOLDER
@@ -52,7 +53,7 @@ def test_recorded_numbers_are_the_recorded_verdicts():
 @pytest.mark.parametrize("i", [0, 1])
 def test_regenerated_clip_gets_the_recorded_verdict(i):
     spec = data.held_out_specs(EVAL["held_out"])[i]
-    clip = evaluate.generate_causal(evaluate.load(FOLDER), spec.prompt, 1000 + i)
+    clip = evaluate.generate_causal(load_folder(FOLDER), spec.prompt, 1000 + i)
     assert clip.shape == (3, data.FRAMES, data.SIZE, data.SIZE)
     assert detect.score(clip, spec).as_dict() == EVAL["trained_causal"]["clips"][i]
 
@@ -64,7 +65,7 @@ def test_demo_first_video_shows_its_prompt_from_the_first_frame():
     from ppdit.serve.config import BringupConfig
 
     seed = BringupConfig().seeds[0]
-    clip = evaluate.generate_causal(evaluate.load(FOLDER), TOY_PROMPTS[0], seed)
+    clip = evaluate.generate_causal(load_folder(FOLDER), TOY_PROMPTS[0], seed)
     wanted = detect.parse_prompt(TOY_PROMPTS[0])[0]
     assert detect.frame_colours(clip) == [wanted] * data.FRAMES
 

@@ -13,9 +13,6 @@ of the single-device forward (batch 1), so the result equals one device bit for 
 takes about one forward instead of two (the all-gather and the update are small).
 Compare: batching both halves on one device (ppdit's ``predict_velocity``) buys GEMM
 efficiency, not latency, and changes the bits.
-
-``CFGHalves`` is the policy a ``Denoiser`` calls for each guided step, so every loop (one
-forward per rank, a step-split stage) runs CFG-parallel the same way.
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ def exchange_halves(mine: torch.Tensor, half: int, group=None, staged: bool = Fa
     """All-gather the two ranks' velocities; returns (v_cond, v_uncond) on every rank.
 
     ``half`` is this rank's half (0: conditional, 1: unconditional); ``staged`` exchanges host
-    copies (gloo between ranks that share a GPU moves host memory only).
-    """
+    copies (gloo between ranks that share a GPU moves host memory only)."""
     if half not in (0, 1):
         raise ValueError(f"half={half} must be 0 (conditional) or 1 (unconditional)")
     wire = mine.detach().to("cpu") if staged else mine.contiguous()
@@ -43,11 +39,9 @@ def exchange_halves(mine: torch.Tensor, half: int, group=None, staged: bool = Fa
 
 
 class CFGHalves:
-    """The CFG-parallel policy of a ``Denoiser`` (``sampler.predict_velocity``): this branch's
-    half of every guided forward, the velocities exchanged, the same guided ``v`` on both.
-
-    It is the last forward transform the one runner applies (``parallel.runner``), so it wraps
-    whatever the forward already is: whole, tensor-parallel, or sequence-parallel."""
+    """The CFG-parallel policy a ``Denoiser`` calls for each guided step, so every loop runs it
+    the same way (``sampler.predict_velocity``): this branch's half of the forward, whatever
+    that forward is (whole, TP, sequence-parallel), the velocities exchanged, one guided ``v``."""
 
     def __init__(self, half: int, group=None, staged: bool = False):
         if half not in (0, 1):
@@ -59,6 +53,3 @@ class CFGHalves:
         mine = forward(latent, timestep, cond.null_text if self.half else cond.text)
         v_cond, v_uncond = exchange_halves(mine, self.half, self.group, self.staged)
         return guide(v_cond, v_uncond, guidance_scale)
-
-
-__all__ = ["CFGHalves", "exchange_halves"]

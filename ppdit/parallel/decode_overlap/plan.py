@@ -14,13 +14,9 @@ queue of the design: a credit flows back per decoded chunk); ``max_ahead=0`` is 
 baseline, generate - decode - generate - ...
 
 Chunks are generated independently (request ``first_seed + k`` per chunk), so consecutive
-chunks are not a coherent video: what matters here is the data flow and the timeline. Causal
-chunked generation with a rolling context is a later lesson. Every chunk has the same shape, so
-the handoff is a fixed ``FrameSpec``; the decoder pushes chunk 0's first latent frame alone (the
-streaming decoder's rule) and the rest after it.
-
-This file is the plan; ``ranks.py`` what the generator and the decoder do, ``run.py`` the entry
-point and the single-device reference.
+chunks are not a coherent video: what matters here is the data flow and the timeline. Every
+chunk has the same shape, so the handoff is a fixed ``FrameSpec``; the decoder pushes chunk 0's
+first latent frame alone (the streaming decoder's rule) and the rest after it.
 """
 
 from __future__ import annotations
@@ -94,13 +90,11 @@ class OverlapPlan:
         return FrameSpec(self.chunk_shape, torch.float32, meta_slots=1)
 
     def num_credits(self) -> int:
-        """Credits the decoder returns: the generator waits for chunk j's before starting chunk
-        j + 1 + max_ahead, for every such chunk that exists."""
+        """Credits the decoder returns: chunk j's lets the generator start chunk j+1+max_ahead."""
         return max(0, self.num_chunks - 1 - self.max_ahead)
 
     def pushes(self, chunk: torch.Tensor, k: int) -> list[torch.Tensor]:
-        """How the decoder feeds chunk k: chunk 0's first frame alone, then ``push_frames`` at
-        a time (views)."""
+        """Chunk k as pushed (views): chunk 0's first frame alone, then push_frames at a time."""
         step = self.push_frames or chunk.shape[2]
         head = [chunk[:, :, :1]] if k == 0 else []
         rest = chunk[:, :, 1:] if k == 0 else chunk

@@ -1,11 +1,10 @@
-"""What each rank of a decode-overlap run does (the plan: ``plan.py``; entry point: ``run.py``).
+"""What each rank of a decode-overlap run does.
 
 Generator (rank 1), per chunk k: wait for a credit if it is ``max_ahead`` chunks ahead ->
 denoise chunk k, the last step writing straight into the outgoing frame -> send it (posted,
 not waited for) -> next chunk. Decoder (rank 0), per chunk: receive (the next receive is posted
 early, so the transfer overlaps this decode) -> push into the streaming decoder -> return a
-credit. Spans: ``compute`` (a denoising step), ``decode`` (a VAE push), ``send`` / ``recv`` /
-``wait`` (P2P and credits).
+credit. Spans: ``compute`` (a step), ``decode`` (a VAE push), ``send``/``recv``/``wait`` (P2P).
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ class OverlapRunner(Runner):
     def warm_up(self, i: int) -> None:
         """One untimed chunk stream through both sides (a graph, if used, is captured here)."""
         if self.plans[i].warmup:
-            self.side.run(self.plans[i], Tracer(self.ctx.rank, self.ctx.placement,
-                                                enabled=False))
+            self.side.run(self.plans[i], Tracer(self.ctx.rank, self.ctx.placement, enabled=False))
 
     def run(self, i: int, tracer: Tracer):
         """The decoder returns (video, received latents); the generator None."""
@@ -95,20 +93,14 @@ class _Generator:
                 return tracer.span("compute", f"c{k}", gpu=True, chunk=k, step=i)
 
             if graph is None:
-                self._denoise(den, plan, request, frame, span)
+                den.run([den.initial_state(request, plan.chunk_shape)], [request],
+                        range(plan.sampling.num_steps), span=span, out=frame)
+                den.release(request)
             else:
                 self._denoise_graph(plan, request, frame, span, graph)
             with tracer.span("send", f"c{k}", chunk=k):
                 outbox.send(frame, [k])
         outbox.flush()
-
-    @staticmethod
-    def _denoise(den: Denoiser, plan: OverlapPlan, request: Request, frame: torch.Tensor,
-                 span) -> None:
-        steps = range(plan.sampling.num_steps)
-        den.run([den.initial_state(request, plan.chunk_shape)], [request], steps, span=span,
-                out=frame)
-        den.release(request)
 
     def _graph_runner(self, plan: OverlapPlan):
         """Captured once per shape and reused by every round (capture costs warm-up runs)."""
@@ -158,8 +150,7 @@ class _Decoder:
                     frames.append(out)
                 if k < plan.num_credits():  # chunk k is out: the generator may go on
                     with tracer.span("send", "credit", chunk=k):
-                        credits.send(torch.ones(1, dtype=torch.int64, device=self.ctx.device),
-                                     [k])
+                        credits.send(torch.ones(1, dtype=torch.int64, device=self.ctx.device), [k])
         if credits is not None:
             credits.flush()
         return torch.cat(frames, dim=2), torch.cat(chunks, dim=2)

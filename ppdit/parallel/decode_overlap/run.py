@@ -50,8 +50,7 @@ def run_decode_overlap(plans: dict[str, OverlapPlan], rounds: int = 1, **launch_
     """Launch 2 ranks and run every plan ``rounds`` times, interleaved round by round.
 
     All plans must share the models (one ``source``): each rank builds its model once.
-    Ranks get one thread each unless ``threads_per_rank`` says otherwise.
-    """
+    Ranks get one thread each unless ``threads_per_rank`` says otherwise."""
     runs = run_side_by_side(plans, runner=OverlapRunner, world_size=2, rounds=rounds,
                             **launch_kwargs)
     out = {}
@@ -70,6 +69,3 @@ def overlap_reference(model: torch.nn.Module, vae, plan: OverlapPlan
     with StreamingDecoder(vae) as decoder:
         frames = [decoder.push(p) for k, c in enumerate(chunks) for p in plan.pushes(c, k)]
     return torch.cat(chunks, dim=2), torch.cat(frames, dim=2)
-
-
-__all__ = ["OverlapResult", "frames_ready", "overlap_reference", "run_decode_overlap"]

@@ -42,6 +42,3 @@ def load_sharded(source: ModelSource, group, device: torch.device) -> tuple[obje
     largest = fill_from_folder(model, source.folder, device, read_rows)
     ready(model)
     return model.eval().requires_grad_(False), local_parameter_bytes(model) + largest
-
-
-__all__ = ["load_sharded"]

@@ -4,9 +4,8 @@ and freed after it, the next block's gather posted early (PyTorch's FSDP2, for i
 Wan's own multi-GPU recipe (``--dit_fsdp`` beside Ulysses) does this: the ranks that split
 the tokens also split the weights, so a 14B DiT (28.6 GB in bf16) needs 28.6 / P GB per GPU
 plus one or two blocks gathered at a time. The blocks hold nearly all the weights; the
-embedders and the output head at the root are small and stay whole on every rank (and
-``ppdit.model``'s stage functions call them outside the root module, where FSDP's root hooks
-would not run).
+embedders and the output head at the root are small and stay whole on every rank (the stage
+functions call them outside the root module, where FSDP's root hooks would not run).
 
 The all-gather rebuilds the exact weights, so the forward is one device's bit for bit. What it
 costs: every block's weights cross the link once per forward (the whole model per forward), in
@@ -53,8 +52,7 @@ GATHER_PREFIX = "all-gather"  # the names of the spans trace_gathers draws start
 
 
 def trace_gathers(model, tracer: Tracer) -> list:
-    """Draw each sharded block's gathers on ``tracer``; returns the hooks' handles (remove them
-    after the round).
+    """Draw each sharded block's gathers on ``tracer``; the hooks' handles (remove after use).
 
     Three hooks per block, around FSDP's own pre-forward (which waits for this block's
     all-gather, then posts the next block's: the prefetch):
@@ -67,8 +65,7 @@ def trace_gathers(model, tracer: Tracer) -> list:
 
     The stamps are when the host reached each point (``now_ns``). On CPU ranks that is when
     the work ran; on a GPU it is the order the host issued it in (kernels run later): read a
-    GPU run's overlap in a ``torch.profiler`` trace, not here.
-    """
+    GPU run's overlap in a ``torch.profiler`` trace, not here."""
     marks: dict[str, int] = {}
     handles = []
     last = len(model.blocks) - 1
@@ -97,17 +94,10 @@ def trace_gathers(model, tracer: Tracer) -> list:
 
 def local_parameter_bytes(model) -> int:
     """Bytes of the parameters this rank holds (its shards, and the unsharded root)."""
-    total = 0
-    for p in model.parameters():
-        local = p.to_local() if hasattr(p, "to_local") else p
-        total += local.numel() * local.element_size()
-    return total
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+    return sum(t.numel() * t.element_size() for t in local)
 
 
 def full_parameter_bytes(model) -> int:
     """Bytes of the whole model's parameters (what one device holds)."""
     return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
-__all__ = ["GATHER_PREFIX", "full_parameter_bytes", "local_parameter_bytes", "ready",
-           "shard_blocks", "trace_gathers"]

@@ -41,13 +41,10 @@ class Mailbox:
     stashing what is not needed yet means one pair of ranks can carry several kinds of message
     without tags, on gloo and NCCL alike.
 
-    Why posting ahead is safe under NCCL: each direction between two ranks has a communicator
-    of its own (``lanes``, ``ppdit.runtime.comm.mesh.Lanes``), so a receive posted ahead queues only
-    behind receives from the same sender, never in front of a send this rank still has to
-    make. On one communicator, P = 2 deadlocks: rank 1's receive of the next hidden state,
-    posted ahead, holds the queue its wrapped latent needs, and rank 0 needs that latent to
-    produce the hidden state (``tests/ranks/test_nccl_rules.py`` keeps that order as a fixture).
-    """
+    Posting ahead is safe under NCCL with a communicator per direction (``lanes``: see the
+    package docstring). On one communicator, P = 2 deadlocks: rank 1's receive of the next
+    hidden state, posted ahead, holds the queue its wrapped latent needs, and rank 0 needs that
+    latent to produce the hidden state (``tests/ranks/test_nccl_rules.py`` keeps that order)."""
 
     def __init__(self, plan: LayerSplitPlan, rank: int, dim: int, wire: Wire, timeout_s: float,
                  ahead: int = 2, lanes: Lanes | None = None):

@@ -13,11 +13,6 @@ and a text projection per micro-batch and step, against sending (n, 6, D) + (n, 
 hop. For Wan 2.1-14B (L = 512 text tokens) that is 1.6% more bytes than ``h`` at 480p (32,760
 tokens) but half as much again for a 1,000-token preview. The price is memory: every rank keeps
 the condition embedder's weights.
-
-The schedule (who does what, in which order, and when a latent may wrap around) is pure and
-lives in ``schedule.py``, the messages in ``comms.py``; this file executes the schedule on real
-ranks, ``run.py`` launches it and holds the single-device reference, ``torch_baseline.py`` runs
-the same stages with ``torch.distributed.pipelining``.
 """
 
 from __future__ import annotations
@@ -48,9 +43,7 @@ from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
 from ppdit.sampler import Denoiser, StepState
 
-# ----------------------------------------------------------------------------------------------
-# What each rank holds
-# ----------------------------------------------------------------------------------------------
+# -- What each rank holds --------------------------------------------------------------------------
 
 
 def build_stage_model(plan: LayerSplitPlan, rank: int):
@@ -60,21 +53,11 @@ def build_stage_model(plan: LayerSplitPlan, rank: int):
     From a folder, only those tensors are read (``checkpoint.partial``): the rank never holds
     another rank's blocks, not even while loading. A seeded preset is built whole from its seed
     first, so that its weights are identical to the single-device reference, and the other
-    blocks are dropped (peak host memory: one full model, briefly).
-    """
+    blocks are dropped (peak host memory: one full model, briefly)."""
     folder = plan.source.folder
     model = meta_transformer(folder, plan.source.dtype) if folder else plan.source.dit()
-    _keep_stage(model, plan, rank)
-    if folder:
-        fill_from_folder(model, folder, torch.device("cpu"))
-        model.eval().requires_grad_(False)
-    return model
-
-
-def _keep_stage(model, plan: LayerSplitPlan, rank: int) -> None:
-    """Drop (in place) every block and end of the model that ``rank`` does not run."""
     owned = {i for chunk in plan.chunks()[rank] for i in chunk}
-    for i in range(len(model.blocks)):
+    for i in range(len(model.blocks)):  # drop every block and end that the rank does not run
         if i not in owned:
             model.blocks[i] = torch.nn.Identity()  # keeps indices; holds no weights
     if rank != 0:
@@ -82,6 +65,10 @@ def _keep_stage(model, plan: LayerSplitPlan, rank: int) -> None:
     if rank != plan.num_stages - 1:
         model.proj_out = None
         model.scale_shift_table = None
+    if folder:
+        fill_from_folder(model, folder, torch.device("cpu"))
+        model.eval().requires_grad_(False)
+    return model
 
 
 def expected_param_count(plan: LayerSplitPlan, rank: int) -> int:
@@ -101,9 +88,7 @@ def expected_param_count(plan: LayerSplitPlan, rank: int) -> int:
     return total
 
 
-# ----------------------------------------------------------------------------------------------
-# One rank's run
-# ----------------------------------------------------------------------------------------------
+# -- One rank's run --------------------------------------------------------------------------------
 
 
 class _Rank:
@@ -116,8 +101,7 @@ class _Rank:
         self.rank = ctx.rank
         self.dim = model.config.num_attention_heads * model.config.attention_head_dim
         self.dtype = model.dtype  # activations; latents and the update stay fp32
-        self.mailbox = Mailbox(plan, self.rank, self.dim, ctx.wire, plan.timeout_s,
-                               lanes=lanes)
+        self.mailbox = Mailbox(plan, self.rank, self.dim, ctx.wire, plan.timeout_s, lanes=lanes)
         self.senders: dict[tuple[int, FrameSpec], FrameSender] = {}
         # The shared sampling loop's pieces: conditioning, guidance and the solver update.
         self.den = plan_denoiser(model, plan)
@@ -141,7 +125,8 @@ class _Rank:
 
     def execute(self, task: Task) -> None:
         """Receive the input, run the chunk (plus prologue / epilogue), send the output."""
-        plan, first, last = self.plan, *self._ends(task)
+        plan = self.plan
+        first, last = plan.is_first(self.rank, task.chunk), plan.is_last(self.rank, task.chunk)
         x = self.receive(task)
         blocks = plan.chunks()[self.rank][task.chunk]
         with self.tracer.span("compute", f"m{task.micro}", step=task.step, micro=task.micro,
@@ -155,9 +140,6 @@ class _Rank:
         else:
             dst, chunk = plan.next_hop(self.rank, task.chunk)
             self.send(dst, Message("hidden", task.step, task.micro, chunk), out)
-
-    def _ends(self, task: Task) -> tuple[bool, bool]:
-        return self.plan.is_first(self.rank, task.chunk), self.plan.is_last(self.rank, task.chunk)
 
     def receive(self, task: Task) -> torch.Tensor:
         """The task's input: noise at step 0 on the first stage, else a message."""
@@ -215,8 +197,7 @@ class _Rank:
 
 
 def micro_text(den: Denoiser, plan: LayerSplitPlan, samples) -> torch.Tensor:
-    """The text rows of a micro-batch: a request's prompt for the conditional half, its null
-    prompt for the unconditional one."""
+    """The text rows of a micro-batch: a request's prompt (conditional half) or null prompt."""
     conds = [den.conditioning(plan.requests[s.request]) for s in samples]
     return torch.cat([c.text if s.half == 0 else c.null_text
                       for s, c in zip(samples, conds, strict=True)])

@@ -1,5 +1,4 @@
-"""Layer split from the caller's side: launch plans side by side, and the single-device
-reference of a plan's arithmetic."""
+"""Layer split from the caller's side: plans side by side, the single-device reference."""
 
 from __future__ import annotations
 
@@ -11,14 +10,14 @@ import torch
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.layer_split.ranks import LayerStageRunner, micro_text, update_request
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.runtime.observe.trace import Trace
+from ppdit.runtime.observe.trace import Rounds, Trace
 from ppdit.runtime.rounds import run_side_by_side
 
 ENGINES = ("ppdit", "torch")
 
 
 @dataclass
-class LayerSplitResult:
+class LayerSplitResult(Rounds):
     """Final latents, one merged timeline per round, and each rank's parameter count."""
 
     plan: LayerSplitPlan
@@ -27,29 +26,19 @@ class LayerSplitResult:
     params_per_rank: list[int] = field(default_factory=list)
 
     @property
-    def trace(self) -> Trace:
-        """The last round's timeline."""
-        return self.traces[-1]
-
-    @property
     def makespans_s(self) -> list[float]:
         """Compute window of each round (first compute start to last compute end), seconds."""
-        return [_compute_window(t) for t in self.traces]
+        return [(max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e9
+                for spans in (t.select("compute") for t in self.traces)]
 
     def throughput(self) -> float:
         """Requests per second, median round."""
         return len(self.plan.requests) / statistics.median(self.makespans_s)
 
 
-def _compute_window(trace: Trace) -> float:
-    spans = trace.select("compute")
-    return (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e9
-
-
 def run_layer_split(plan: LayerSplitPlan, rounds: int = 1,
                     **launch_kwargs) -> LayerSplitResult | None:
-    """Launch ``plan.num_stages`` ranks (one thread each by default) and run the plan
-    (``None`` on torchrun ranks other than 0)."""
+    """Launch ``plan.num_stages`` ranks and run the plan (``None`` on other torchrun ranks)."""
     out = run_layer_splits({"plan": plan}, rounds, **launch_kwargs)
     return None if out is None else out["plan"]
 
@@ -60,8 +49,7 @@ def run_layer_splits(plans: dict[str, LayerSplitPlan], rounds: int = 1,
     """Several plans in one launch, interleaved round by round, so they can be compared.
 
     ``engines`` may name plans to run with ``torch.distributed.pipelining`` ("torch") instead
-    of ppdit's executor, on the same stage models.
-    """
+    of ppdit's executor, on the same stage models."""
     engines = engines or {}
     if set(engines.values()) - set(ENGINES):
         raise ValueError(f"engines {engines} must each be one of {ENGINES}")
@@ -85,8 +73,7 @@ def layer_split_reference(model, plan: LayerSplitPlan) -> dict[int, torch.Tensor
 
     Equal to ``run_layer_split`` bit for bit. Equal to per-request ``generate`` bit for bit when
     every micro-batch is one request without guidance; otherwise the batch shapes differ and
-    only rounding separates them.
-    """
+    only rounding separates them."""
     den = plan_denoiser(model, plan)
     states = [den.initial_state(r, plan.shape) for r in plan.requests]
     for step in range(plan.sampling.num_steps):
@@ -101,7 +88,3 @@ def layer_split_reference(model, plan: LayerSplitPlan) -> dict[int, torch.Tensor
                              for q, row in zip(samples, v.split(1), strict=True)})
         states = [update_request(den, plan, s, velocity) for s in states]
     return {s.request_id: s.latent for s in states}
-
-
-__all__ = ["ENGINES", "LayerSplitResult", "layer_split_reference", "run_layer_split",
-           "run_layer_splits"]

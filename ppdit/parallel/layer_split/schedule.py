@@ -1,8 +1,7 @@
 """Layer-split PP, the pure part: which rank holds which blocks, and in which order it works.
 
 Nothing here talks to another rank, so all of it is unit-testable and the same code drives both
-the real ranks (``ranks.py``) and a simulated clock (``simulate``) that checks the
-schedules against their bubble formulas.
+the real ranks (``ranks.py``) and a simulated clock (``simulate``: the bubble formulas' check).
 
 Vocabulary
 ----------
@@ -100,13 +99,11 @@ class LayerSplitPlan(ModelPlan):
 
     # -- shapes -----------------------------------------------------------------------------
 
-
     @property
     def cfg(self) -> str:
         """Guided steps run their halves as separate samples (``micro_samples``): a plan with
         one sample per micro-batch computes ``WanPipeline``'s two forwards."""
         return "split"
-
 
     @property
     def world_size(self) -> int:
@@ -131,10 +128,8 @@ class LayerSplitPlan(ModelPlan):
 
     def chunks(self) -> list[list[range]]:
         """``chunks()[r][c]``: the block range of rank r's chunk c (virtual stage c * P + r)."""
-        n, p, v = self.preset.num_layers, self.num_stages, self.virtual
-        costs = self.block_costs or (1.0,) * n
-        sizes = balanced_sizes(costs, p * v) if self.block_costs else even_sizes(n, p * v)
-        ranges = to_ranges(sizes)
+        n, p, v, costs = self.preset.num_layers, self.num_stages, self.virtual, self.block_costs
+        ranges = to_ranges(balanced_sizes(costs, p * v) if costs else even_sizes(n, p * v))
         return [[ranges[c * p + r] for c in range(v)] for r in range(p)]
 
     def is_first(self, rank: int, chunk: int) -> bool:
@@ -165,8 +160,7 @@ class WrapTracker:
     ``done(task)`` records a last-virtual-stage task; it returns the requests whose every half
     now has its velocity (they can be updated) and the micro-batches of the *next* step whose
     latents are now all available, in order. Without ``wrap`` nothing is released before the
-    whole step is done: the flush.
-    """
+    whole step is done: the flush."""
 
     def __init__(self, plan: LayerSplitPlan):
         self.plan = plan
@@ -214,23 +208,25 @@ class Message:
     chunk: int = 0
 
 
+def _outputs(plan: LayerSplitPlan, rank: int, task: Task,
+             tracker: WrapTracker) -> list[tuple[int, Message]]:
+    """What (rank, task) sends when it ends, as (destination, message): hidden states to the
+    next virtual stage, or from the last one the latents ``tracker`` releases (the wrap)."""
+    if plan.is_last(rank, task.chunk):
+        _, release = tracker.done(task)
+        return [(0, Message("latent", task.step + 1, m)) for m in release]
+    dst, chunk = plan.next_hop(rank, task.chunk)
+    return [(dst, Message("hidden", task.step, task.micro, chunk))]
+
+
 def messages_sent(plan: LayerSplitPlan, src: int) -> list[tuple[int, Message]]:
     """(destination rank, message) in the exact order rank ``src`` sends them.
 
     A receiver replays its predecessor's order from this to know what arrives next, so messages
     of different kinds on one pair of ranks never get confused (NCCL has no tags to tell them
-    apart; matching by order works on every backend).
-    """
-    out: list[tuple[int, Message]] = []
+    apart; matching by order works on every backend)."""
     tracker = WrapTracker(plan)
-    for t in plan.tasks(src):
-        if plan.is_last(src, t.chunk):
-            _, release = tracker.done(t)
-            out += [(0, Message("latent", t.step + 1, m)) for m in release]
-        else:
-            dst, chunk = plan.next_hop(src, t.chunk)
-            out.append((dst, Message("hidden", t.step, t.micro, chunk)))
-    return out
+    return [out for t in plan.tasks(src) for out in _outputs(plan, src, t, tracker)]
 
 
 def input_message(plan: LayerSplitPlan, rank: int, task: Task) -> Message | None:
@@ -248,9 +244,7 @@ def sender_of(plan: LayerSplitPlan, rank: int, msg: Message) -> int:
     return vs % plan.num_stages
 
 
-# ----------------------------------------------------------------------------------------------
-# A simulated clock: run the real task orders and message rules with given costs
-# ----------------------------------------------------------------------------------------------
+# -- A simulated clock: run the real task orders and message rules with given costs ----------------
 
 
 @dataclass(frozen=True)
@@ -265,14 +259,10 @@ class SimSpan:
 
 def simulate(plan: LayerSplitPlan, cost: Callable[[int, Task], float],
              latency: float = 0.0) -> list[SimSpan]:
-    """Execute every rank's task list on a simulated clock.
-
-    A task starts when its rank has finished the previous task in its order and its input has
-    arrived (sent when the producing task ends, or when the wrap tracker releases it, plus
-    ``latency`` between different ranks). ``cost(rank, task)`` is the task's duration. Start
-    times follow from those two rules alone, so tasks are placed as soon as their input time is
-    known — the same orders and release rules the real ranks use.
-    """
+    """Every rank's task list on a simulated clock, with the real ranks' orders and release
+    rules: a task starts once its rank has finished the previous task in its order and its
+    input has arrived (sent when the producing task ends, or when the wrap tracker releases
+    it, plus ``latency`` between different ranks); ``cost(rank, task)`` is its duration."""
     arrival: dict[tuple[int, Message], float] = {}
     free = [0.0] * plan.num_stages
     orders = [plan.tasks(r) for r in range(plan.num_stages)]
@@ -299,15 +289,6 @@ def simulate(plan: LayerSplitPlan, cost: Callable[[int, Task], float],
         raise RuntimeError("simulated schedule deadlocked: a task waits for a message "
                            "that is never sent")
     return spans
-
-
-def _outputs(plan: LayerSplitPlan, rank: int, task: Task,
-             tracker: WrapTracker) -> list[tuple[int, Message]]:
-    if plan.is_last(rank, task.chunk):
-        _, release = tracker.done(task)
-        return [(0, Message("latent", task.step + 1, m)) for m in release]
-    dst, chunk = plan.next_hop(rank, task.chunk)
-    return [(dst, Message("hidden", task.step, task.micro, chunk))]
 
 
 def sim_bubble(spans: Sequence[SimSpan], num_stages: int) -> float:

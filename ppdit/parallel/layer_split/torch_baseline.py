@@ -46,8 +46,7 @@ class WanStage(nn.Module):
 def run_torch_gpipe(ctx, plan: LayerSplitPlan, model, tracer: Tracer) -> dict[int, torch.Tensor]:
     """All denoising steps of ``plan`` with ``PipelineStage`` + ``ScheduleGPipe`` (forward only).
 
-    The plan must use every rank of the world, one chunk per rank, and no guidance.
-    """
+    The plan must use every rank of the world, one chunk per rank, and no guidance."""
     # Imported when the baseline runs: the library's schedules cost an import nobody else pays.
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 

@@ -17,12 +17,12 @@ on a host copy and its result returns to the device when it is waited for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 
+from ppdit.parallel.partition import even_sizes
 from ppdit.parallel.sequence.topology import Hierarchy
 
 
@@ -32,24 +32,18 @@ class A2ACounter:
 
     calls: int = 0
     bytes_sent: int = 0
-    per_call: list[int] = field(default_factory=list)
 
     def add(self, nbytes: int) -> None:
         """Record one all-to-all that sent ``nbytes`` off this rank."""
         self.calls += 1
         self.bytes_sent += nbytes
-        self.per_call.append(nbytes)
 
 
 def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
                  counter: A2ACounter | None = None, staged: bool = False,
                  hier: Hierarchy | None = None) -> _LazyPermute:
-    """(B, S_r, H, hd) local tokens, all heads -> (B, S, H/P, hd) all tokens, my heads.
-
-    Returns an async tensor: the wait happens at first use (or ``funcol.wait_tensor``).
-    ``hier``: the two-phase all-to-all over nodes (``topology``): the same values, waited for
-    here.
-    """
+    """(B, S_r, H, hd) local tokens, all heads -> (B, S, H/P, hd) all tokens, my heads, once
+    ``wait()``-ed. ``hier``: the two-phase all-to-all over nodes (``topology``), waited for here."""
     b, s_r, h, hd = x.shape
     p = len(split)
     chunks = head_chunks(x, p)
@@ -114,10 +108,4 @@ def a2a_bytes_per_layer(*, batch: int, tokens: int, dim: int, degree: int,
 def even_split(tokens: int, degree: int) -> tuple[int, ...]:
     """Tokens per rank, differing by at most one (earlier ranks take the extra): an uneven
     split, no padding — attention never sees a fake token."""
-    base, extra = divmod(tokens, degree)
-    return tuple(base + (1 if r < extra else 0) for r in range(degree))
-
-
-def group_rank(group) -> int:
-    """This process's rank inside ``group``."""
-    return dist.get_rank(group)
+    return tuple(even_sizes(tokens, degree))

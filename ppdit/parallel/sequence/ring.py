@@ -43,8 +43,7 @@ def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
     On the CPU, PyTorch's flash kernel returns both. Elsewhere the scores are formed whole
     (fp32): the reference arithmetic, with an S_q x S_k buffer per head (a CUDA flash kernel
-    that returns the log-sum-exp would replace it on GPUs).
-    """
+    that returns the log-sum-exp would replace it on GPUs)."""
     qh, kh, vh = (x.permute(0, 2, 1, 3) for x in (q, k, v))
     if q.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh)[:2]
@@ -73,8 +72,7 @@ class Ring:
     rank: int  # this rank's index in the group
     wire: Wire = field(default_factory=Wire)  # how blocks travel (host memory when staged)
     tracer: Tracer | None = None
-    hops: int = 0  # K/V blocks sent (a counter for the bytes formula)
-    bytes_sent: int = 0
+    bytes_sent: int = 0  # K/V bytes this rank sent on
 
     def global_rank(self, r: int) -> int:
         return r if self.group is None else dist.get_global_rank(self.group, r)
@@ -109,7 +107,6 @@ def _post_hop(kv: torch.Tensor, step: int, ring: Ring):
     incoming = torch.empty(shape, dtype=kv.dtype, device=ring.wire.buffers)
     works = ring.wire.batch([("send", outgoing, ring.global_rank(nxt)),
                              ("recv", incoming, ring.global_rank(prv))], ring.group)
-    ring.hops += 1
     ring.bytes_sent += outgoing.numel() * outgoing.element_size()
     return works, outgoing, incoming, prv
 
@@ -142,13 +139,8 @@ class RingAttnProcessor:
 
 def install_ring(model, group, split: tuple[int, ...], wire: Wire, *,
                  tracer: Tracer | None = None) -> Ring:
-    """Route every block's self-attention through ring attention; returns the ring (its
-    counters). Any head count works: nothing is split by heads."""
+    """Route every block's self-attention through ring attention (any head count): the ring."""
     rank = dist.get_rank(group) if group is not None else dist.get_rank()
     ring = Ring(group, tuple(split), rank, wire, tracer)
     install(model, lambda i: RingAttnProcessor(ring))
     return ring
-
-
-__all__ = ["RING_TOL", "Ring", "RingAttnProcessor", "attend_with_lse", "install_ring", "merge",
-           "ring_attention"]

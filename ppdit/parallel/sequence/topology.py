@@ -91,13 +91,9 @@ def _off_rank(chunks: list[torch.Tensor], sizes: list[int], me: int, like: torch
 
 
 def hierarchy(mesh: RankMesh) -> Hierarchy | None:
-    """This rank's (node x local) groups over the sequence axes, as the mesh made them
-    (``Layout.mesh(ranks_per_node=...)``); None without node groups."""
+    """This rank's (node x local) sequence groups as the mesh made them (None: no node groups)."""
     if mesh.node_groups is None:
         return None
     axes, per_node = mesh.mesh.nodes
     intra, inter = mesh.node_groups
     return Hierarchy(mesh.size(*axes) // per_node, per_node, mesh.index(*axes), intra, inter)
-
-
-__all__ = ["Hierarchy", "hierarchy"]

@@ -57,7 +57,7 @@ class UlyssesAttnProcessor:
         in_flight = ExitStack()  # V's all-to-all, from issue to arrival: drawn beside the compute
         if self.vmajor is not None:  # only V's changed rows travel (vmajor.py): no V-first
             with self._span("wait", "all-to-all v (V-Major)"):
-                v_far = _Held(self._v_major(project_v(attn, hidden_states)))
+                v_far = self._v_major(project_v(attn, hidden_states))
         elif self.v_first:  # issue V's all-to-all before any Q/K work
             with self._span("compute", "v"):
                 v = project_v(attn, hidden_states)
@@ -70,11 +70,11 @@ class UlyssesAttnProcessor:
         with self._span("wait", "all-to-all q, k, v"):
             q_far = seq_to_heads(q, **a2a).wait()
             k_far = seq_to_heads(k, **a2a).wait()
-            v_far_t = (v_far if self.v_first or self.vmajor is not None
-                       else seq_to_heads(v, **a2a)).wait()
+            if self.vmajor is None:  # V-Major's V is here already
+                v_far = (v_far if self.v_first else seq_to_heads(v, **a2a)).wait()
             in_flight.close()
         with self._span("compute", "attention"):
-            out = attend(q_far, k_far, v_far_t)
+            out = attend(q_far, k_far, v_far)
         with self._span("wait", "all-to-all out"):
             out = heads_to_seq(out.contiguous(), **a2a)
         return attention_out(attn, out, q)
@@ -88,24 +88,13 @@ class UlyssesAttnProcessor:
         return rows.to(v.device).permute(1, 0, 2, 3)
 
 
-class _Held:
-    """An all-to-all result already here (the V-Major path), waited for like the others."""
-
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor = tensor
-
-    def wait(self) -> torch.Tensor:
-        return self.tensor
-
-
 def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
                     tracer: Tracer | None = None, staged: bool = False,
                     hier: Hierarchy | None = None, vmajor: VMajor | None = None
                     ) -> A2ACounter:
     """Route every block's self-attention through Ulysses; returns the all-to-all counter.
-    ``hier``: every all-to-all in two phases over nodes (``topology``); ``vmajor``: V's
-    all-to-all sends only the rows that changed (``vmajor``; one processor per block: the
-    copies are per layer)."""
+    ``hier``: every all-to-all in two phases over nodes (``topology``); ``vmajor``: V's sends
+    only the rows that changed (``vmajor``; one processor per block: copies are per layer)."""
     check_sp_degree(model.config.num_attention_heads, len(split))
     counter = A2ACounter()
     rank = dist.get_rank(group)
@@ -136,8 +125,7 @@ _ALL_GATHER = getattr(funcol, "all_gather_single", None) or funcol.all_gather_te
 
 def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
                   staged: bool = False) -> torch.Tensor:
-    """All ranks' (B, S_r, C') slices -> (B, S, C') everywhere (padded to the longest slice for
-    the all-gather, trimmed after)."""
+    """All ranks' (B, S_r, C') slices -> (B, S, C') everywhere (padded to the longest slice)."""
     longest = max(split)
     pad = longest - tokens.shape[1]
     padded = F.pad(tokens, (0, 0, 0, pad)) if pad else tokens
@@ -146,7 +134,3 @@ def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
     every = every.to(tokens.device)
     parts = every.chunk(len(split))
     return torch.cat([p[:, :n] for p, n in zip(parts, split, strict=True)], dim=1)
-
-
-__all__ = ["SP_TOL", "UlyssesAttnProcessor", "gather_tokens",
-           "install_ulysses", "sp_forward"]

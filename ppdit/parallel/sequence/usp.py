@@ -1,19 +1,18 @@
 """USP (xDiT's unified sequence parallelism): Ulysses inside, ring attention across.
 
-Ulysses stops at the head count (its degree must divide the heads: 12 for Wan 1.3B, so no
-8-way Ulysses); ring attention has no such limit but sends every K/V block P - 1 hops. USP
-arranges the ranks of one forward as ``ring x ulysses`` (``runtime.comm.mesh``): a Ulysses
-group of U ranks first trades its token slices for a head split (each rank then holds the
-group's whole run of tokens for H/U heads), the R Ulysses groups then pass those runs around a
-ring, one rank per group and head slice, and the output comes back to the token split::
+Ulysses stops at the head count (``ring.py``); ring attention has no such limit but sends every
+K/V block P - 1 hops. USP arranges the ranks of one forward as ``ring x ulysses``
+(``runtime.comm.mesh``): a Ulysses group of U ranks first trades its token slices for a head
+split (each rank then holds the group's whole run of tokens for H/U heads), the R Ulysses groups
+then pass those runs around a ring, one rank per group and head slice, and the output comes
+back to the token split::
 
     (B, S_i, H, hd) --Ulysses a2a--> (B, S_group, H/U, hd) --ring over R--> same --a2a back-->
 
 On 8 ranks and 12 heads: U = 4 (divides 12), R = 2. The all-to-alls stay among the U closest
 ranks (one node), and only K/V blocks cross the slower ring links.
 
-Tolerance: the ring's merge reorders the softmax sums (``ring.RING_TOL``); the all-to-alls only
-move values.
+Tolerance: ``ring.RING_TOL`` (the ring's merge reorders softmax sums; all-to-alls only move values).
 """
 
 from __future__ import annotations
@@ -56,8 +55,7 @@ def usp_splits(split: tuple[int, ...], ulysses: int, ring: int) -> tuple[tuple[i
 
 def install_usp(model, mesh: RankMesh, split: tuple[int, ...], wire: Wire, *,
                 tracer: Tracer | None = None) -> tuple[A2ACounter, Ring]:
-    """Route every block's self-attention through USP over ``mesh``'s ring and ulysses axes;
-    returns the all-to-all counter and the ring (its hop counters)."""
+    """Route every block's self-attention through USP on ``mesh``: the a2a counter, the ring."""
     ulysses, ring_size = mesh.size("ulysses"), mesh.size("ring")
     check_sp_degree(model.config.num_attention_heads, ulysses)
     by_group = usp_splits(split, ulysses, ring_size)
@@ -69,6 +67,3 @@ def install_usp(model, mesh: RankMesh, split: tuple[int, ...], wire: Wire, *,
                                  mesh.coords["ulysses"], ring, counter, wire.staged)
     install(model, lambda i: processor)
     return counter, ring
-
-
-__all__ = ["USPAttnProcessor", "install_usp", "usp_splits"]

@@ -101,6 +101,3 @@ def _count(vm: VMajor, counts_out: list[int], rank: int, s_r: int, chunks: torch
     vm.rows_total += others * s_r
     vm.bytes_sent += sent * row_bytes + others * s_r  # the values, and a byte per row of mask
     vm.bytes_full += others * s_r * row_bytes
-
-
-__all__ = ["VMajor", "changed_rows", "v_all_to_all"]

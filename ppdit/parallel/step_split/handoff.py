@@ -24,8 +24,7 @@ from ppdit.sampler import Request, StepState
 
 def pack(solver: SchedulerSolver | None, states: Sequence[StepState], frame: torch.Tensor
          ) -> list[int]:
-    """Write the group's memory into ``frame[1:]`` (its latents are in ``frame[0]`` already, or
-    copied there now); return the metadata slots."""
+    """Write the group's latents (unless already there) and memory into ``frame``: its metadata."""
     latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
     if latent.data_ptr() != frame[0].data_ptr():
         frame[0].copy_(latent)
@@ -57,6 +56,3 @@ def unpack(solver: SchedulerSolver | None, frame: torch.Tensor, meta: Sequence[i
     return [StepState(r.request_id, step, latents[j],
                       solver.from_wire(step, [s[j] for s in slots], ints))
             for j, r in enumerate(group)]
-
-
-__all__ = ["pack", "unpack"]

@@ -14,8 +14,8 @@ throughput approaches P times one device, ``R P / (R + P - 1)`` of it for R requ
 
 * ``"filled"``: each stage takes requests in order, ``micro_batch`` at a time (a group moves
   through the stages as one batch; 1 = one request at a time, ``R`` = everything batched).
-  ``max_in_flight`` caps how many groups may be inside the pipeline (1 = no filling, the
-  earlier report's setting); the last stage returns a credit to stage 0 per finished group.
+  ``max_in_flight`` caps how many groups may be inside the pipeline (1 = no filling); the
+  last stage returns a credit to stage 0 per finished group.
 * ``"stream_batch"``: a stage holds up to one request per step of its slice and runs them as
   one batch, each sample at its own timestep (StreamDiffusion's *stream batch*, here per stage).
   Batching buys arithmetic efficiency; the price is bitwise equality with one-at-a-time.
@@ -43,10 +43,7 @@ the same steps of the same requests, and never touch another stage's groups.
 
 The same plan runs a pipeline folder (``source`` a folder, ``solver="folder"``, ``cfg="split"``,
 ``prompts`` its embeddings: what ``ppdit generate --layout step`` runs): the folder's scheduler
-is a multistep solver, and its memory travels in the frame beside the latent.
-
-This file is the plan every rank agrees on; ``ranks.py`` is what one stage does on its rank,
-``run.py`` launches a plan and holds the single-device references it must equal.
+is a multistep solver, and its memory travels in the frame beside the latent (``handoff.py``).
 """
 
 from __future__ import annotations
@@ -59,7 +56,7 @@ import torch
 from ppdit.checkpoint.solver import SchedulerSolver
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.forward import ForwardOptions
-from ppdit.parallel.layout import Layout, check_model
+from ppdit.parallel.layout import Layout
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import Conditioning, Request, SamplingConfig, check_cfg
@@ -69,12 +66,9 @@ MODES = ("filled", "stream_batch")
 
 def split_steps(num_steps: int, num_stages: int,
                 weights: Sequence[float] | None = None) -> list[range]:
-    """Contiguous step ranges, one per stage, every stage getting at least one step.
-
-    Without ``weights`` the sizes differ by at most one (earlier stages take the extra steps).
-    With ``weights`` (one cost per step) the split minimises the most expensive stage, which is
-    what bounds a filled pipeline's throughput (exact, by dynamic programming).
-    """
+    """Contiguous step ranges, one per stage, each at least one step: sizes differing by at
+    most one, or with ``weights`` (a cost per step) the split whose most expensive stage, what
+    bounds a filled pipeline's throughput, is cheapest (``partition.balanced_sizes``)."""
     if num_stages < 1:
         raise ValueError(f"num_stages={num_stages} must be >= 1")
     if num_steps < num_stages:
@@ -98,9 +92,7 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     source: ModelSource = field(default_factory=ModelSource)  # the weights every rank builds
     latent_shape: tuple[int, ...] | None = None  # None: the source's default
-    # "euler": ppdit's update; "folder": the source folder's scheduler, whose memory travels
-    # in the handoff frame beside the latent (UniPC: 3 more latents)
-    solver: str = "euler"
+    solver: str = "euler"  # or "folder": its scheduler's memory travels (UniPC: 3 latents)
     cfg: str = "batched"  # guided steps: one batch, or WanPipeline's two forwards ("split")
     prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
     mode: str = "filled"
@@ -110,11 +102,8 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
     # One stage and two replicas is plain data parallelism, the baseline step split must beat.
     replicas: int = 1
     warmup: int = 1  # untimed forwards per rank before the timed run (0 shows the cold start)
-    # floor of every P2P wait inside the ranks; a receive adds 3x the work that must happen
-    # before its data exists (steps upstream x the step time measured in warm-up: p2p.work_bound)
-    timeout_s: float = 120.0
-    # the forward axes of every stage (tp, cfg, ulysses, ring, fsdp; module docstring)
-    stage: Layout = field(default_factory=Layout)
+    timeout_s: float = 120.0  # floor of every P2P wait, above the work before it (work_bound)
+    stage: Layout = field(default_factory=Layout)  # every stage's forward axes (module docstring)
     report_steps: bool = False  # "filled": each stage emits ("step", i) events (a progress bar)
 
     def __post_init__(self) -> None:
@@ -142,18 +131,14 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
             raise ValueError(f"max_in_flight={self.max_in_flight} must be >= 1 (or None)")
         if self.replicas < 1 or self.warmup < 0:
             raise ValueError(f"replicas={self.replicas} must be >= 1, warmup={self.warmup} >= 0")
-        every_step = self.sampling.uses_cfg and self.sampling.guidance_steps is None
-        check_model(self.layout, self.preset, num_steps=self.sampling.num_steps,
-                    latent_shape=self.shape, guided=every_step)
-        self.check_forward(self.stage)
+        self.check_forward()
         if len(self.requests) % (self.replicas * self.micro_batch):
             raise ValueError(f"{len(self.requests)} requests cannot be dealt to replicas="
                              f"{self.replicas} in groups of micro_batch={self.micro_batch}")
 
-
     @property
     def num_stages(self) -> int:
-        """P, the number of ranks this plan runs on."""
+        """P, the pipeline's stages."""
         return len(self.stages)
 
     @property
@@ -170,10 +155,8 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
         """The rank grid: dp = replicas, step = stages, then the stage's forward axes."""
         return self.layout.mesh(dp=self.replicas, ranks_per_node=self.ranks_per_node)
 
-
     def groups(self, replica: int = 0) -> list[tuple[Request, ...]]:
-        """A replica's requests (every ``replicas``-th) in the order they enter its pipeline,
-        ``micro_batch`` at a time."""
+        """A replica's requests (every ``replicas``-th) in pipeline order, by ``micro_batch``."""
         mine, g = self.requests[replica::self.replicas], self.micro_batch
         return [mine[i:i + g] for i in range(0, len(mine), g)]
 
@@ -184,18 +167,14 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
         return SchedulerSolver(self.source.scheduler(), self.sampling.num_steps)
 
     def handoff_bytes(self) -> dict[str, int]:
-        """What one handoff frame carries for one request, by tensor: the latent and each slot
-        of the solver's memory (sent as zeros while absent, early in the warm-up)."""
+        """One request's bytes in a handoff frame: the latent and each slot of solver memory."""
         latent = torch.Size(self.shape).numel() * 4  # fp32
         solver = self.handoff_solver()
         names = [] if solver is None else solver.slot_names()
         return {"latent": latent, **{n: latent for n in names}}
 
     def frame_spec(self) -> FrameSpec:
-        """The handoff frame: one group's latents, then each latent-sized tensor of the solver's
-        memory (``slots`` of them), plus (first request id, step index, the memory's counters
-        and which of its tensors are present). Latents stay fp32 whatever the model's dtype
-        (the sampler's state, as in diffusers)."""
+        """The handoff frame (``handoff.py``), fp32 whatever the model's dtype (as diffusers)."""
         b, *rest = self.shape
         solver = self.handoff_solver()
         slots = 1 + (0 if solver is None else solver.wire_tensors)
@@ -204,15 +183,9 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
         return FrameSpec((slots, b * self.micro_batch, *rest), torch.float32, meta_slots=meta)
 
 
-def make_plan(
-    num_stages: int,
-    num_requests: int = 1,
-    *,
-    sampling: SamplingConfig | None = None,
-    weights: Sequence[float] | None = None,
-    first_seed: int = 0,
-    **kwargs,
-) -> StepSplitPlan:
+def make_plan(num_stages: int, num_requests: int = 1, *, sampling: SamplingConfig | None = None,
+              weights: Sequence[float] | None = None, first_seed: int = 0,
+              **kwargs) -> StepSplitPlan:
     """A plan for ``num_requests`` requests (seeds ``first_seed``, +1, ...) over ``num_stages``."""
     sampling = sampling or SamplingConfig()
     stages = split_steps(sampling.num_steps, num_stages, weights)

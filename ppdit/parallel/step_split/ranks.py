@@ -1,8 +1,7 @@
 """What one step-split stage does on its rank: receive a group, run its steps, pass it on.
 
-``plan.py`` holds the plan, ``run.py`` the entry points; this file is the per-rank side. Rank r
-serves replica ``dp`` as stage ``step`` of the plan's mesh (``ppdit.runtime.comm.mesh``), and
-runs each forward with the stage's axes (``parallel.forward``: TP, sequence, FSDP, CFG).
+Rank r serves replica ``dp`` as stage ``step`` of the plan's mesh (``ppdit.runtime.comm.mesh``),
+and runs each forward with the stage's axes (``parallel.forward``: TP, sequence, FSDP, CFG).
 Phases of a "filled" stage, per group of requests: wait for a credit (stage 0, if in-flight
 groups are capped) -> take (noise on stage 0, else a frame from the previous stage) -> run this
 stage's steps, the last one writing straight into the outgoing frame -> give (send on, or keep
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ppdit.parallel.forward import ForwardStack, reads_shards
+from ppdit.parallel.forward import StackRunner
 from ppdit.parallel.layout import FORWARD
 from ppdit.parallel.step_split import handoff
 from ppdit.parallel.step_split.plan import StepSplitPlan
@@ -28,7 +27,6 @@ from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.observe.timing import exchange, timed
 from ppdit.runtime.observe.trace import Tracer, collectives_into
 from ppdit.runtime.processes.rank import RankContext
-from ppdit.runtime.rounds import ReplicatedRunner
 from ppdit.sampler import Denoiser, Request, StepState
 
 
@@ -45,31 +43,15 @@ class StageInfo:
     warmup_s: float  # the untimed warm-up, torch.compile included when the plan compiles
 
 
-class StepStageRunner(ReplicatedRunner):
-    """Every plan of a side-by-side job on one rank (see ``ppdit.runtime.rounds``); every stage
-    holds the whole model (a TP stage then shards a fresh copy of it), except where every plan
-    reads shards from a folder (TP, FSDP): then a rank reads its shards only."""
+class StepStageRunner(StackRunner):
+    """Every plan of a side-by-side job on one rank (``ppdit.runtime.rounds``): a stage of each."""
 
     def __init__(self, ctx: RankContext, plans: Sequence[StepSplitPlan]):
-        super().__init__(ctx, plans)
         if any(p.compiled for p in plans):
             use_project_compile_cache()
-        # Every rank creates every plan's groups, in plan order (group creation is collective).
-        self.groups = [p.mesh().build(ctx.rank) for p in plans]
-        self.stacks = [None if m is None else ForwardStack(ctx, p, m, self.model)
-                       for p, m in zip(plans, self.groups, strict=True)]
-        self.dens: list[Denoiser | None] = [None if s is None else s.denoiser()
-                                            for s in self.stacks]
+        super().__init__(ctx, plans)
         self.warmup_s = [0.0] * len(plans)
         self.step_s = [0.0] * len(plans)  # one step's time, measured in warm-up (0: none)
-
-    @staticmethod
-    def loads_shards(plans: tuple) -> bool:
-        """Every plan reads shards of a folder (TP, FSDP): each rank reads only its own."""
-        return all(reads_shards(p) for p in plans)
-
-    def takes_part(self, i: int) -> bool:
-        return self.groups[i] is not None
 
     def warm_up(self, i: int) -> None:
         """Pay first-call costs (allocator, kernel choice, compiles) before the clock starts.
@@ -81,8 +63,7 @@ class StepStageRunner(ReplicatedRunner):
         with timed(self.ctx.placement) as whole:
             for _ in range(plan.warmup):
                 with timed(self.ctx.placement) as one:
-                    den.step_batch([den.initial_state(probe, plan.shape)] * batch,
-                                   [probe] * batch)
+                    den.step_batch([den.initial_state(probe, plan.shape)] * batch, [probe] * batch)
                 self.step_s[i] = one.seconds  # the last, warmest step: bounds the waits
         den.release(probe)
         self.warmup_s[i] = whole.seconds
@@ -93,7 +74,7 @@ class StepStageRunner(ReplicatedRunner):
         group): NCCL builds a pair's communicator at its first message, and that belongs to
         the warm-up, not to the first timed round. Pairs go in one global order (prev before
         next, the credits' pair last), so no exchange waits in a cycle."""
-        g, plan = self.groups[i], self.plans[i]
+        g, plan = self.meshes[i], self.plans[i]
         if plan.num_stages == 1 or plan.warmup == 0:  # warmup=0: the cold start, shown whole
             return
         pipe = g.group("step")
@@ -108,21 +89,12 @@ class StepStageRunner(ReplicatedRunner):
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round: this stage's share of plan ``i``; the last stage returns final latents."""
-        stack = self.stacks[i]
-        stack.install(tracer)
-        gathers = stack.gathers(tracer)  # FSDP's all-gathers on the timeline
-        try:
-            return _Stage(self.ctx, self.plans[i], self.dens[i], self.groups[i], tracer,
+        with self.stacks[i].round(tracer):
+            return _Stage(self.ctx, self.plans[i], self.dens[i], self.meshes[i], tracer,
                           self.step_s[i]).run()
-        finally:
-            for handle in gathers:
-                handle.remove()
-
-    def model_of(self, i: int):
-        return self.dens[i].model
 
     def result(self, i: int) -> StageInfo:
-        g = self.groups[i]
+        g = self.meshes[i]
         return StageInfo(self.ctx.rank, g.coords["dp"], g.stage, g.coords["tp"],
                          g.index(*FORWARD), local_param_count(self.dens[i].model),
                          self.warmup_s[i])
@@ -140,10 +112,10 @@ class _Stage:
         self.solver = plan.handoff_solver()  # whose memory travels with the latent
         spec, pg = plan.frame_spec(), groups.group("step")
         n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
-        # Waits are bounded by the work that must happen first (p2p.work_bound): every group
-        # through the stages upstream for a frame, through the whole pipeline for a credit.
-        # Every stage runs the same model on the same shape, so this rank's step time stands
-        # for theirs. (14B at 480p spends minutes upstream before a first handoff.)
+        # Waits are bounded by the work that must happen first (``wire.work_bound``): every
+        # group through the stages upstream for a frame, through the whole pipeline for a
+        # credit. Every stage runs the same model on the same shape: this rank's step time
+        # stands for theirs.
         upstream = sum(len(plan.stages[s]) for s in range(groups.stage)) * n_in
         t_in = work_bound(plan.timeout_s, upstream, step_s)
         t_credit = work_bound(plan.timeout_s, plan.stages[-1].stop * len(self.groups), step_s)
@@ -153,11 +125,9 @@ class _Stage:
         self.outbox = None if self.is_last else FrameSender(
             spec, groups.next_rank, ctx.wire, group=pg, timeout_s=t_credit)
         credit = FrameSpec((1,), torch.int64, meta_slots=0)
-        limited = (plan.mode == "filled" and plan.max_in_flight is not None
-                   and plan.num_stages > 1)
+        limited = plan.mode == "filled" and plan.max_in_flight is not None and plan.num_stages > 1
         n_credits = max(0, len(self.groups) - (plan.max_in_flight or 0))
-        # Credits go back on a group of their own: see RankMesh.back_group.
-        back = groups.back_group
+        back = groups.back_group  # credits' own communicator: see RankMesh.back_group
         self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, ctx.wire, group=back,
                                          count=n_credits, timeout_s=t_credit)
                            if limited and self.is_first else None)
@@ -193,8 +163,7 @@ class _Stage:
         return handoff.unpack(self.solver, frame, meta, group)
 
     def give(self, states: Sequence[StepState], out: dict[int, torch.Tensor]) -> None:
-        """Pass a group on (latents and solver memory in one frame), or keep its latents if
-        this is the last stage."""
+        """Pass a group on (latents and solver memory in one frame); the last stage keeps it."""
         first = states[0].request_id
         if not self.is_last:
             with self.tracer.span("send", f"r{first}", request=first, step=states[0].step_index):
@@ -257,8 +226,8 @@ def stream_batch_ticks(den: Denoiser, requests: list[Request], steps: range, tak
 
     Tick k: ``take`` request k (if any are left), run one batched step over every request held
     (each at its own step), then ``give`` away the oldest if it finished ``steps``. A stage thus
-    holds at most ``len(steps)`` requests, and tick k's batch is fixed by k alone.
-    """
+    holds at most ``len(steps)`` requests, and tick k's batch is fixed by k alone."""
+    span = span or (lambda *args, **meta: nullcontext())
     window: list[tuple[Request, StepState]] = []
     pending = list(requests)
     while pending or window:
@@ -266,15 +235,11 @@ def stream_batch_ticks(den: Denoiser, requests: list[Request], steps: range, tak
             request = pending.pop(0)
             window.append((request, take(request)))
         reqs = [r for r, _ in window]
-        with (span or _no_span)("compute", f"batch {len(window)}", batch=len(window),
-                                requests=",".join(str(r.request_id) for r in reqs)):
+        with span("compute", f"batch {len(window)}", batch=len(window),
+                  requests=",".join(str(r.request_id) for r in reqs)):
             states = den.step_batch([s for _, s in window], reqs)
         window = list(zip(reqs, states, strict=True))
         if window[0][1].step_index == steps.stop:
             request, state = window.pop(0)
             den.release(request)
             give(state)
-
-
-def _no_span(*args, **kwargs):
-    return nullcontext()

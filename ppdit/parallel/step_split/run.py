@@ -1,10 +1,5 @@
 """Step split from the caller's side: launch plans, collect latents and timelines, and the
-single-device references every run must equal.
-
-``run_step_split(plan)`` runs one plan; ``run_step_splits({"a": plan_a, "b": plan_b}, rounds)``
-runs several in one launch, interleaved round by round (``ppdit.runtime.rounds``), so their
-timings can be compared on a shared machine.
-"""
+single-device references every run must equal."""
 
 from __future__ import annotations
 
@@ -46,19 +41,16 @@ class StepSplitResult(Rounds):
 
 
 def run_step_split(plan: StepSplitPlan, rounds: int = 1, **launch_kwargs) -> StepSplitResult:
-    """Launch ``plan.world_size`` ranks, run the plan ``rounds`` times, return latents + traces
-    (``None`` on torchrun ranks other than 0)."""
+    """Launch ``plan.world_size`` ranks and run the plan (``None`` on other torchrun ranks)."""
     out = run_step_splits({"plan": plan}, rounds, **launch_kwargs)
     return None if out is None else out["plan"]
 
 
 def run_step_splits(plans: dict[str, StepSplitPlan], rounds: int = 3,
                     **launch_kwargs) -> dict[str, StepSplitResult] | None:
-    """Several plans in one launch, interleaved round by round, so they can be compared.
-
-    All plans must share the model (``source``); the launch has as many ranks as the largest
-    plan needs, and a smaller plan leaves the other ranks idle during its turn.
-    """
+    """Several plans (one ``source``) in one launch, interleaved round by round so that their
+    timings compare on a shared machine; as many ranks as the largest plan needs, a smaller
+    plan leaving the others idle in its turn (``None`` on torchrun ranks other than 0)."""
     world = max(p.world_size for p in plans.values())
     runs = run_side_by_side(plans, runner=StepStageRunner, world_size=world, rounds=rounds,
                             **launch_kwargs)
@@ -71,8 +63,7 @@ def stream_batch_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[
     """The stream-batch schedule on one device: the same batches, stage after stage.
 
     A stage's batches depend only on its own tick schedule, so running the stages in sequence
-    reproduces exactly the arithmetic of the distributed run: this equals it bitwise.
-    """
+    reproduces exactly the arithmetic of the distributed run: this equals it bitwise."""
     den = plan_denoiser(model, plan)
     out: dict[int, torch.Tensor] = {}
     for replica in range(plan.replicas):
@@ -95,7 +86,3 @@ def grouped_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, 
         for s in den.run(states, group, range(plan.sampling.num_steps)):
             out[s.request_id] = s.latent
     return out
-
-
-__all__ = ["StepSplitResult", "grouped_reference", "run_step_split", "run_step_splits",
-           "stream_batch_reference"]

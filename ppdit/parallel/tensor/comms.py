@@ -1,5 +1,4 @@
-"""What tensor parallelism costs in communication, computed and measured, and what it costs in
-graph breaks.
+"""What tensor parallelism costs in communication, computed and measured, and in graph breaks.
 
 Computed (``tp_comm_per_block``): per block, Wan under TP issues
 
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 NORM_SUM_BYTES = 4  # DistributedRMSNorm reduces fp32 sums of squares, whatever the model dtype
 # Op names (after the namespace) of collectives, functional and in-place; waits and wrappers are
@@ -68,8 +68,7 @@ def tp_comm_per_block(*, batch: int, tokens: int, text_len: int, dim: int, tp: i
 class CollectiveCounter(TorchDispatchMode):
     """Counts collective ops (and their input bytes) dispatched while active, by op name.
 
-    Usage: ``with CollectiveCounter() as c: model(...)``; then ``c.count``, ``c.bytes``.
-    """
+    Usage: ``with CollectiveCounter() as c: model(...)``; then ``c.count``, ``c.bytes``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -79,7 +78,7 @@ class CollectiveCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(func.overloadpacket)  # e.g. "_c10d_functional.all_reduce"
         if name.split(".")[-1] in COLLECTIVE_OPS:
-            tensors = [a for a in _flat(args) if isinstance(a, torch.Tensor)]
+            tensors = [a for a in tree_leaves(args) if isinstance(a, torch.Tensor)]
             self.counts[name] = self.counts.get(name, 0) + 1
             self.nbytes[name] = self.nbytes.get(name, 0) + sum(
                 t.numel() * t.element_size() for t in tensors)
@@ -96,18 +95,9 @@ class CollectiveCounter(TorchDispatchMode):
         return sum(self.nbytes.values())
 
 
-def _flat(args):
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            yield from _flat(a)
-        else:
-            yield a
-
-
 @dataclass
 class TraceReport:
-    """What Dynamo made of a function: graphs, breaks (with their distinct reasons), and the
-    collectives that ended up inside the graphs."""
+    """What Dynamo made of a function: graphs, breaks (distinct reasons), graphs' collectives."""
 
     graph_count: int
     graph_break_count: int
@@ -124,11 +114,9 @@ def trace_report(fn: Callable, *args, collectives: bool | str = True) -> TraceRe
 
     ``graph_break_count`` counts breaks met while compiling, not per call: code that Dynamo
     already compiled (the second of two identical blocks) adds none. The all-reduces are counted
-    in the ATen-level graphs AOTAutograd produces, after DTensor's subclass has been traced
-    through; at Dynamo's level a DTensor graph shows its redistributions only as DTensor ops.
-    Collectives left outside the graphs (at graph breaks) run eagerly and are not counted.
-    ``fn`` runs (once or twice): on ranks, call it on every rank of the group.
-    """
+    in AOTAutograd's ATen graphs, where DTensor's redistributions show as collectives; those
+    left outside the graphs (at graph breaks) run eagerly and are not counted. ``fn`` runs
+    (once or twice): on ranks, call it on every rank of the group."""
     torch._dynamo.reset()
     try:
         ex = torch._dynamo.explain(fn)(*args)
@@ -143,8 +131,7 @@ def trace_report(fn: Callable, *args, collectives: bool | str = True) -> TraceRe
 
 
 def _aten_all_reduces(fn: Callable, *args) -> tuple[int, int]:
-    """Compile ``fn`` with a backend that keeps AOTAutograd's forward graphs and runs them
-    as they are; count the all_reduce nodes and their input bytes."""
+    """The all_reduce nodes (and their input bytes) of ``fn``'s AOTAutograd forward graphs."""
     # AOTAutograd's modules are heavy to import and only tracing needs them.
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -164,7 +151,3 @@ def _aten_all_reduces(fn: Callable, *args) -> tuple[int, int]:
                 val = node.args[0].meta.get("val")
                 nbytes += val.numel() * val.element_size()
     return n, nbytes
-
-
-__all__ = ["COLLECTIVE_OPS", "BlockComm", "CollectiveCounter", "TraceReport",
-           "tp_comm_per_block", "trace_report"]

@@ -112,8 +112,7 @@ def build_variant(variant: TPVariant, spec: TPCompare, group: dist.ProcessGroup,
     if variant.style == "single":
         return model
     if variant.style == "dtensor":
-        return parallelize_wan_dtensor(model, tp_group=group,
-                                       device_type=placement.device.type,
+        return parallelize_wan_dtensor(model, tp_group=group, device_type=placement.device.type,
                                        staged=placement.staged)
     return parallelize_wan(model, tp_group=group, collectives=variant.style,
                            staged=placement.staged)
@@ -125,8 +124,7 @@ class TPCompareRunner(Runner):
     The job's plans are (spec, variant) pairs. Order, and why: build every variant eagerly and
     check it against the single-device forward, counting collectives -> trace graph breaks
     (``torch._dynamo.explain`` resets Dynamo, which would throw away compiled code, so it runs
-    before any compile) -> per variant, compile and warm up -> timed rounds.
-    """
+    before any compile) -> per variant, compile and warm up -> timed rounds."""
 
     def __init__(self, ctx: RankContext, plans: tuple[tuple[TPCompare, TPVariant], ...]):
         super().__init__(ctx, plans)
@@ -189,8 +187,7 @@ def _jobs(spec: TPCompare) -> dict[str, tuple[TPCompare, TPVariant]]:
 
 
 def tp_compare_on_rank(ctx: RankContext, spec: TPCompare) -> dict[str, VariantResult]:
-    """Run ``spec`` inside a worker that is already running on every rank (several checks in
-    one launch); returns this rank's results by variant name."""
+    """Run ``spec`` in a worker already running on every rank: this rank's results by variant."""
     jobs = _jobs(spec)
     out = rounds_worker(ctx, Job(TPCompareRunner, tuple(jobs.values()), spec.rounds))
     return dict(zip(jobs, out.results, strict=True))
@@ -217,14 +214,9 @@ def speedup(results: dict[str, VariantResult], fast: str, base: str) -> float:
 
 
 def run_tp_compare(spec: TPCompare, tp: int, **launch_kwargs) -> list[dict[str, VariantResult]]:
-    """Launch ``tp`` ranks (one thread each unless told otherwise) and run ``spec``; returns
-    every rank's results (index = rank)."""
+    """Launch ``tp`` ranks (a thread each unless told otherwise), run ``spec``: results by rank."""
     use_project_compile_cache()
     launch_kwargs.setdefault("timeout_s", 600)
     runs = run_side_by_side(_jobs(spec), runner=TPCompareRunner, world_size=tp,
                             rounds=spec.rounds, **launch_kwargs)
     return [{name: r.results[rank] for name, r in runs.items()} for rank in range(tp)]
-
-
-__all__ = ["STYLES", "TPCompare", "TPCompareRunner", "TPVariant", "VariantResult",
-           "build_variant", "example_inputs", "run_tp_compare", "speedup", "tp_compare_on_rank"]

@@ -42,8 +42,7 @@ def parallelize_wan_dtensor(model: WanTransformer3DModel, *, tp_group: dist.Proc
     """Shard every block over ``tp_group`` with DTensor's ``parallelize_module``, in place.
 
     ``src_data_rank=None``: every rank already holds the same full weights (same seed), so each
-    cuts its own shard locally instead of receiving it from rank 0.
-    """
+    cuts its own shard locally instead of receiving it from rank 0."""
     if staged:
         raise ValueError("DTensor issues its own collectives on the tensors it holds, and gloo "
                          "cannot move CUDA tensors: the DTensor variant needs a GPU per rank "
@@ -61,6 +60,3 @@ def parallelize_wan_dtensor(model: WanTransformer3DModel, *, tp_group: dist.Proc
             attn.norm_k = DistributedRMSNorm(attn.norm_k, rank=rank, tp=tp, group=tp_group)
             _localize_heads(attn, tp)
     return model
-
-
-__all__ = ["block_plan", "parallelize_wan_dtensor"]

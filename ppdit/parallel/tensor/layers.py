@@ -21,8 +21,8 @@ and its FFN (in column; out row) each cost one all-reduce of (B, S, D).
 
 Wan adds one twist: it RMS-normalizes q and k over the *whole* inner dim (all heads at once,
 ``qk_norm="rms_norm_across_heads"``) before splitting into heads. A rank holds only D/tp of
-those features, so its local mean of squares is wrong. ``DistributedRMSNorm`` all-reduces the
-per-token sum of squares, a (B, S, 1) tensor — D times smaller than the activations.
+those features, so its local mean of squares is wrong: ``DistributedRMSNorm`` all-reduces the
+per-token sums of squares first.
 
 How the all-reduce is issued (``collectives``):
 
@@ -59,13 +59,11 @@ def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
                    staged: bool = False) -> torch.Tensor:
     """Sum ``x`` over ``group`` and return the result, using one of ``COLLECTIVES``.
 
-    ``staged`` (ranks sharing a GPU over gloo, which moves only host memory): the sum runs on a
-    host copy with c10d and comes back to ``x``'s device, whatever the style (an eager
-    fallback: ``compile_blocks`` refuses staged layers, whose copies a graph cannot hold).
+    ``staged`` (ranks sharing a GPU over gloo, which moves only host memory): whatever the style,
+    the sum runs eagerly on a host copy with c10d and comes back to ``x``'s device.
     Inside ``collectives_into(tracer)`` an eager call records a ``collective`` span that ends
     when the sum is there: funcol's wait moves into the span, from the next op that reads the
-    result (eagerly, the very next one), so the step's arithmetic and order are unchanged.
-    """
+    result (eagerly, the very next one), so the step's arithmetic and order are unchanged."""
     tracer = None if torch.compiler.is_compiling() else collective_tracer()
     if tracer is not None:  # eager, and a timeline asked: time it to its result (a wait)
         with tracer.span("collective", "all-reduce", gpu=True):
@@ -81,8 +79,6 @@ def _all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
         dist.all_reduce(host, group=group)
         return host.to(x.device)
     if collectives == "funcol":
-        # A new tensor; the wait happens where the result is first read (or as an explicit
-        # wait_tensor node in a compiled graph).
         return funcol.all_reduce(x, "sum", group)
     if collectives == "c10d":
         dist.all_reduce(x, group=group)  # in place: x is a fresh intermediate nobody else holds
@@ -97,17 +93,13 @@ def _all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
 
 
 def _shard(t: torch.Tensor, dim: int, rank: int, tp: int) -> torch.Tensor:
-    """Rank ``rank``'s contiguous 1/tp slice of ``t`` along ``dim`` (a copy: the full tensor
-    can then be freed)."""
+    """Rank ``rank``'s contiguous 1/tp of ``t`` along ``dim`` (a copy: ``t`` can be freed)."""
     return t.chunk(tp, dim=dim)[rank].contiguous().clone()
 
 
 class ColumnParallelLinear(nn.Module):
     """``y_r = x W_r^T + b_r``: this rank's 1/tp of the output features; needs no communication.
-
-    Built from the full ``nn.Linear`` every rank holds (same seed), keeping only rows
-    ``[rank*out/tp, (rank+1)*out/tp)`` of the weight and the matching bias slice.
-    """
+    Cut from the full ``nn.Linear`` every rank holds (same seed): rows and bias slice r."""
 
     def __init__(self, full: nn.Linear, *, rank: int, tp: int):
         super().__init__()
@@ -127,8 +119,7 @@ class RowParallelLinear(nn.Module):
     """``y = all_reduce(x_r W_r^T) + b``: input features split, partial sums reduced, bias once.
 
     The bias is added *after* the all-reduce on every rank; adding it before would count it
-    ``tp`` times. It is therefore replicated (D values), not sharded.
-    """
+    ``tp`` times. It is therefore replicated (D values), not sharded."""
 
     def __init__(self, full: nn.Linear, *, rank: int, tp: int, group: dist.ProcessGroup,
                  collectives: str = "funcol", staged: bool = False):
@@ -163,11 +154,8 @@ class DistributedRMSNorm(nn.Module):
         ss   = all_reduce_sum(ss_r)                       (B, S, 1), identical everywhere
         y_r  = x_r / sqrt(ss / D + eps) * w[my slice]     (B, S, D/tp)
 
-    One scalar per token crosses the wire, against D/tp per token for the activations. Wan
-    applies this to q and k of both attentions, so a block issues four of these small
-    all-reduces next to its three big ones. (The sums differ in rounding from one device's,
-    which adds the D values in another order: one reason TP is close, not bitwise, equal.)
-    """
+    One scalar per token crosses the wire, against D/tp per token for the activations: four of
+    these small all-reduces per block (q and k of both attentions) beside its three big ones."""
 
     def __init__(self, full: nn.RMSNorm, *, rank: int, tp: int, group: dist.ProcessGroup,
                  collectives: str = "funcol", staged: bool = False):
@@ -198,8 +186,7 @@ def split_rms_norm(x: torch.Tensor, norm: nn.RMSNorm, tp: int, *, exchange: bool
 
     Each "rank" takes its D/tp slice of ``x`` and of the weight. With ``exchange`` the slices'
     sums of squares are added first (what ``DistributedRMSNorm``'s all-reduce does); without
-    it each slice is normalized by its own RMS, the mistake a per-rank ``nn.RMSNorm`` makes.
-    """
+    it each slice is normalized by its own RMS, the mistake a per-rank ``nn.RMSNorm`` makes."""
     xs, ws = x.float().chunk(tp, dim=-1), norm.weight.chunk(tp)
     sums = [xi.pow(2).sum(dim=-1, keepdim=True) for xi in xs]  # (..., 1) per rank
     dim = x.shape[-1]
@@ -209,7 +196,3 @@ def split_rms_norm(x: torch.Tensor, norm: nn.RMSNorm, tp: int, *, exchange: bool
     else:
         scales = [torch.rsqrt(si / (dim // tp) + norm.eps) for si in sums]
     return torch.cat([xi * si * wi for xi, si, wi in zip(xs, scales, ws, strict=True)], dim=-1)
-
-
-__all__ = ["COLLECTIVES", "ColumnParallelLinear", "DistributedRMSNorm", "RowParallelLinear",
-           "all_reduce_sum", "split_rms_norm"]

@@ -57,6 +57,3 @@ def loading_worker(ctx: RankContext, folder: str) -> dict:
     held = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     return {"held": held, "peak": mem.peak_bytes, "largest": largest,
             "params": {n: p.detach().cpu().clone() for n, p in model.named_parameters()}}
-
-
-__all__ = ["load_tp", "loading_worker", "shard_index"]

@@ -19,9 +19,8 @@
 
 Everything outside the blocks (patch embedding, condition embedder, output head) stays
 replicated: it is a few percent of the work and keeps every rank's ``h`` identical, which is
-what lets the same diffusers block code run unchanged around the swapped-in layers. The
-attention processor is diffusers' own; it only needs ``attn.heads`` to say how many heads this
-rank holds.
+what lets the same diffusers block code run unchanged around the swapped-in layers (diffusers'
+attention processor only needs ``attn.heads`` to say how many heads this rank holds).
 
 The single-device model code is not touched (torchtitan's rule: parallelize from outside), and
 the group is an argument (no hidden global): a PP x TP mesh passes each stage its own group.
@@ -60,14 +59,10 @@ TP_TOL_BY_DTYPE = {"fp32": TP_TOL, "bf16": {"rtol": 2e-2, "atol": 2e-2},
 
 def parallelize_wan(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup,
                     collectives: str = "funcol", staged: bool = False) -> WanTransformer3DModel:
-    """Shard every block of ``model`` over ``tp_group`` (Megatron column/row split), in place.
-
-    Every rank of the group must hold the same full weights before the call (``build_model``
-    with one seed); afterwards each keeps only its shards and the full block weights are freed.
-    ``collectives`` picks how the all-reduces are issued (see ``layers.py``); ``staged`` (from
-    the rank's ``Placement``: ranks sharing a GPU over gloo) runs them on host copies. Returns the
-    model for chaining. With a group of one rank the model is returned unchanged.
-    """
+    """Shard every block of ``model`` over ``tp_group`` (Megatron column/row split) in place,
+    and return it (unchanged by a group of one rank). Every rank must hold the same full
+    weights before (one seed); after, each keeps only its shards. ``collectives``: how the
+    all-reduces are issued (``layers.py``); ``staged``: on host copies (gloo on a shared GPU)."""
     if collectives not in COLLECTIVES:
         raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
     tp, rank = dist.get_world_size(tp_group), dist.get_rank(tp_group)
@@ -139,8 +134,7 @@ def expected_tp_param_count(model: nn.Module, tp: int) -> int:
 
 
 def local_param_count(model: nn.Module) -> int:
-    """Parameters this rank holds in memory: a DTensor parameter counts its local shard only
-    (its ``numel()`` is the global size)."""
+    """Parameters this rank holds: a DTensor's local shard (its ``numel()`` is global)."""
     return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel()
                for p in model.parameters())
 
@@ -150,8 +144,7 @@ def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
 
     Per block rather than the whole forward: the blocks are alike, so after the first one
     compiles the others reuse its code or Inductor's cached kernels, and a compile costs
-    seconds, not a minute. ``fullgraph=True`` turns any graph break into an error.
-    """
+    seconds, not a minute. ``fullgraph=True`` turns any graph break into an error."""
     staged = [m for m in model.modules() if getattr(m, "staged", False)]
     if staged:
         raise ValueError("compile_blocks: the model's collectives are staged through host "
@@ -161,8 +154,3 @@ def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
     for block in model.blocks:
         block.compile(**compile_kwargs)
     return model
-
-
-__all__ = ["TP_TOL", "TP_TOL_BY_DTYPE", "compile_blocks",
-           "expected_tp_param_count", "local_param_count", "parallelize_wan",
-           "sharded_param_names"]

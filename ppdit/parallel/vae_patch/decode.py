@@ -1,5 +1,4 @@
-"""The patch-parallel decode: which decoder layers need their neighbours, and the wrappers that
-give it to them.
+"""The patch-parallel decode: which decoder layers need their neighbours, and their wrappers.
 
 Going through ``WanDecoder3d`` layer by layer (diffusers' ``autoencoder_kl_wan.py``):
 
@@ -13,9 +12,8 @@ Going through ``WanDecoder3d`` layer by layer (diffusers' ``autoencoder_kl_wan.p
   below — **halo** (``halo.fill_halos``). The causal cache each conv keeps is a slice of its own
   input, so each rank keeps the cache of its own rows; the halo is exchanged on the input *after*
   the cached frames are concatenated in time, so the neighbour's rows of those frames come too.
-* ``WanAttentionBlock`` (mid block): one head over all H x W positions of a frame — global. Each
-  rank computes q, k, v for its positions (1x1 convs), gathers every rank's k and v, and attends
-  with its own queries only.
+* ``WanAttentionBlock`` (mid block): one head over all H x W positions of a frame — global. A
+  rank computes q, k, v for its positions (1x1 convs), gathers all k and v, attends with its q.
 
 Nothing else changes: the wrappers replace layers in a *copy* of the decoder that shares the
 VAE's weights, and ``StreamingDecoder`` drives that copy exactly as it drives the original — so
@@ -117,8 +115,7 @@ class HaloConv2d(nn.Module):
 class PatchAttention(nn.Module):
     """``WanAttentionBlock`` over a frame split by rows: own queries, every rank's keys/values.
 
-    ``split`` is the latent rows per rank; at this layer each holds ``split[r] · scale`` rows.
-    """
+    ``split`` is the latent rows per rank; at this layer each holds ``split[r] · scale`` rows."""
 
     def __init__(self, inner: WanAttentionBlock, rows: RowGroup, split: tuple[int, ...]):
         super().__init__()
@@ -151,11 +148,8 @@ def _wrap(m: nn.Module, rows: RowGroup, split: tuple[int, ...]) -> nn.Module | N
 
 
 def patch_decoder(decoder: WanDecoder3d, rows: RowGroup, split: tuple[int, ...]) -> WanDecoder3d:
-    """A copy of ``decoder`` sharing its weights, with every non-local layer wrapped.
-
-    The copy's module tree is new (deepcopy with every parameter and buffer memoised as
-    itself), so wrapping it leaves the original decoder exactly as it was.
-    """
+    """A copy of ``decoder`` sharing its weights (a deepcopy with every parameter and buffer
+    memoised as itself), with every non-local layer wrapped: the original is left as it was."""
     check_decoder(decoder)
     shared = {id(t): t for t in [*decoder.parameters(), *decoder.buffers()]}
     twin = copy.deepcopy(decoder, memo=shared)
@@ -219,18 +213,11 @@ def decode_patch_parallel(vae: AutoencoderKLWan, latents: torch.Tensor, group=No
                           rows: RowGroup | None = None) -> torch.Tensor | None:
     """Decode ``latents`` (B, z, F, H, W), held whole by every rank of ``group``, split by rows.
 
-    ``chunk_frames=1`` runs the very per-frame loop of ``decode_full`` (diffusers' ``_decode``),
-    so it equals ``decode_full`` up to ``PATCH_TOL``; larger chunks stream as
-    ``decode_streaming`` does. ``gather`` as in ``PatchStreamingDecoder``; with "first" the
-    ranks other than group rank 0 return ``None``. ``rows`` overrides ``group`` (to pass NCCL
-    rules or a timeout: ``RowGroup.of(group, ctx.wire, timeout_s=...)``).
-    """
+    ``chunk_frames=1`` runs the very per-frame loop of ``decode_full`` (diffusers' ``_decode``):
+    equal to it up to ``PATCH_TOL``; larger chunks stream as ``decode_streaming`` does.
+    ``gather`` as in ``PatchStreamingDecoder``. ``rows`` overrides ``group`` (to pass NCCL
+    rules or a timeout: ``RowGroup.of(group, ctx.wire, timeout_s=...)``)."""
     with PatchStreamingDecoder(vae, latents.shape[3], group=group, gather=gather,
                                rows=rows) as decoder:
         parts = [decoder.push(c) for c in iter_chunks(latents, chunk_frames)]
     return None if parts[0] is None else torch.cat(parts, dim=2)
-
-
-__all__ = ["GATHER", "PATCH_TOL", "HaloCausalConv3d", "HaloConv2d", "PatchAttention",
-           "PatchStreamingDecoder", "PatchVAE", "check_decoder", "decode_patch_parallel",
-           "halo_width", "patch_decoder"]

@@ -32,11 +32,8 @@ ROW_DIM = -2  # rows (height) are the second-to-last dim of every activation, 4D
 
 
 def split_rows(height: int, parts: int, min_rows: int = 1) -> tuple[int, ...]:
-    """Latent rows per rank, top to bottom, differing by at most one (upper ranks larger).
-
-    Every rank needs at least ``min_rows`` (the widest halo): a halo then comes from the
-    adjacent rank alone, never from a rank two away.
-    """
+    """Latent rows per rank, top to bottom, differing by at most one (upper ranks larger), at
+    least ``min_rows`` (the widest halo) each: a halo then comes from the adjacent rank alone."""
     if parts < 1 or min_rows < 1:
         raise ValueError(f"parts={parts} and min_rows={min_rows} must be >= 1")
     if height < parts * min_rows:
@@ -80,8 +77,7 @@ class RowGroup:
     def of(cls, group, wire: Wire, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> RowGroup:
         """This process's place in ``group`` (the world when ``None``)."""
         size = dist.get_world_size(group)
-        peers = tuple(r if group is None else dist.get_global_rank(group, r)
-                      for r in range(size))
+        peers = tuple(r if group is None else dist.get_global_rank(group, r) for r in range(size))
         return cls(dist.get_rank(group), peers, group, wire, timeout_s)
 
     @property
@@ -107,10 +103,8 @@ class RowGroup:
 
 
 def fill_halos(padded: torch.Tensor, width: int, rows: RowGroup) -> torch.Tensor:
-    """Exchange halos on a tensor already zero-padded by ``width`` rows each side (in place).
-
-    Shapes: (..., own rows + 2 width, W'); sends and receives (..., width, W') per neighbour.
-    """
+    """Exchange halos (in place) on a tensor already zero-padded by ``width`` rows each side,
+    (..., own rows + 2 width, W'): (..., width, W') sent and received per neighbour."""
     first, last = edge_rows(padded, width)
     upper = lower = None
     ops = []
@@ -145,7 +139,3 @@ def gather_rows(local: torch.Tensor, sizes: tuple[int, ...], rows: RowGroup, *, 
             ops.append(("recv", parts[r], peer))
     rows.exchange(ops, f"gathering rows on rank {rows.rank}")
     return None if dst not in (None, rows.rank) else torch.cat(parts, dim=dim)
-
-
-__all__ = ["ROW_DIM", "RowGroup", "edge_rows", "fill_halos", "gather_rows", "place_halos",
-           "split_rows"]

@@ -7,12 +7,7 @@ layout's weights: a seeded preset (the lessons and tests) or a pipeline folder's
 holds it whole (Wan's is a few hundred MB: the activations are what the split is for). Plans of
 several sizes run side by side in one launch (``run_patches``), each over the first n ranks of
 its own group (``runtime.comm.mesh``), interleaved round by round as every layout's are.
-
-What a rank reports: the videos it gathered (``gather="all"``: every rank; "first": rank 0),
-its decodes' seconds, with ``memory=True`` (the harness's) the peak tensor bytes of its round
-above the weights and the latents, and with ``peaks`` the peaks of decoding the first case once
-keeping only its rows and once gathering on rank 0 (``runtime.observe.memory``).
-``one_process_decode`` is the reference: ``decode_full`` and its peak, measured the same way.
+``one_process_decode`` is the reference: ``decode_full`` and its peak (``observe.memory``).
 """
 
 from __future__ import annotations
@@ -117,8 +112,9 @@ class PatchRunner(Runner):
 @dataclass
 class PatchRun:
     """One plan's outcome: rank 0's videos by (case, chunk frames), whether every rank that
-    gathered holds the same, and per rank its decodes' seconds, its round's peak (run with
-    ``memory=True``; else 0) and (``peaks``) case 0's two peaks."""
+    gathered holds the same, and per rank its decodes' seconds, its round's peak tensor bytes
+    above the weights and latents (run with ``memory=True``; else 0) and (``peaks``) case 0's
+    two peaks, rows kept and rows gathered on rank 0."""
 
     plan: PatchPlan
     videos: dict[tuple[int, int], torch.Tensor]
@@ -164,7 +160,3 @@ def one_process_decode(vae: AutoencoderKLWan, latents: torch.Tensor) -> tuple[to
     with track_peak_memory() as mem:
         video = decode_full(vae, latents)
     return video, mem.peak_bytes
-
-
-__all__ = ["PatchPlan", "PatchRun", "PatchRunner", "RankPeaks", "one_process_decode",
-           "run_patch", "run_patches"]

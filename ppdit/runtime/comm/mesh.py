@@ -114,9 +114,8 @@ class Mesh:
         return out
 
     def build(self, rank: int) -> RankMesh | None:
-        """Make every group of the mesh, on every rank of the world in the same order, and
-        return this rank's view (``None`` for a rank outside the grid). Ranks above the grid
-        stay idle (a smaller plan beside a larger one)."""
+        """Make every group of the mesh (see the module) and return this rank's view (``None``
+        outside the grid: ranks above it stay idle, a smaller plan beside a larger one)."""
         if dist.get_world_size() < self.world_size:
             raise ValueError(f"{self} needs {self.world_size} ranks, but the process group has "
                              f"{dist.get_world_size()}")
@@ -135,8 +134,7 @@ class Mesh:
         coords = self.coords(rank)
         if coords is None:
             return None
-        mine = {axes: g for (axes, first), g in groups.items()
-                if first == self.line(rank, axes)[0]}
+        mine = {axes: g for (axes, first), g in groups.items() if first == self.line(rank, axes)[0]}
         pipe = self.line(rank, (self.pipeline,))[0] if self.pipeline else None
         return RankMesh(self, rank, coords, mine, back.get(pipe), nodes)
 
@@ -207,9 +205,8 @@ class RankMesh:
     def _stage_rank(self, stage: int) -> int | None:
         """My counterpart in ``stage`` (None past either end, or without a pipeline)."""
         axis = self.mesh.pipeline
-        if axis is None or not 0 <= stage < self.mesh.size(axis):
-            return None
-        return self.mesh.rank_of({**self.coords, axis: stage})
+        inside = axis is not None and 0 <= stage < self.mesh.size(axis)
+        return self.mesh.rank_of({**self.coords, axis: stage}) if inside else None
 
     @property
     def prev_rank(self) -> int | None:
@@ -229,8 +226,8 @@ class RankMesh:
     @property
     def last_stage_rank(self) -> int:
         """... in the last stage."""
-        last = self.mesh.size(self.mesh.pipeline) - 1 if self.mesh.pipeline else 0
-        return self._stage_rank(last) if self.mesh.pipeline else self.rank
+        pipe = self.mesh.pipeline
+        return self._stage_rank(self.size(pipe) - 1) if pipe else self.rank
 
     @property
     def is_first_stage(self) -> bool:
@@ -249,14 +246,8 @@ def world_group(rank: int, world_size: int) -> dist.ProcessGroup | None:
 @dataclass(frozen=True)
 class Lanes:
     """Two communicators over the same ranks, one per direction: messages to a higher rank go
-    on ``up``, to a lower one on ``down``.
-
-    NCCL runs the un-batched sends and receives between two ranks on one ordered stream per
-    communicator. Traffic both ways on one communicator then deadlocks as soon as a rank posts
-    a receive ahead of a send its peer is waiting for (``ppdit.runtime.comm.nccl_rules``). On a
-    lane each pair carries one direction only, sender and receiver post in the same order, and
-    a queued receive can never stand in front of a send.
-    """
+    on ``up``, to a lower one on ``down``. Each carries one direction per pair, so NCCL's one
+    ordered stream per communicator (``nccl_rules``) never holds a send behind a receive."""
 
     up: dist.ProcessGroup
     down: dist.ProcessGroup
@@ -273,6 +264,3 @@ def build_lanes(ranks: list[int] | None = None) -> Lanes:
     the world calls it, in the same order as every other group."""
     ranks = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
     return Lanes(dist.new_group(ranks), dist.new_group(ranks))
-
-
-__all__ = ["Lanes", "Mesh", "RankMesh", "build_lanes", "world_group"]

@@ -48,9 +48,9 @@ class P2PDeadlock(RuntimeError):
     """Two ranks wait for each other under NCCL's rules (the message shows both queues)."""
 
 
-@dataclass
+@dataclass(eq=False)  # a handle: equal only to itself, like gloo's Work
 class Op:
-    """One queued send or receive."""
+    """One queued send or receive; to its poster, gloo's ``Work`` interface under the rules."""
 
     kind: str  # "send" or "recv"
     tensor: torch.Tensor | None  # let go once done: NCCL holds no buffer past its operation
@@ -62,16 +62,25 @@ class Op:
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     nbytes: int = 0
+    rules: NcclRules | None = field(default=None, repr=False)  # whose ``wait`` it keeps
 
     def __post_init__(self) -> None:
         self.nbytes = self.tensor.numel() * self.tensor.element_size()
 
+    def is_completed(self) -> bool:
+        """Whether the operation completed (never blocks)."""
+        return self.done.is_set()
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        """Block until done; the timeout counts from the posting, as NCCL's does."""
+        self.rules.wait(self, timeout.total_seconds() if timeout is not None else 1800.0)
+        return True
+
     def describe(self) -> str:
         """"recv 1.05 MB from rank 1 (rendezvous, posted 2.1 s ago, running)"."""
-        size = self.nbytes
         way = "to" if self.kind == "send" else "from"
         state = "done" if self.done.is_set() else "running" if self.started else "queued"
-        return (f"{self.kind} {_bytes(size)} {way} rank {self.peer} "
+        return (f"{self.kind} {_bytes(self.nbytes)} {way} rank {self.peer} "
                 f"({'rendezvous' if self.large else 'eager'}, posted "
                 f"{time.monotonic() - self.posted:.1f} s ago, {state})")
 
@@ -84,27 +93,9 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-class OpWork:
-    """What ``isend`` / ``irecv`` return: gloo's ``Work`` interface, under the rules."""
-
-    def __init__(self, rules: NcclRules, op: Op):
-        self.rules, self.op = rules, op
-
-    def is_completed(self) -> bool:
-        """Whether the operation completed (never blocks)."""
-        return self.op.done.is_set()
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        """Block until done; the timeout counts from the posting, as NCCL's does."""
-        seconds = timeout.total_seconds() if timeout is not None else 1800.0
-        self.rules.wait(self.op, seconds)
-        return True
-
-
 class _Channel:
     """One (group, peer) queue: a thread runs its operations in posting order, each to the
-    end before the next starts (a batch's operations start together), as NCCL's stream
-    would. Made at the first operation to that peer, as NCCL makes its communicators."""
+    end before the next starts (a batch's operations start together), as NCCL's stream would."""
 
     def __init__(self, rules: NcclRules, group: str, peer: int):
         self.rules, self.group, self.peer = rules, group, peer
@@ -181,18 +172,18 @@ class NcclRules:
 
     # -- posting -----------------------------------------------------------------------------
 
-    def isend(self, tensor: torch.Tensor, dst: int, group=None) -> OpWork:
+    def isend(self, tensor: torch.Tensor, dst: int, group=None) -> Op:
         """Queue a send to global rank ``dst``."""
         return self.batch([("send", tensor, dst, group)])[0]
 
-    def irecv(self, tensor: torch.Tensor, src: int, group=None) -> OpWork:
+    def irecv(self, tensor: torch.Tensor, src: int, group=None) -> Op:
         """Queue a receive from global rank ``src``."""
         return self.batch([("recv", tensor, src, group)])[0]
 
-    def batch(self, ops: list[tuple[str, torch.Tensor, int, object]]) -> list[OpWork]:
+    def batch(self, ops: list[tuple[str, torch.Tensor, int, object]]) -> list[Op]:
         """``batch_isend_irecv``: ("send" | "recv", tensor, peer, group), launched together
         (those to one peer start at once; to several peers, each in its own queue)."""
-        made = [Op(kind, t, peer, group) for kind, t, peer, group in ops]
+        made = [Op(kind, t, peer, group, rules=self) for kind, t, peer, group in ops]
         by_channel: dict[tuple, list[Op]] = {}
         for op in made:
             op.large = op.nbytes > self.eager_bytes
@@ -201,7 +192,7 @@ class NcclRules:
             if key not in self.channels:
                 self.channels[key] = _Channel(self, *key)
             self.channels[key].post(channel_ops)
-        return [OpWork(self, op) for op in made]
+        return made
 
     @staticmethod
     def _key(op: Op) -> tuple[str, int]:
@@ -238,11 +229,8 @@ class NcclRules:
             raise RuntimeError(f"rank {self.rank}: {op.describe()} failed: {op.error}") \
                 from op.error
 
-    def _channel_of(self, op: Op) -> _Channel:
-        return self.channels[self._key(op)]
-
     def _look_for_deadlock(self, op: Op) -> None:
-        head = self._channel_of(op).head() or op
+        head = self.channels[self._key(op)].head() or op
         mine = {"rank": self.rank, "peer": head.peer, "kind": head.kind, "large": head.large,
                 "started": head.started, "t": time.time(), "queue": self.dump()}
         self.store.set(f"ppdit/nccl-rules/{self.rank}", json.dumps(mine))
@@ -277,6 +265,3 @@ class NcclRules:
                 lines.append(f"  to/from rank {peer} ({group}): "
                              + "; ".join(op.describe() for op in ops))
         return "\n".join(lines if len(lines) > 1 else [lines[0] + " empty"])
-
-
-__all__ = ["EAGER_BYTES", "NcclRules", "Op", "OpWork", "P2PDeadlock"]

@@ -21,11 +21,10 @@ names the rules; a call that needs a wire cannot be made without one, and a rule
 (``tests/unit/test_wire_rule.py``) allows ``dist.send``-style calls only in the baselines that
 measure the bare transport.
 
-Staging (``staged=True``, from the rank's ``Placement``: ranks sharing a GPU over gloo, which
-moves only host memory): what goes on the wire lives in a (pinned) host buffer. A sender copies
-the device tensor into it before sending; a receiver copies the arrived bytes back to its device
-and hands out that copy. Every entry point checks that the tensors it is given live on the rank's
-device and says which tensor, where it was expected and where it is.
+Staging (``staged=True``: ``ppdit.runtime.device`` says when and why): a sender copies the
+device tensor into a (pinned) host buffer before sending; a receiver copies the arrived bytes
+back to its device and hands out that copy. Every entry point checks that the tensors it is
+given live on the rank's device and says which tensor, where it was expected and where it is.
 """
 
 from __future__ import annotations
@@ -56,9 +55,8 @@ def work_bound(floor_s: float, steps: int, step_s: float) -> float:
 
     A fixed timeout is wrong at both ends: long enough for 14B at 480p (a stage's share of
     steps takes minutes before its first handoff) it hides a hang for minutes on a tiny
-    model. The bound is ``floor_s`` plus ``WORK_SLACK`` times ``steps`` upstream steps of
-    ``step_s`` each (measured in warm-up, or predicted); it counts from the receive's posting,
-    as NCCL's timeout does, so the whole upstream share must fit.
+    model. ``step_s`` is measured in warm-up, or predicted; the bound counts from the
+    receive's posting, as NCCL's timeout does, so the whole upstream share must fit.
     """
     if steps < 0 or step_s < 0:
         raise ValueError(f"work_bound needs steps >= 0 and step_s >= 0, got steps={steps}, "
@@ -76,8 +74,7 @@ def communicator_aborted() -> str | None:
 @dataclass(frozen=True)
 class Wire:
     """How this rank's point-to-point messages travel: its device, whether they are staged
-    through host memory (gloo between ranks that share a GPU moves host memory only), and
-    NCCL's rules when a gloo rank keeps them (``None``: the backend as it is)."""
+    through host memory, and NCCL's rules when a gloo rank keeps them (None: plain gloo/NCCL)."""
 
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     staged: bool = False
@@ -85,8 +82,8 @@ class Wire:
 
     @property
     def buffers(self) -> torch.device:
-        """Where a message's bytes live while the backend moves them."""
-        return wire_device(self.device, self.staged)
+        """Where a message's bytes live while the backend moves them: the host when staged."""
+        return torch.device("cpu") if self.staged else torch.device(self.device)
 
     def send(self, tensor: torch.Tensor, dst: int, group=None):
         """``dist.isend``, or the same under NCCL's rules."""
@@ -137,16 +134,6 @@ def check_on(what: str, tensor: torch.Tensor, device: torch.device | str) -> Non
                          f"{torch.device(device)}: move it first")
 
 
-def wire_device(device: torch.device | str, staged: bool) -> torch.device:
-    """Where a message's bytes live while the backend moves them: the host when staged."""
-    return torch.device("cpu") if staged else torch.device(device)
-
-
-def host_empty(nbytes: int, device: torch.device | str) -> torch.Tensor:
-    """A uint8 host staging buffer, pinned when the rank computes on a GPU."""
-    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=torch.device(device).type == "cuda")
-
-
 def _header(shape: Sequence[int], dtype: torch.dtype, meta_slots: int, device) -> torch.Tensor:
     if len(shape) > MAX_NDIM:
         raise ValueError(f"tensor has {len(shape)} dims; P2P headers carry at most {MAX_NDIM}")
@@ -155,6 +142,14 @@ def _header(shape: Sequence[int], dtype: torch.dtype, meta_slots: int, device) -
     h = [MAGIC, DTYPES.index(dtype), len(shape), meta_slots, *shape]
     h += [0] * (HEADER_LEN - len(h))
     return torch.tensor(h, dtype=torch.int64, device=device)
+
+
+def _recv_header(wire: Wire, src: int, group, timeout_s: float, what: str
+                 ) -> tuple[tuple[int, ...], torch.dtype, int]:
+    """Receive and check a header from ``src``: (shape, dtype, meta slots)."""
+    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire.buffers)
+    wait_for(wire.recv(h, src, group), timeout_s, f"receiving {what} from rank {src}")
+    return _parse_header(h, src)
 
 
 def _parse_header(h: torch.Tensor, src: int) -> tuple[tuple[int, ...], torch.dtype, int]:
@@ -184,7 +179,6 @@ class PendingSend:
         self.tensors: list[torch.Tensor] = []
 
     def add(self, tensor: torch.Tensor, group=None) -> PendingSend:
-        """Post one more isend of ``tensor`` to ``dst``."""
         self.tensors.append(tensor)
         self.works.append(self.wire.send(tensor, self.dst, group))
         return self
@@ -204,8 +198,7 @@ def isend_tensor(tensor: torch.Tensor, dst: int, wire: Wire, *, group=None,
     """Post the header and the contiguous payload without waiting; ``wait()`` on the result.
     The tensor must be on the wire's device; a staged wire sends a host copy."""
     check_on(f"sending a tensor to rank {dst}", tensor, wire.device)
-    payload = tensor.detach().to("cpu") if wire.staged else tensor
-    payload = payload.contiguous()
+    payload = (tensor.detach().to("cpu") if wire.staged else tensor).contiguous()
     pending = pending or PendingSend(dst, wire)
     pending.add(_header(payload.shape, payload.dtype, 0, payload.device), group)
     return pending.add(payload, group)
@@ -213,11 +206,8 @@ def isend_tensor(tensor: torch.Tensor, dst: int, wire: Wire, *, group=None,
 
 def recv_tensor(src: int, wire: Wire, *, group=None,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> torch.Tensor:
-    """Receive a tensor sent with ``send_tensor`` from global rank ``src``, on the wire's
-    device."""
-    h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire.buffers)
-    wait_for(wire.recv(h, src, group), timeout_s, f"receiving a header from rank {src}")
-    shape, dtype, _ = _parse_header(h, src)
+    """Receive a tensor sent with ``send_tensor`` from global rank ``src``, on the wire's device."""
+    shape, dtype, _ = _recv_header(wire, src, group, timeout_s, "a header")
     out = torch.empty(shape, dtype=dtype, device=wire.buffers)
     wait_for(wire.recv(out, src, group), timeout_s, f"receiving a tensor from rank {src}")
     return out.to(wire.device)
@@ -230,8 +220,7 @@ def broadcast_tensor(tensor: torch.Tensor | None, src: int, wire: Wire, *,
     ``None``. (A collective: NCCL's point-to-point rules do not apply to it.)"""
     if dist.get_rank() == src:
         payload = tensor.to(wire.buffers).contiguous()
-        dist.broadcast(_header(payload.shape, payload.dtype, 0, wire.buffers), src=src,
-                       group=group)
+        dist.broadcast(_header(payload.shape, payload.dtype, 0, wire.buffers), src=src, group=group)
         dist.broadcast(payload, src=src, group=group)
         return payload.to(wire.device)
     h = torch.empty(HEADER_LEN, dtype=torch.int64, device=wire.buffers)
@@ -255,7 +244,6 @@ class FrameSpec:
 
     @cached_property
     def raw_payload_nbytes(self) -> int:
-        """Payload bytes without padding."""
         return torch.Size(self.shape).numel() * torch.empty((), dtype=self.dtype).element_size()
 
     @cached_property
@@ -271,15 +259,14 @@ class FrameSpec:
     def new_frame(self, wire: Wire) -> Frame:
         """An empty frame buffer with its payload and metadata views made once (making them costs
         more Python time per handoff than the copy they would avoid). Staged: the buffer is on
-        the host, and ``compute`` is a tensor of the payload's shape on the wire's device to
-        produce into."""
+        the host (pinned for a GPU rank), and ``compute`` is a tensor of the payload's shape on
+        the wire's device to produce into."""
         device, staged = wire.device, wire.staged
-        buf = (host_empty(self.nbytes, device) if staged else
-               torch.empty(self.nbytes, dtype=torch.uint8, device=device))
+        buf = torch.empty(self.nbytes, dtype=torch.uint8, device=wire.buffers,
+                          pin_memory=staged and torch.device(device).type == "cuda")
         payload = buf[:self.raw_payload_nbytes].view(self.dtype).view(self.shape)
         meta = buf[self.payload_nbytes:].view(torch.int64)
-        compute = (torch.empty(self.shape, dtype=self.dtype, device=device) if staged
-                   else payload)
+        compute = torch.empty(self.shape, dtype=self.dtype, device=device) if staged else payload
         return Frame(buf, payload, meta, meta.numpy() if meta.device.type == "cpu" else None,
                      compute)
 
@@ -310,7 +297,6 @@ class Frame:
             self.meta.copy_(torch.tensor(slots, dtype=torch.int64))
 
     def read_meta(self) -> list[int]:
-        """The metadata slots as Python ints."""
         return self.meta_np.tolist() if self.meta_np is not None else self.meta.tolist()
 
     def arrived(self, device: torch.device, copy: bool) -> torch.Tensor:
@@ -324,9 +310,8 @@ class Frame:
 class FrameSender:
     """Sends frames of one ``FrameSpec`` to one peer, one message each, without blocking.
 
-    Up to ``max_in_flight`` sends stay outstanding; the next ``send`` waits for the oldest.
-    Frame buffers are recycled once their send completes. The first frame is preceded by the
-    spec's header so the receiver can check that both sides agree.
+    Up to ``max_in_flight`` sends stay outstanding (the next ``send`` waits for the oldest);
+    frame buffers are recycled once their send completes.
 
     Zero-copy: ``claim()`` returns the payload view of the next outgoing buffer; a producer that
     writes its result there (``torch.add(..., out=claimed)``) makes ``send`` skip the copy. On
@@ -354,23 +339,20 @@ class FrameSender:
             self._reap()
             while len(self._pending) >= self.max_in_flight:
                 self._wait_oldest()
-            self._claimed = (self._free.pop() if self._free else
-                             self.spec.new_frame(self.wire))
+            self._claimed = self._free.pop() if self._free else self.spec.new_frame(self.wire)
         return self._claimed.compute
 
     def send(self, tensor: torch.Tensor, meta: Sequence[int]) -> None:
         """Queue one frame for ``dst``; returns once the send is posted."""
         check_on(f"sending a frame to rank {self.dst}", tensor, self.wire.device)
         if not self._announced:
-            h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots,
-                        self.wire.buffers)
+            h = _header(self.spec.shape, self.spec.dtype, self.spec.meta_slots, self.wire.buffers)
             self._pending.append((self.wire.send(h, self.dst, self.group), None, h))
             self._announced = True
         self.claim()
         frame, self._claimed = self._claimed, None
         frame.fill(self.spec, tensor, meta)
-        self._pending.append((self.wire.send(frame.buf, self.dst, self.group), frame,
-                              frame.buf))
+        self._pending.append((self.wire.send(frame.buf, self.dst, self.group), frame, frame.buf))
 
     def _reap(self) -> None:
         """Recycle the buffers of sends that have completed, without waiting for any."""
@@ -409,8 +391,7 @@ class FrameReceiver:
         self.ahead = 1 if count is not None else 0  # never post a receive that may not come
         self._ring = [spec.new_frame(wire) for _ in range(depth + self.ahead)]
         self._posted: deque = deque()  # (frame, work) in arrival order
-        self._next_post = 0
-        self._received = 0
+        self._next_post = self._received = 0  # receives posted, frames handed out
         self._checked = False
 
     def recv(self, timeout_s: float | None = None, copy: bool = False
@@ -438,11 +419,8 @@ class FrameReceiver:
             self._next_post += 1
 
     def _check_header(self, timeout_s: float) -> None:
-        h = torch.empty(HEADER_LEN, dtype=torch.int64, device=self.wire.buffers)
-        wait_for(self.wire.recv(h, self.src, self.group), timeout_s,
-                 f"receiving the frame header from rank {self.src}")
-        shape, dtype, slots = _parse_header(h, self.src)
-        theirs = FrameSpec(shape, dtype, slots)
+        theirs = FrameSpec(*_recv_header(self.wire, self.src, self.group, timeout_s,
+                                         "the frame header"))
         if theirs != self.spec:
             raise RuntimeError(f"rank {self.src} sends frames {theirs} but this rank expects "
                                f"{self.spec}: both sides must build the same FrameSpec")

@@ -37,11 +37,6 @@ class PeakMemory:
     peak_bytes: int = 0  # most bytes allocated at once inside the block, above the baseline
     how: str = ""  # "cuda max_memory_allocated" or "cpu live tensor bytes"
 
-    @property
-    def peak_mib(self) -> float:
-        """The peak in MiB."""
-        return self.peak_bytes / 2**20
-
 
 def held_bytes(module: torch.nn.Module | None) -> int:
     """Bytes of a module's parameters and buffers held by this rank (each storage once; of a
@@ -60,10 +55,8 @@ def held_bytes(module: torch.nn.Module | None) -> int:
 
 
 def _storage(t) -> torch.UntypedStorage | None:
-    """The storage whose bytes ``t`` occupies, or None where it has none of its own to count:
-    a meta tensor, or a wrapper subclass (FSDP's ``DTensor``, the ``AsyncCollectiveTensor``
-    that functional collectives return): its bytes live in an inner plain tensor, which an
-    operator returned and which is counted itself."""
+    """The storage whose bytes ``t`` occupies, or None where it has none of its own to count
+    (a meta tensor, a wrapper subclass: see the module)."""
     if (not isinstance(t, torch.Tensor) or t.device.type == "meta"
             or is_traceable_wrapper_subclass(t)):
         return None
@@ -98,14 +91,9 @@ class _LiveTensorBytes(TorchDispatchMode):
         self._live.pop(key, None)
         self.current -= self._nbytes.pop(key, 0)
 
-    def _known_outside(self, storage) -> bool:
-        ref = self._outside.get(storage._cdata)
-        return ref is not None and ref() is storage
-
     def resized(self, storage, before: int) -> None:
-        """A storage changed size in place (FSDP2 frees a gathered block's weights with
-        ``storage.resize_(0)`` and regrows them for the next gather; no operator sees it):
-        the change counts, whoever allocated the storage."""
+        """A storage changed size in place (see the module): the change counts, whoever
+        allocated the storage."""
         key, delta = storage._cdata, storage.nbytes() - before
         if key in self._live:
             self._nbytes[key] += delta
@@ -125,9 +113,10 @@ class _LiveTensorBytes(TorchDispatchMode):
             if storage is None:
                 continue
             key, nbytes = storage._cdata, storage.nbytes()
+            older = self._outside.get(key)
             # Views, in-place results and out= results reuse a storage: count each one once,
             # and never one that existed before the block (weights, inputs).
-            if nbytes == 0 or key in self._live or self._known_outside(storage):
+            if nbytes == 0 or key in self._live or (older is not None and older() is storage):
                 continue
             self._outside.pop(key, None)
             self._count(key, storage, nbytes)
@@ -171,12 +160,8 @@ def _counting(mode: _LiveTensorBytes) -> Iterator[None]:
 
 @contextmanager
 def track_peak_memory(placement: Placement | None = None) -> Iterator[PeakMemory]:
-    """``with track_peak_memory(placement) as mem: ...`` -> ``mem.peak_bytes`` afterwards.
-
-    On a CUDA placement: the allocator's peak, relative to what was allocated at entry. On the
-    CPU: the live-tensor count described in the module docstring (it slows dispatch a little,
-    so time code in a separate run).
-    """
+    """``with track_peak_memory(placement) as mem: ...`` -> ``mem.peak_bytes`` afterwards
+    (see the module). On the CPU the count slows dispatch a little: time code in another run."""
     result = PeakMemory()
     if placement is not None and placement.is_cuda:
         placement.synchronize()
@@ -196,6 +181,3 @@ def track_peak_memory(placement: Placement | None = None) -> Iterator[PeakMemory
     finally:
         result.peak_bytes, result.how = mode.peak, "cpu live tensor bytes"
         mode.detach()
-
-
-__all__ = ["PeakMemory", "track_peak_memory"]

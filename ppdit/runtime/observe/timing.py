@@ -47,24 +47,18 @@ class Timing:
 
 @contextmanager
 def timed(placement: Placement | None = None) -> Iterator[Timing]:
-    """Time the body's work on ``placement``'s device (None: the CPU).
-
-    CUDA: synchronise (earlier work is not ours), record an event, run the body, record an
-    event, synchronise, read the events. CPU: the clock around the body.
-    """
+    """Time the body's work on ``placement``'s device (None: the CPU; see the module)."""
     out = Timing()
     if placement is not None and placement.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
         out.how, out._since_start = "cuda events", lambda: _event_seconds(start, placement)
-        placement.synchronize()
+        placement.synchronize()  # earlier work is not ours
         start.record()
-        yield out
-        out.seconds = _event_seconds(start, placement)
-        return
-    begin = time.perf_counter()
-    out._since_start = lambda: time.perf_counter() - begin
+    else:
+        begin = time.perf_counter()
+        out._since_start = lambda: time.perf_counter() - begin
     yield out
-    out.seconds = time.perf_counter() - begin
+    out.seconds = out._since_start()
 
 
 def _event_seconds(start: torch.cuda.Event, placement: Placement) -> float:
@@ -110,16 +104,12 @@ def repeat(fn: Callable[[], object], placement: Placement | None = None, rounds:
 def warm_up_pairs(wire: Wire, pairs: Sequence[tuple[int, int]], rank: int,
                   group=None) -> None:
     """One tiny exchange on ``group``'s collective communicator, then on every P2P pair that
-    holds ``rank``: the untimed warm-up a timed round of communication needs.
+    holds ``rank``: the untimed warm-up a timed round of communication needs (see the module).
 
-    NCCL builds a communicator at the first operation on each group and on each pair of ranks
-    (seconds, not microseconds), so without this the first timed round pays it. Every rank of
-    ``group`` (None: the world) calls it with the same ``pairs`` (global ranks), in the same
-    order. The collective comes first: NCCL asks that a group's first operation include all of
-    its ranks. Each exchange is one fused send + receive (``batch_isend_irecv``), which cannot
-    block itself under NCCL's ordering; it goes through ``wire`` (``ctx.wire``: the rank's
-    rules, if it keeps NCCL's; a bare ``Wire`` for the transport's own baselines). Messages sit
-    where the rank's P2P puts them (host memory when staged).
+    Every rank of ``group`` (None: the world) calls it with the same ``pairs`` (global ranks),
+    in the same order. The collective comes first: NCCL asks that a group's first operation
+    include all of its ranks. Each pair's exchange goes through ``wire`` (``ctx.wire``; a bare
+    ``Wire`` for the transport's own baselines), in host memory when staged.
     """
     dist.all_reduce(torch.zeros(1, device=wire.buffers), group=group)  # a barrier on its device
     for a, b in pairs:
@@ -129,10 +119,10 @@ def warm_up_pairs(wire: Wire, pairs: Sequence[tuple[int, int]], rank: int,
 
 
 def exchange(peer: int, wire: Wire, group=None) -> None:
-    """Send one element to ``peer`` and receive one from it, as one fused operation: the
-    warm-up of one P2P pair (NCCL makes the pair's communicator here, not in a timed round).
-    Ranks that exchange with several peers do it in one global order of pairs (sorted by
-    (lower rank, higher rank)), so the blocking exchanges cannot wait in a cycle."""
+    """Send one element to ``peer`` and receive one from it, as one fused operation (which
+    cannot block itself under NCCL's ordering): the warm-up of one P2P pair. Ranks that
+    exchange with several peers do it in one global order of pairs (sorted by (lower rank,
+    higher rank)), so the blocking exchanges cannot wait in a cycle."""
     out, back = torch.zeros(1, device=wire.buffers), torch.empty(1, device=wire.buffers)
     for work in wire.batch([("send", out, peer), ("recv", back, peer)], group):
         work.wait()
@@ -142,7 +132,3 @@ def now_ns() -> int:
     """A wall-clock timestamp for events and logs (boot phases, spans' placement on a
     timeline): never a measurement of device work on its own (use ``timed``)."""
     return time.perf_counter_ns()
-
-
-__all__ = ["MIN_ROUNDS", "Rounds", "Timing", "exchange", "now_ns", "repeat", "timed",
-           "warm_up_pairs"]

@@ -1,13 +1,12 @@
 """Per-rank spans on a common clock, merged into one timeline and exported for Perfetto.
 
 Each rank owns a ``Tracer`` and wraps what it does in ``with tracer.span(kind, name, **meta)``.
-Kinds used across ppdit: ``compute`` (model work), ``send``/``recv`` (P2P), ``wait`` (blocked
-on a peer or a queue), ``decode`` (VAE), ``collective`` (a TP all-reduce inside a compute
-span, recorded where ``collectives_into`` names the tracer: the layers hold no tracer).
-The clock is ``time.perf_counter_ns`` — on Linux that is CLOCK_MONOTONIC, one clock for every
-process on a host, so spans of different ranks on one machine line up exactly. Ranks on
-different hosts are aligned by a barrier (``Tracer.align``); the error is then the barrier's
-release skew.
+Kinds used across ppdit: ``compute`` (model work), ``send``/``recv`` (P2P), ``wait`` (blocked on a
+peer or a queue), ``decode`` (VAE), ``collective`` (a TP all-reduce inside a compute span, recorded
+where ``collectives_into`` names the tracer: the layers hold no tracer). The clock is
+``time.perf_counter_ns`` — on Linux that is CLOCK_MONOTONIC, one clock for every process on a host,
+so spans of different ranks on one machine line up exactly. Ranks on different hosts are aligned by
+a barrier (``Tracer.align``); the error is then the barrier's release skew.
 
 On a GPU a compute span's wall time measures only the *launch* of asynchronous kernels; with
 ``gpu=True`` the span also records CUDA events and reports the kernels' own start and end
@@ -22,7 +21,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -47,7 +46,6 @@ class Span:
 
     @property
     def duration_s(self) -> float:
-        """Length in seconds."""
         return (self.end_ns - self.start_ns) / 1e9
 
 
@@ -65,15 +63,13 @@ class Tracer:
     """Records one rank's spans; cheap enough to leave on (two clock reads per span)."""
 
     def __init__(self, rank: int = 0, placement: Placement | None = None, enabled: bool = True):
-        self.rank = rank
-        self.enabled = enabled
+        self.rank, self.enabled, self._placement = rank, enabled, placement
         self.host = socket.gethostname()
         self.epoch_ns = time.perf_counter_ns()
         self._spans: list[Span] = []
         self._counters: list[Counter] = []
         self._gpu_pending: list[tuple[Span, object, object]] = []
         self._gpu_ref: tuple[int, object] | None = None
-        self._placement = placement
 
     def align(self, group=None) -> None:
         """Set this rank's epoch at a barrier so hosts without a shared clock line up."""
@@ -154,7 +150,6 @@ class Trace:
 
     @property
     def ranks(self) -> list[int]:
-        """Ranks that recorded anything, sorted."""
         return sorted({s.rank for s in self.spans} | {c.rank for c in self.counters})
 
     @property
@@ -171,31 +166,20 @@ class Trace:
 
     def to_chrome(self) -> dict:
         """Chrome trace-event JSON (open in https://ui.perfetto.dev or chrome://tracing)."""
-        events: list[dict] = []
-        for r in self.ranks:
-            events.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
-                           "args": {"name": f"rank {r}"}})
-        for s in self.spans:
-            events.append({
-                "ph": "X", "name": s.name or s.kind, "cat": s.kind, "pid": s.rank,
-                "tid": 1 if s.kind in ASYNC_KINDS else 0, "ts": s.start_ns / 1e3,
-                "dur": (s.end_ns - s.start_ns) / 1e3, "args": _jsonable(s.meta),
-            })
-        for c in self.counters:
-            events.append({"ph": "C", "name": c.name, "pid": c.rank, "ts": c.t_ns / 1e3,
-                           "args": {c.name: c.value}})
+        events = [{"ph": "M", "name": "process_name", "pid": r, "tid": 0,
+                   "args": {"name": f"rank {r}"}} for r in self.ranks]
+        events += [{"ph": "X", "name": s.name or s.kind, "cat": s.kind, "pid": s.rank,
+                    "tid": 1 if s.kind in ASYNC_KINDS else 0, "ts": s.start_ns / 1e3,
+                    "dur": (s.end_ns - s.start_ns) / 1e3, "args": _jsonable(s.meta)}
+                   for s in self.spans]
+        events += [{"ph": "C", "name": c.name, "pid": c.rank, "ts": c.t_ns / 1e3,
+                    "args": {c.name: c.value}} for c in self.counters]
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def save_chrome(self, path: str | Path) -> Path:
-        """Write ``to_chrome()`` to ``path`` and return it."""
         path = Path(path)
         path.write_text(json.dumps(self.to_chrome()))
         return path
-
-    def to_dict(self) -> dict:
-        """Plain data (for JSON summaries and for sending across processes)."""
-        return {"spans": [asdict(s) for s in self.spans],
-                "counters": [asdict(c) for c in self.counters]}
 
 
 PEAK_MEMORY = "peak memory (bytes)"  # a counter: one sample per rank per round
@@ -219,7 +203,6 @@ class Rounds:
 
     @property
     def trace(self) -> Trace:
-        """The last round's timeline."""
         return self.traces[-1]
 
     @property
@@ -232,21 +215,13 @@ def merge(rank_traces: Sequence[RankTrace]) -> Trace:
     """Put every rank on one clock (shifting hosts by their barrier epochs) starting at 0."""
     rank_traces = [t for t in rank_traces if t is not None]
     same_host = len({t.host for t in rank_traces}) <= 1
-    spans: list[Span] = []
-    counters: list[Counter] = []
-    for t in rank_traces:
-        shift = 0 if same_host else -t.epoch_ns
-        spans += [Span(s.rank, s.kind, s.name, s.start_ns + shift, s.end_ns + shift, dict(s.meta))
-                  for s in t.spans]
-        counters += [Counter(c.rank, c.name, c.t_ns + shift, c.value) for c in t.counters]
-    if not spans and not counters:
-        return Trace([], [])
-    origin = min([s.start_ns for s in spans] + [c.t_ns for c in counters])
-    for s in spans:
-        s.start_ns -= origin
-        s.end_ns -= origin
-    for c in counters:
-        c.t_ns -= origin
+    shifts = [(t, 0 if same_host else -t.epoch_ns) for t in rank_traces]
+    origin = min([s.start_ns + d for t, d in shifts for s in t.spans]
+                 + [c.t_ns + d for t, d in shifts for c in t.counters], default=0)
+    spans = [Span(s.rank, s.kind, s.name, s.start_ns + d - origin, s.end_ns + d - origin,
+                  dict(s.meta)) for t, d in shifts for s in t.spans]
+    counters = [Counter(c.rank, c.name, c.t_ns + d - origin, c.value)
+                for t, d in shifts for c in t.counters]
     spans.sort(key=lambda s: (s.start_ns, s.rank))
     counters.sort(key=lambda c: (c.t_ns, c.rank))
     return Trace(spans, counters)
@@ -285,8 +260,7 @@ def _jsonable(meta: dict) -> dict:
 @contextmanager
 def collectives_into(tracer: Tracer) -> Iterator[Tracer]:
     """Inside the block, eager collectives that ask ``collective_tracer()`` record spans into
-    ``tracer``: the parallel layers stay free of tracers, and a timeline can still show the
-    all-reduces a compute span contains."""
+    ``tracer``: a timeline shows the all-reduces a compute span contains (see the module)."""
     _COLLECTIVES.append(tracer)
     try:
         yield tracer

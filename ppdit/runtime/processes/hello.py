@@ -27,10 +27,8 @@ def hello(ctx: RankContext) -> dict:
             "pid": os.getpid(), "host": socket.gethostname(), "all_reduce_sum": x.item()}
 
 
-
 def matmul_seconds(ctx: RankContext, size: int = 256, n: int = 200) -> float:
-    """Seconds for ``n`` ``size`` x ``size`` matmuls on one thread: whether how a rank was
-    started (forked from a server, or a fresh interpreter) changes how fast it computes."""
+    """Seconds for ``n`` ``size`` x ``size`` matmuls on one thread (see the module)."""
     torch.set_num_threads(1)
     a = torch.randn(size, size, device=ctx.device)
     a @ a  # warm
@@ -38,6 +36,3 @@ def matmul_seconds(ctx: RankContext, size: int = 256, n: int = 200) -> float:
         for _ in range(n):
             a @ a
     return t.seconds
-
-
-__all__ = ["hello", "matmul_seconds"]

@@ -1,16 +1,14 @@
 """Ranks on several hosts (``torchrun --nnodes N``): who is where, a join that says why it
 waits, and a lost peer named by rank and host.
 
-What goes wrong across hosts is rarely ppdit's arithmetic; it is the network between the
-agents, and the messages the layers below give are poor: a rank whose hostname resolves to a
-loopback address makes gloo dial 127.0.0.1 and everyone waits silently for the group timeout
-(minutes); a node that dies shows up as ``Connection reset by peer [192.168.77.2]`` with no
-rank in it. So:
+What goes wrong across hosts is rarely ppdit's arithmetic; it is the network between the agents, and
+the messages the layers below give are poor: a rank whose hostname resolves to a loopback address
+makes gloo dial 127.0.0.1 and everyone waits silently for the group timeout (minutes); a node that
+dies shows up as ``Connection reset by peer [192.168.77.2]`` with no rank in it. So:
 
 * ``agree_on_backend`` checks, before the group forms, that every node chose the same backend;
 * ``joining`` prints, after ``JOIN_HINT_S`` of waiting to form the group, what this rank is
-  waiting for and the usual fixes (``GLOO_SOCKET_IFNAME``, ``--local-addr``, the same
-  ``--master-addr``/``--master-port`` on every node);
+  waiting for and the usual fixes (``join_hint``);
 * ``who_is_where`` gathers every rank's host and address once the group exists;
 * ``lost_peer`` turns a communication error into "lost rank 1 on host h (192.168.77.2)";
 * ``watch_peers`` notices a host that died while this rank had nothing to say to it (a step
@@ -65,16 +63,11 @@ def local_address(master: str | None = None, port: int | None = None) -> str:
     return "unknown"
 
 
-def me(rank: int) -> Peer:
-    """This rank's ``Peer``."""
-    return Peer(rank, socket.gethostname(), local_address(),
-                int(os.environ.get("GROUP_RANK", "-1")))
-
-
 def who_is_where(rank: int, world: int) -> list[Peer]:
     """Every rank's ``Peer``, on every rank (an all-gather of small objects: collective)."""
     peers: list[Peer | None] = [None] * world
-    dist.all_gather_object(peers, me(rank))
+    me = Peer(rank, socket.gethostname(), local_address(), int(os.environ.get("GROUP_RANK", "-1")))
+    dist.all_gather_object(peers, me)
     return [p for p in peers if p is not None]
 
 
@@ -89,9 +82,7 @@ def lost_peer(error: BaseException, peers: list[Peer], rank: int) -> str | None:
     far = [p for p in peers if p.rank != rank and p.address in seen]
     if not far:  # no address in the message: every rank on another host is a suspect
         far = [p for p in peers if mine is None or p.address != mine.address]
-    if not far:
-        return None
-    return f"{_lost_sentence(rank, far)} (the error below is the transport's)"
+    return f"{_lost_sentence(rank, far)} (the error below is the transport's)" if far else None
 
 
 def _lost_sentence(rank: int, far: list[Peer]) -> str:
@@ -123,9 +114,8 @@ def _where(peers: list[Peer]) -> str:
 
 def _store(timeout_s: float) -> dist.TCPStore:
     """A client of torchrun's rendezvous store (the agent on node 0 hosts it)."""
-    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                         is_master=False, timeout=timedelta(seconds=timeout_s),
-                         wait_for_workers=False)
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
 
 
 def _key(name: str) -> str:
@@ -135,9 +125,9 @@ def _key(name: str) -> str:
 
 
 def agree_on_backend(backend: str, rank: int, world: int, timeout_s: float = 60.0) -> None:
-    """Before the process group exists: every rank publishes its backend and host in the
-    rendezvous store and checks that all agree (a node with GPUs picks NCCL, one without
-    gloo: the group would then never form, or fail with a transport error naming nobody)."""
+    """Every rank publishes its backend and host in the rendezvous store and checks that all
+    agree (a node with GPUs picks NCCL, one without gloo: the group would then never form, or
+    fail with a transport error naming nobody)."""
     store = _store(timeout_s)
     store.set(_key(f"backend/{rank}"), f"{backend} {socket.gethostname()}")
     keys = [_key(f"backend/{r}") for r in range(world)]
@@ -223,8 +213,3 @@ def join_hint(rank: int, world: int, waited_s: float) -> str:
             f"{ifname or 'unset'}: gloo then uses the address the hostname resolves to, "
             f"often 127.0.0.1); with --rdzv-backend c10d, the host node gets "
             f"--rdzv-conf is_host=1 and --local-addr its reachable address.")
-
-
-__all__ = ["BEAT_S", "JOIN_HINT_S", "LOST_AFTER_S", "Peer", "agree_on_backend", "check_backends",
-           "join_hint", "joining", "local_address", "lost_peer", "me", "watch_peers",
-           "who_is_where"]

@@ -6,12 +6,9 @@ and returns ``[result of rank 0, result of rank 1, ...]`` as CPU objects. Each r
 fresh processes, started for this call and stopped after it; with ``pool=`` they are the live
 ranks of a ``ppdit.runtime.processes.pool.RankPool``, and the call pays no start-up.
 
-Built so that a mistake in a lesson never leaves the kernel stuck (see ``pool.py``): a rank
-that raises or dies is named with its traceback or last output, a hang ends at ``timeout_s``,
-an interrupt ends every rank and re-raises, and no rank outlives its caller.
-
-The workers must live in an importable module: spawn pickles the function by name. The same
-worker runs under ``torchrun``, where this call gathers the results to rank 0.
+A mistake in a lesson never leaves the kernel stuck: what a pool guarantees (``pool.py``:
+failures named, hangs bounded, interrupts honoured, no rank left behind) holds for every launch.
+The workers must live in an importable module: ranks import them by name.
 """
 
 from __future__ import annotations
@@ -19,54 +16,35 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ppdit.runtime.processes.pool import LaunchTimeout, RankError, RankPool
-from ppdit.runtime.processes.rank import (
-    DEFAULT_TIMEOUT_S,
-    RankContext,
-    in_torchrun,
-    run_under_torchrun,
-)
-
-__all__ = ["LaunchTimeout", "RankContext", "RankError", "in_torchrun", "launch",
-           "run_under_torchrun"]
+from ppdit._spawn_entry import in_torchrun
+from ppdit.runtime.processes.pool import RankPool
+from ppdit.runtime.processes.rank import DEFAULT_TIMEOUT_S, run_under_torchrun
 
 
-def launch(
-    worker: Callable[..., Any],
-    world_size: int,
-    *,
-    args: Sequence[Any] = (),
-    setup: Callable[..., Any] | None = None,
-    backend: str = "auto",
-    device: str | None = None,
-    stage: bool | None = None,
-    nccl_rules: bool | int | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    threads_per_rank: int | None = None,
-    on_event: Callable[[int, Any], None] | None = None,
-    echo: bool = True,
-    pg_timeout_s: float | None = None,
-    pool: RankPool | None = None,
-) -> list[Any] | None:
+def launch(worker: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
+           setup: Callable[..., Any] | None = None, backend: str = "auto",
+           device: str | None = None, stage: bool | None = None,
+           nccl_rules: bool | int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+           threads_per_rank: int | None = None,
+           on_event: Callable[[int, Any], None] | None = None, echo: bool = True,
+           pg_timeout_s: float | None = None, pool: RankPool | None = None
+           ) -> list[Any] | None:
     """Run ``worker(ctx, *args)`` on ``world_size`` ranks; return their results by rank.
 
-    ``setup(rank, world_size, *args)`` runs in each rank first (build the model there; on
-    fresh ranks it runs before ``init_process_group``); its result is ``ctx.prepared``.
+    ``setup(rank, world_size, *args)`` runs in each rank first (build the model there; on fresh
+    ranks it runs before ``init_process_group``); its result is ``ctx.prepared``.
     ``threads_per_rank`` defaults to the cores divided by the ranks, at least 1. ``device``,
-    ``backend``, ``stage`` and ``nccl_rules`` refine the placement rule
-    (``ppdit.runtime.device``).
-    ``pg_timeout_s`` bounds each collective / P2P wait inside fresh ranks (default:
-    ``timeout_s``; a pool's ranks keep the bound they started with). ``pool`` runs the job on
-    a live pool of exactly ``world_size`` ranks instead of fresh ones.
+    ``backend``, ``stage`` and ``nccl_rules`` refine the placement rule (``ppdit.runtime.device``).
+    ``pg_timeout_s`` bounds each collective / P2P wait inside fresh ranks (default: ``timeout_s``; a
+    pool's ranks keep the bound they started with). ``pool`` runs the job on a live pool of exactly
+    ``world_size`` ranks instead of fresh ones.
 
-    Under ``torchrun`` (this process is already one of the ranks) the same call runs ``worker``
-    here, gathers every rank's result to rank 0 and returns ``None`` on the other ranks, so
-    every ``run_*`` entry point of ppdit works unchanged from a torchrun script.
+    Under ``torchrun`` the same call runs ``worker`` here and returns every rank's result on
+    rank 0, ``None`` elsewhere: every ``run_*`` entry point works unchanged from a torchrun script.
     """
     if in_torchrun():
-        return run_under_torchrun(worker, args=args, setup=setup, backend=backend,
-                                  device=device, nccl_rules=nccl_rules, timeout_s=timeout_s,
-                                  on_event=on_event)
+        return run_under_torchrun(worker, args=args, setup=setup, backend=backend, device=device,
+                                  nccl_rules=nccl_rules, timeout_s=timeout_s, on_event=on_event)
     job = dict(args=args, setup=setup, timeout_s=timeout_s, threads_per_rank=threads_per_rank,
                on_event=on_event, echo=echo)
     if pool is not None:

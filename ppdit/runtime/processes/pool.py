@@ -1,11 +1,10 @@
 """A pool of live ranks: start-up paid once, jobs run many times, nothing left behind.
 
-Starting a rank costs time: a process, its imports, a process group. A fresh interpreter
-(spawn) imports torch and diffusers itself, about 9 s of a core on this 2-core CPU and 10-12 s
-per launch on a GPU host that initialises CUDA; CPU ranks are forked from a server that imported
-them once (``ppdit.runtime.processes.start``), which leaves the process group and ppdit's imports.
-A lesson that launches dozens of times pays that dozens of times. ``ranks(n)`` keeps n
-initialised ranks across calls and notebook cells instead::
+Starting a rank costs time: a process, its imports, a process group. A spawned rank imports
+torch and diffusers itself (10-12 s per launch on a GPU host that initialises CUDA); a CPU rank
+forked from a server that imported them once (``ppdit.runtime.processes.start``) still pays
+ppdit's imports and the group. A lesson that launches dozens of times pays that dozens of
+times. ``ranks(n)`` keeps n initialised ranks across calls and notebook cells instead::
 
     with ranks(2) as pool:
         a = pool.run(worker, args=(plan_a,))
@@ -97,7 +96,6 @@ class RankPool:
 
     @property
     def started(self) -> bool:
-        """Whether ranks are alive and waiting for jobs."""
         return bool(self._procs)
 
     @property
@@ -115,8 +113,7 @@ class RankPool:
         self._spec = PoolSpec(self.world_size, _free_port(), self.placement, self.threads,
                               self.timeout_s, os.getpid(), pdeathsig=main_thread or forked,
                               spawn_ns=time.perf_counter_ns())
-        self._results = ctx.Queue()
-        self._events = ctx.Queue()
+        self._results, self._events = ctx.Queue(), ctx.Queue()
         self._job_qs = [ctx.Queue() for _ in range(self.world_size)]
         self._logdir = Path(tempfile.mkdtemp(prefix="ppdit-ranks-"))
         self._offsets = [0] * self.world_size
@@ -125,10 +122,9 @@ class RankPool:
             # process before importing torch (see ppdit._spawn_entry).
             payload = pickle.dumps((child_main, rank, self._spec, first,
                                     str(self._logdir / f"rank{rank}.log")))
-            p = ctx.Process(target=spawn_entry, name=f"ppdit-rank{rank}", daemon=True,
-                            args=(self._spec.parent_pid, self._spec.pdeathsig, payload,
-                                  dict(os.environ), self._job_qs[rank], self._results,
-                                  self._events))
+            args = (self._spec.parent_pid, self._spec.pdeathsig, payload, dict(os.environ),
+                    self._job_qs[rank], self._results, self._events)
+            p = ctx.Process(target=spawn_entry, name=f"ppdit-rank{rank}", daemon=True, args=args)
             with _children_ignore_sigint(main_thread):
                 p.start()
             self._procs.append(p)
@@ -191,9 +187,7 @@ class RankPool:
             if not self.started:
                 self._start(job)
             else:
-                # the caller's import path travels with the job, read before the job is: a
-                # worker from a module the caller imported by path after the ranks started
-                # (a lab's checker) must still unpickle on a live rank
+                # the caller's import path travels with the job (see rank._next_job)
                 message = (list(sys.path), pickle.dumps(job))
                 for q in self._job_qs:
                     q.put(message)
@@ -311,9 +305,7 @@ def ranks(world_size: int, **kwargs) -> RankPool:
     return RankPool(world_size, **kwargs)
 
 
-# ----------------------------------------------------------------------------------------------
-# every pool ends with its caller
-# ----------------------------------------------------------------------------------------------
+# -- every pool ends with its caller ------------------------------------------------------------
 
 _LIVE: weakref.WeakSet[RankPool] = weakref.WeakSet()
 _GUARDED = False
@@ -335,12 +327,11 @@ def close_all() -> None:
 def _children_ignore_sigint(main_thread: bool):
     """Start children with SIGINT ignored from their first instruction.
 
-    Jupyter's interrupt signals the kernel's whole process group, ranks included. A rank hit
-    while it starts (imports torch: seconds) printed a traceback and a C++ ``terminate called``
-    into the cell, every rank its own. An ignored disposition survives ``exec`` and Python
-    keeps it at start-up, so a child started inside this block never sees the interrupt: its
-    caller gets it and stops the ranks. (Only the main thread may change handlers; elsewhere
-    ``ppdit._spawn_entry`` ignores SIGINT on its first line, a little later.)"""
+    Jupyter's interrupt signals the kernel's whole process group, ranks included; a rank hit
+    while it imports torch prints a traceback and a C++ ``terminate called`` into the cell. An
+    ignored disposition survives ``exec`` and Python keeps it at start-up, so the caller alone
+    gets the interrupt and stops the ranks. (Only the main thread may change handlers;
+    elsewhere ``ppdit._spawn_entry`` ignores SIGINT on its first line, a little later.)"""
     if not main_thread:
         yield
         return
@@ -404,7 +395,3 @@ def describe_exit(code: int | None) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit code {code}"
-
-
-__all__ = ["LaunchTimeout", "RankError", "RankPool", "close_all", "describe_exit", "live_pids",
-           "ranks"]

@@ -8,14 +8,11 @@ joins the process group once, then runs jobs from its queue until told to stop::
 
 Importing diffusers (which imports ``torch._dynamo``) *after* the process group exists made
 gloo teardown leave threads behind and occasionally abort at exit on this machine, so it
-happens first; the first job's ``setup`` (building the model) also runs before the group
-exists, as it did when every launch was a fresh process.
+happens first; the first job's ``setup`` (building the model) also runs before the group exists.
 
-A rank never outlives the process that started it: its entry (``ppdit._spawn_entry``) asks
-Linux to SIGKILL the rank when its parent dies (``PR_SET_PDEATHSIG``) and, everywhere, runs a
-thread that exits the rank once its parent is gone (a kernel restart, ``kill -9``); a forked
-rank's parent is the fork server, which ends with the caller. SIGINT is ignored here: an
-interrupt is the caller's decision, and the caller then ends every rank itself.
+A rank never outlives its caller: its entry (``ppdit._spawn_entry``) ties it to the caller
+before any heavy import. SIGINT is ignored here: an interrupt is the caller's decision, and
+the caller then ends every rank itself.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -39,21 +37,9 @@ import torch.distributed as dist
 from ppdit._spawn_entry import watch_torchrun_agent
 from ppdit.runtime.comm.nccl_rules import NcclRules
 from ppdit.runtime.comm.wire import Wire, communicator_aborted
-from ppdit.runtime.device import (
-    Placement,
-    PlacementDecision,
-    decide_placement,
-    local_world_size,
-)
+from ppdit.runtime.device import Placement, PlacementDecision, decide_placement, local_world_size
 from ppdit.runtime.observe.trace import Tracer
-from ppdit.runtime.processes.hosts import (
-    agree_on_backend,
-    joining,
-    lost_peer,
-    watch_peers,
-    where_sentence,
-    who_is_where,
-)
+from ppdit.runtime.processes import hosts
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -69,18 +55,15 @@ class RankContext:
     tracer: Tracer
     prepared: Any = None  # whatever the job's ``setup`` returned
     _events: Any = field(default=None, repr=False)
-    # perf_counter_ns at each phase of the rank's start: "spawn" (parent, before starting it),
-    # "entry" (interpreter up, torch + ppdit imported), "setup" (model built), "group" (process
-    # group ready); a job on a live pool rank has "submit" (parent) and "dispatch" (the rank got
-    # it) instead of the first three. Workers add their own ("warm-up"); see
-    # ppdit.runtime.observe.trace.boot_trace.
+    # perf_counter_ns at each phase of the rank's start: "spawn" (in the parent), "entry",
+    # "setup", "group"; a job on a live pool rank has "submit" (parent), "dispatch" and "setup".
+    # Workers add their own ("warm-up"); see observe.trace.BOOT_PHASES.
     boot_ns: dict[str, int] = field(default_factory=dict)
     # NCCL's P2P rules kept by this gloo rank (ppdit.runtime.comm.nccl_rules), or None
     rules: NcclRules | None = None
 
     @property
     def device(self) -> torch.device:
-        """This rank's device."""
         return self.placement.device
 
     @property
@@ -158,8 +141,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
                 dist.barrier()  # nobody moves on while a peer still receives from it
             # After a P2P timeout NCCL has aborted the group: no closing barrier (it would
             # fail), and this rank serves no further job ("ok-last" stops the pool).
-            results_q.put(("ok" if aborted is None else "ok-last", rank, job.job_id,
-                           dumps(result)))
+            results_q.put(("ok" if aborted is None else "ok-last", rank, job.job_id, dumps(result)))
             if aborted is not None:
                 break
             job = prepared = None
@@ -198,43 +180,31 @@ def _next_job(jobs_q) -> RankJob | None:
 
 def _rules(placement: Placement, rank: int) -> NcclRules | None:
     """NCCL's P2P rules for a gloo rank that asked for them (made on every rank: collective)."""
-    if placement.nccl_rules is None:
-        return None
-    return NcclRules(rank, eager_bytes=placement.nccl_rules)
+    return None if placement.nccl_rules is None else NcclRules(rank, placement.nccl_rules)
 
 
 def _setup(job: RankJob | None, rank: int, world_size: int) -> Any:
-    if job is None or job.setup is None:
-        return None
-    return job.setup(rank, world_size, *job.args)
+    return None if job is None or job.setup is None else job.setup(rank, world_size, *job.args)
 
 
-def run_under_torchrun(
-    worker: Callable[..., Any],
-    *,
-    args: Sequence[Any] = (),
-    setup: Callable[..., Any] | None = None,
-    backend: str = "auto",
-    device: str | None = None,
-    nccl_rules: bool | int | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    on_event: Callable[[int, Any], None] | None = None,
-) -> list[Any] | None:
+def run_under_torchrun(worker: Callable[..., Any], *, args: Sequence[Any] = (),
+                       setup: Callable[..., Any] | None = None, backend: str = "auto",
+                       device: str | None = None, nccl_rules: bool | int | None = None,
+                       timeout_s: float = DEFAULT_TIMEOUT_S,
+                       on_event: Callable[[int, Any], None] | None = None) -> list[Any] | None:
     """Run the same worker in a process started by ``torchrun``; rank 0 gets every result.
 
     ``torchrun --nproc-per-node N -m ppdit demo`` lands here: the rendezvous comes from env://
-    (RANK, WORLD_SIZE, MASTER_ADDR, ...), and results are gathered to rank 0 as Python objects.
-    torchrun itself owns the processes: SIGINT / SIGTERM to it reach every rank, and each rank
-    watches the agent in case it is killed outright. On several hosts (``--nnodes``) rank 0
-    says where every rank is, a slow join says what it waits for, and a lost connection is
-    named by rank and host (``runtime.processes.hosts``); rank 0's own progress events reach
-    ``on_event``.
+    (RANK, WORLD_SIZE, MASTER_ADDR, ...); torchrun owns the processes (SIGINT / SIGTERM to it
+    reach every rank). On several hosts (``--nnodes``) rank 0 says where every rank is, a slow
+    join says what it waits for, and a lost connection is named by rank and host
+    (``runtime.processes.hosts``). Rank 0's own progress events reach ``on_event``.
     """
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    watch_torchrun_agent()  # torchrun puts each rank in a session of its own: if the agent
-    # is killed outright (SIGKILL), nothing else would end this rank (``python -m ppdit``
-    # starts watching first thing, before its imports: this call is then a no-op)
+    # torchrun gives each rank a session of its own: if the agent is SIGKILLed, only this watch
+    # ends the rank (a no-op when ``python -m ppdit`` started watching before its imports)
+    watch_torchrun_agent()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     import diffusers  # noqa: F401  (see the module docstring)
 
@@ -243,18 +213,20 @@ def run_under_torchrun(
                                 nccl_rules=nccl_rules)
     placement = decision.for_rank(local_rank)
     owns_group = not dist.is_initialized()
-    with joining(rank, world):  # says what it waits for if the group takes long to form
+    with hosts.joining(rank, world):  # says what it waits for if the group takes long to form
         if owns_group and local_world_size() < world:  # several hosts: one backend for all
-            agree_on_backend(placement.backend, rank, world)
+            hosts.agree_on_backend(placement.backend, rank, world)
         if owns_group:
             dist.init_process_group(placement.backend, init_method="env://", rank=rank,
                                     world_size=world, timeout=timedelta(seconds=timeout_s))
-        peers = who_is_where(rank, world)
-    where = where_sentence(peers)
+        peers = hosts.who_is_where(rank, world)
+    where = hosts.where_sentence(peers)
     if rank == 0 and where is not None:
         print(where, flush=True)
-    heartbeat = watch_peers(peers, rank)  # a host that dies while we compute: named, we exit
-    events = _Direct(on_event) if on_event is not None and rank == 0 else None
+    heartbeat = hosts.watch_peers(peers, rank)  # a host that dies while we compute: named, we exit
+    # rank 0's progress events go straight to ``on_event`` (no parent process to queue them to)
+    direct = SimpleNamespace(put=lambda item: on_event(*item))
+    events = direct if on_event is not None and rank == 0 else None
     ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared,
                       events, rules=_rules(placement, rank))
     try:
@@ -262,7 +234,7 @@ def run_under_torchrun(
         out = [None] * world if rank == 0 else None
         dist.gather_object(result, out, dst=0)
     except Exception as e:
-        lost = lost_peer(e, peers, rank)
+        lost = hosts.lost_peer(e, peers, rank)
         if lost is not None:
             print(lost, file=sys.stderr, flush=True)
         raise
@@ -271,27 +243,6 @@ def run_under_torchrun(
     if owns_group:
         dist.destroy_process_group()
     return out
-
-
-class _Direct:
-    """Rank 0's progress events under torchrun: straight to the caller's ``on_event`` (there
-    is no parent process to queue them to)."""
-
-    def __init__(self, on_event: Callable[[int, Any], None]):
-        self.on_event = on_event
-
-    def put(self, item: tuple[int, Any]) -> None:
-        self.on_event(*item)
-
-
-def in_torchrun() -> bool:
-    """Whether this process was started by torchrun (or another env:// launcher)."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
-
-
-# ----------------------------------------------------------------------------------------------
-# helpers
-# ----------------------------------------------------------------------------------------------
 
 
 def _redirect_output(log_path: str) -> None:
@@ -316,8 +267,7 @@ def _to_cpu(obj: Any) -> Any:
         items = [_to_cpu(v) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: _to_cpu(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                   if f.init}
+        changes = {f.name: _to_cpu(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
         return dataclasses.replace(obj, **changes)
     return obj
 

@@ -3,11 +3,9 @@
 Why not always ``spawn`` (a fresh interpreter per rank, as ``torchrun`` and ``mp.spawn`` do):
 each such rank imports torch, diffusers and transformers itself, about 9 s of one core on this
 2-core machine (lesson 01 measures it), and every fresh launch pays it again. ``forkserver``
-keeps one server process per caller that imports those libraries once
-(``ppdit._fork_server``: it starts when ``ppdit.runtime`` is first imported, so they load while
-the caller goes on), and every rank is a fork of it, ready in a fraction of a second. A rank
-still imports ppdit itself, so an edit to ppdit reaches the next launch, as it does under
-spawn.
+keeps one server process per caller that imports those libraries once (``ppdit._fork_server``),
+and every rank is a fork of it, ready in a fraction of a second. A rank still imports ppdit
+itself, so an edit to ppdit reaches the next launch, as it does under spawn.
 
 Which is used (``start_method_for``):
 
@@ -15,15 +13,12 @@ Which is used (``start_method_for``):
   start-up, so it needs fresh interpreters);
 * ``$PPDIT_START_METHOD`` ("spawn" or "forkserver") when set;
 * otherwise ``forkserver`` for CPU ranks and ``spawn`` for CUDA ranks. A server that touched
-  CUDA before forking would hand its children a broken driver state; importing the libraries
-  below does not, but the spawn path is the one measured on GPU hosts, so it stays there.
+  CUDA before forking would hand its children a broken driver state; importing the preloaded
+  libraries does not, but the spawn path is the one measured on GPU hosts, so it stays there.
 
-What a forked rank does not get from its caller, and how it gets it: the server keeps the
-environment it started with, so the caller's environment at launch travels with the rank's
-arguments and the rank's entry restores it (``ppdit._spawn_entry``); the working directory and
-``sys.path`` travel with multiprocessing's own preparation data, as under spawn. A forked
-rank's parent is the server, so the entry watches the caller itself, through the pipe
-multiprocessing gives every child; the server exits once the caller and its ranks are gone.
+A forked rank's parent is the server: ``ppdit._spawn_entry`` gives the rank its caller's
+environment and watches the caller; the working directory and ``sys.path`` travel with
+multiprocessing's own preparation data, as under spawn.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ from collections.abc import Iterator
 
 import torch.multiprocessing as mp
 
-from ppdit._fork_server import ENV, PRELOAD, context
+from ppdit._fork_server import ENV, context
 
 METHODS = ("forkserver", "spawn")
 _FRESH: list[bool] = []  # one entry per open fresh_interpreters() block
@@ -53,7 +48,6 @@ def start_method_for(kind: str) -> str:
 
 
 def start_context(kind: str):
-    """The multiprocessing context that starts ranks of this placement kind."""
     method = start_method_for(kind)
     return context() if method == "forkserver" else mp.get_context(method)
 
@@ -66,7 +60,3 @@ def fresh_interpreters() -> Iterator[None]:
         yield
     finally:
         _FRESH.pop()
-
-
-__all__ = ["ENV", "METHODS", "PRELOAD", "fresh_interpreters", "start_context",
-           "start_method_for"]

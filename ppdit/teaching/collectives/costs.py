@@ -2,11 +2,9 @@
 
 One message of ``n`` bytes over a link costs ``α + n / β``: a fixed latency ``α`` (software on
 both ends, the wire's delay, a synchronisation) and a transfer at bandwidth ``β`` (bytes/s per
-direction). A collective is a sequence of such messages, so its cost is
-``(number of message steps) · α + (bytes each rank sends) / β`` — the form of Thakur,
-Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH" (2005).
-Small messages are latency-bound, large ones bandwidth-bound; the two terms are equal at
-``n = α · β`` bytes.
+direction). A collective costs ``(message steps) · α + (bytes each rank sends) / β`` (Thakur,
+Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH", 2005):
+latency-bound below ``n = α · β`` bytes, bandwidth-bound above.
 
 All-reduce by **ring** (Patarasuk and Yuan, "Bandwidth Optimal All-reduce Algorithms for
 Clusters of Workstations", 2009) is a reduce-scatter then an all-gather around the ring:
@@ -19,8 +17,7 @@ term: the tree wins below a crossover size that grows about as ``p² · α · β
 
 These are the textbook forms, not NCCL's tuner (which also models channels, protocols and its
 measured per-hop latencies, and picks per call): use them to reason about orders of magnitude
-and trends, and nccl-tests to measure a machine.
-"""
+and trends, and nccl-tests to measure a machine."""
 
 from __future__ import annotations
 
@@ -39,9 +36,8 @@ IB_NDR_BYTES_S = 400e9 / 8
 
 # α per message: ASSUMED typical values, not measurements. NCCL's per-hop latency is about 1 us
 # with its LL protocol, 2 us with LL128 and 6 us with Simple (Hu et al., "Demystifying NCCL",
-# arXiv 2507.04786, 2025); a hop over PCIe or across nodes adds its hardware's microsecond or
-# two (and, for the network, NCCL's proxy thread). Crossover sizes scale linearly with α:
-# measure yours with nccl-tests before relying on one.
+# arXiv 2507.04786, 2025), plus a microsecond or two over PCIe or across nodes. Crossover sizes
+# scale linearly with α: measure yours with nccl-tests before relying on one.
 ALPHA_S = {"NVLink 4": 2e-6, "PCIe Gen4 x16": 5e-6, INFINIBAND_NDR: 6e-6}
 BETA_BYTES_S = {"NVLink 4": LINKS["NVLink 4"], "PCIe Gen4 x16": LINKS["PCIe Gen4 x16"],
                 INFINIBAND_NDR: IB_NDR_BYTES_S}
@@ -86,7 +82,6 @@ def all_to_all_seconds(n: float, p: int, link: Link) -> float:
 @dataclass(frozen=True)
 class Cost:
     """One primitive's α-β cost: ``steps`` latencies plus ``sent`` bytes from each rank."""
-
     name: str
     algorithm: str
     steps_formula: str  # in p
@@ -103,7 +98,6 @@ class Cost:
         return self.sent / self.n
 
     def seconds(self, link: Link) -> float:
-        """``steps · α + sent / β`` on ``link``."""
         return self.steps * link.alpha_s + self.sent / link.beta_bytes_s
 
 
@@ -131,7 +125,6 @@ def collective_costs(n: float, p: int) -> list[Cost]:
 @dataclass(frozen=True)
 class AlphaBeta:
     """A fitted link: latency ``alpha_s`` and bandwidth ``beta_bytes_s``."""
-
     alpha_s: float
     beta_bytes_s: float
 
@@ -141,7 +134,6 @@ class AlphaBeta:
         return self.alpha_s * self.beta_bytes_s
 
     def seconds(self, n: float) -> float:
-        """α + n / β."""
         return self.alpha_s + n / self.beta_bytes_s
 
     @property
@@ -151,13 +143,10 @@ class AlphaBeta:
 
 
 def fit_alpha_beta(nbytes: Sequence[float], seconds: Sequence[float]) -> AlphaBeta:
-    """Least squares of ``t = α + n / β`` on (size, time) points, each weighted by 1 / t².
-
-    The weights make every point's *relative* error count the same. Unweighted, the largest
-    message (milliseconds) would outweigh the smallest (microseconds) by orders of magnitude and
-    α would be whatever the big points' noise leaves over, even negative. Solved in closed form
-    (two unknowns): minimise Σ ((t - α - γ n) / t)² over α and γ = 1 / β.
-    """
+    """Least squares of ``t = α + n / β`` on (size, time) points, each weighted by 1 / t², so
+    that every point's *relative* error counts the same: unweighted, the largest message (ms)
+    would outweigh the smallest (us) and α would be whatever the big points' noise leaves over,
+    even negative. Closed form: minimise Σ ((t - α - γ n) / t)² over α and γ = 1 / β."""
     if len(nbytes) != len(seconds) or len(set(nbytes)) < 2:
         raise ValueError(f"fit_alpha_beta needs >= 2 distinct sizes with one time each, got "
                          f"{len(nbytes)} sizes ({len(set(nbytes))} distinct), "
@@ -191,9 +180,3 @@ def readable_bytes(n: float) -> str:
 def _check_ranks(p: int) -> None:
     if not isinstance(p, int) or p < 2:
         raise ValueError(f"p={p!r}: a collective needs an integer number of ranks >= 2")
-
-
-__all__ = ["ALPHA_S", "BETA_BYTES_S", "IB_NDR_BYTES_S", "INFINIBAND_NDR", "AlphaBeta", "Cost",
-           "all_to_all_seconds", "collective_costs", "fit_alpha_beta", "links", "log2_steps",
-           "readable_bytes", "ring_allreduce_seconds", "ring_tree_crossover_bytes",
-           "tree_allreduce_seconds"]

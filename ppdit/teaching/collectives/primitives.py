@@ -7,9 +7,7 @@ output tells where it came from (a sum, 100 + 4c for p = 4, is no rank's value).
 
 ``ring_reduce_scatter`` and ``ring_all_gather`` build the two halves of a ring all-reduce from
 point-to-point messages, each step one fused send + receive (``Wire.batch``, i.e.
-``batch_isend_irecv``) so it cannot block itself under NCCL's rules; ``composition_worker``
-compares them, and the backend's own reduce-scatter + all-gather, with ``dist.all_reduce``.
-"""
+``batch_isend_irecv``) so it cannot block itself under NCCL's rules."""
 
 from __future__ import annotations
 
@@ -47,32 +45,23 @@ def primitives_worker(ctx: RankContext) -> dict[str, tuple[Grid, Grid]]:
     as p-long lists indexed by chunk."""
     p, r = ctx.world_size, ctx.rank
     x = rank_input(r, p)
-    mine = [None] * p
-    mine[r] = x[r].item()
+    mine = [x[r].item() if c == r else None for c in range(p)]
     out: dict[str, tuple[Grid, Grid]] = {}
-
     t = x.clone()
     dist.broadcast(t, src=ROOT)
     out["broadcast"] = (x.tolist(), t.tolist())
-
     t = x.clone()
     dist.reduce(t, dst=ROOT)  # only the root's result is defined: others may be scratch
     out["reduce"] = (x.tolist(), t.tolist() if r == ROOT else [None] * p)
-
     t = x.clone()
     dist.all_reduce(t)
     out["all-reduce"] = (x.tolist(), t.tolist())
-
     shard = torch.empty(1, dtype=x.dtype)  # (1,): chunk r of the sum
     REDUCE_SCATTER(shard, x.clone())
-    after = [None] * p
-    after[r] = shard.item()
-    out["reduce-scatter"] = (x.tolist(), after)
-
+    out["reduce-scatter"] = (x.tolist(), [shard.item() if c == r else None for c in range(p)])
     gathered = torch.empty(p, dtype=x.dtype)  # (p,): every rank's chunk of its own index
     ALL_GATHER(gathered, x[r:r + 1].clone())
     out["all-gather"] = (list(mine), gathered.tolist())
-
     swapped = torch.empty(p, dtype=x.dtype)  # chunk c goes to rank c; rank r gets chunk r of all
     dist.all_to_all_single(swapped, x.clone())
     out["all-to-all"] = (x.tolist(), swapped.tolist())
@@ -88,21 +77,13 @@ def expected_primitives(p: int) -> list[dict[str, tuple[Grid, Grid]]]:
     """What ``primitives_worker`` must return on each of p ranks, computed in one process."""
     x = [rank_input(r, p).tolist() for r in range(p)]
     total = [sum(x[r][c] for r in range(p)) for c in range(p)]
-    out = []
-    for r in range(p):
-        only = [None] * p
-        only[r] = x[r][r]
-        summed = [None] * p
-        summed[r] = total[r]
-        out.append({
-            "broadcast": (x[r], list(x[ROOT])),
-            "reduce": (x[r], list(total) if r == ROOT else [None] * p),
-            "all-reduce": (x[r], list(total)),
-            "reduce-scatter": (x[r], summed),
-            "all-gather": (only, [x[c][c] for c in range(p)]),
-            "all-to-all": (x[r], [x[c][r] for c in range(p)]),
-        })
-    return out
+    return [{"broadcast": (x[r], list(x[ROOT])),
+             "reduce": (x[r], list(total) if r == ROOT else [None] * p),
+             "all-reduce": (x[r], list(total)),
+             "reduce-scatter": (x[r], [total[r] if c == r else None for c in range(p)]),
+             "all-gather": ([x[r][r] if c == r else None for c in range(p)],
+                            [x[c][c] for c in range(p)]),
+             "all-to-all": (x[r], [x[c][r] for c in range(p)])} for r in range(p)]
 
 
 def ring_reduce_scatter(x: torch.Tensor, rank: int, p: int, wire: Wire) -> torch.Tensor:
@@ -144,13 +125,10 @@ def ring_all_gather(mine: torch.Tensor, rank: int, p: int, wire: Wire) -> torch.
 
 def composition_worker(ctx: RankContext, numel: int, integers: bool,
                        seed: int = 0) -> dict[str, torch.Tensor]:
-    """Reduce-scatter then all-gather, against ``dist.all_reduce``, on this rank's input.
-
-    ``integers``: float32 values that are small integers, so every sum is exact in any order;
-    else standard normal floats, whose sums depend on the order of the additions. Returns the
-    input, ``dist.all_reduce``'s result, the backend's reduce-scatter + all-gather
-    (``REDUCE_SCATTER``, ``ALL_GATHER``), and the ring built from messages.
-    """
+    """Reduce-scatter then all-gather (the backend's, and the ring built from messages) against
+    ``dist.all_reduce``, on this rank's input. ``integers``: float32 values that are small
+    integers, so every sum is exact in any order; else standard normal floats, whose sums
+    depend on the order of the additions."""
     p, r = ctx.world_size, ctx.rank
     if numel % p:
         raise ValueError(f"numel={numel} must divide into p={p} equal chunks")
@@ -169,19 +147,15 @@ def composition_worker(ctx: RankContext, numel: int, integers: bool,
 
 def exchange_worker(ctx: RankContext, fused: bool) -> list[int]:
     """Ranks 2k and 2k + 1 swap a small tensor, each posting its receive *before* its send.
-
-    Unfused (``fused=False``): a plain ``irecv`` then ``isend``. Gloo runs each on its own, so
-    it works; under NCCL's rules both go into one ordered queue per peer, so each rank's send
-    waits behind its own receive, which waits for the peer's send: a deadlock, on both ranks.
-    Fused: the same two operations in one ``batch_isend_irecv`` (NCCL's ``ncclGroupStart/End``),
-    launched together, so neither stands in front of the other.
-    """
+    Unfused: a plain ``irecv`` then ``isend``. Gloo runs each on its own, so it works; under
+    NCCL's rules both go into one ordered queue per peer, so each rank's send waits behind its
+    own receive, which waits for the peer's send: a deadlock on both ranks. Fused: one
+    ``batch_isend_irecv`` (NCCL's ``ncclGroupStart/End``), so neither stands before the other."""
     if ctx.world_size % 2:
         raise ValueError(f"exchange_worker pairs ranks 2k and 2k + 1: world_size="
                          f"{ctx.world_size} must be even")
     peer = ctx.rank ^ 1  # 0 <-> 1, 2 <-> 3, ...
-    mine = torch.full((4,), ctx.rank, dtype=torch.int64)
-    theirs = torch.empty(4, dtype=torch.int64)
+    mine, theirs = torch.full((4,), ctx.rank, dtype=torch.int64), torch.empty(4, dtype=torch.int64)
     if fused:
         works = ctx.wire.batch([("recv", theirs, peer), ("send", mine, peer)])
     else:
@@ -189,9 +163,3 @@ def exchange_worker(ctx: RankContext, fused: bool) -> list[int]:
     for work in works:
         wait_for(work, WAIT_S, "exchange")
     return theirs.tolist()
-
-
-__all__ = ["ALL_GATHER", "PRIMITIVES", "REDUCE_SCATTER", "ROOT", "SUM_ORDER_TOL",
-           "composition_worker",
-           "exchange_worker", "expected_primitives", "format_grid", "primitives_worker",
-           "rank_input", "ring_all_gather", "ring_reduce_scatter"]

@@ -5,8 +5,7 @@ reads latency and bandwidth off the extremes. Here every round is kept, so the l
 medians with their spread and fit ``t = α + n / β`` through all sizes at once
 (``costs.fit_alpha_beta``). Rounds are interleaved: round k runs every size, starting at a
 different one, and alternates which of the two operations goes first, so a slow moment of the
-shared machine lands on all sizes rather than on one.
-"""
+shared machine lands on all sizes rather than on one."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from ppdit.analysis.measure import ping_pong
+from ppdit.analysis.measure import all_reduces, ping_pong
 from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.observe.timing import MIN_ROUNDS, timed, warm_up_pairs
 from ppdit.runtime.processes.rank import RankContext
@@ -33,49 +32,34 @@ def iterations(nbytes: int) -> int:
 
 def alpha_beta_sweep(ctx: RankContext, sizes: Sequence[int] = SIZES,
                      rounds: int = 5) -> dict | None:
-    """A 2-rank worker: seconds per operation, for every size and round, on rank 0.
-
-    ``p2p``: a ping-pong of ``dist.send`` / ``dist.recv`` (one way = half a round trip: both
-    directions take the same path). ``all_reduce``: ``dist.all_reduce`` on both ranks. fp32
-    buffers of ``size`` bytes (multiples of 4); one untimed round first, after a warm-up
-    exchange that connects the pair. Returns ``{"bytes": [...], "p2p_s": [[per round], ...],
-    "all_reduce_s": [[...], ...]}`` (indexed like ``bytes``) on rank 0, None on rank 1.
-    """
+    """A 2-rank worker: on rank 0 (None on rank 1), seconds per operation for every size and
+    round, ``{"bytes": [...], "p2p_s": [[per round], ...], "all_reduce_s": [[...], ...]}``.
+    ``p2p``: half a ``dist.send`` / ``dist.recv`` round trip (both directions take the same
+    path); ``all_reduce``: ``dist.all_reduce`` on both ranks; fp32 buffers of ``size`` bytes;
+    one untimed round first, after a warm-up exchange that connects the pair."""
     if ctx.world_size != 2:
         raise ValueError(f"alpha_beta_sweep needs world_size=2, got {ctx.world_size}")
     if rounds < MIN_ROUNDS:
         raise ValueError(f"rounds={rounds}: at least {MIN_ROUNDS} (ppdit.runtime.observe.timing)")
     if any(n < 4 or n % 4 for n in sizes):
         raise ValueError(f"sizes={list(sizes)}: fp32 buffers need multiples of 4 bytes")
-    peer = 1 - ctx.rank
-    bare = Wire(ctx.device, ctx.placement.staged)  # the raw sends below: no rules either
+    peer, bare = 1 - ctx.rank, Wire(ctx.device, ctx.placement.staged)  # raw sends: no rules
     warm_up_pairs(bare, [(0, 1)], ctx.rank)
-    device = bare.buffers
-    buffers = [torch.zeros(n // 4, device=device) for n in sizes]
+    buffers = [torch.zeros(n // 4, device=bare.buffers) for n in sizes]
 
     def round_trips(x: torch.Tensor, k: int) -> None:
         ping_pong(x, ctx.rank, peer, k)
 
-    def all_reduce(x: torch.Tensor, k: int) -> None:
-        for _ in range(k):
-            dist.all_reduce(x)
-
-    p2p = [[] for _ in sizes]
-    reduced = [[] for _ in sizes]
+    p2p, reduced = [[] for _ in sizes], [[] for _ in sizes]
     for rnd in range(-1, rounds):  # round -1: untimed (buffers touched, sockets grown)
         start = max(rnd, 0) % len(sizes)
         for i in [(start + j) % len(sizes) for j in range(len(sizes))]:
             k = iterations(sizes[i])
-            ops = [(round_trips, p2p, 2 * k), (all_reduce, reduced, k)]
+            ops = [(round_trips, p2p, 2 * k), (all_reduces, reduced, k)]
             for op, into, per in (ops if rnd % 2 == 0 else ops[::-1]):
                 dist.barrier()  # both ranks start together
                 with timed(ctx.placement) as t:
                     op(buffers[i], k)
                 if rnd >= 0:
                     into[i].append(t.seconds / per)
-    if ctx.rank != 0:
-        return None
-    return {"bytes": list(sizes), "p2p_s": p2p, "all_reduce_s": reduced}
-
-
-__all__ = ["SIZES", "alpha_beta_sweep", "iterations"]
+    return {"bytes": list(sizes), "p2p_s": p2p, "all_reduce_s": reduced} if ctx.rank == 0 else None
