@@ -11,11 +11,19 @@ import torch
 
 from ppdit.model import build_model
 from ppdit.runtime.processes.pool import RankPool, live_pids
+from ppdit.vae.presets import build_vae
 
 # Batched forwards use other GEMM shapes than one-at-a-time ones, so the float summation order
 # inside the matmuls differs: results agree to rounding, never bit for bit. Over 28 Euler steps
 # of the tiny model the worst difference seen is ~5e-6 on values of size ~5.
 BATCHED_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+# A push of k > 1 latent frames runs every causal conv over k frames at once: the same sums as
+# k single-frame pushes but blocked differently inside the convolution kernels, so the float
+# summation order differs. On the tiny VAE (pixels clamped to [-1, 1]) the worst difference
+# seen is ~2e-6; 1e-5 absolute leaves room for other CPUs' kernels and stays far below any
+# visible change (one 8-bit level is 2/255 on [-1, 1]).
+CHUNKED_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 # The CPU suite compares with CPU references bit for bit, so it keeps every rank on the CPU even
@@ -73,6 +81,13 @@ def tiny():
     """The tiny preset with seed 0, as every rank builds it."""
     torch.set_num_threads(1)
     return build_model("tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def vae():
+    """The tiny VAE with seed 0, as the decoding ranks build it."""
+    torch.set_num_threads(1)
+    return build_vae("tiny", seed=0)
 
 
 def spawned_children() -> list[int]:

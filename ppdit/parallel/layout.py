@@ -223,7 +223,7 @@ def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[i
         check_sp_degree(preset.num_heads, layout.ulysses)
     if layout.tp > 1:
         check_tp_degree(preset, layout.tp)
-    if layout.layer > preset.num_layers:
+    if layout.layer > 1 and layout.layer > preset.num_layers:
         raise ValueError(f"layer-split over {layout.layer} stages needs at least one block per "
                          f"stage, but the model has {preset.num_layers}")
     if layout.step > num_steps:

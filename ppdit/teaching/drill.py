@@ -71,23 +71,25 @@ def _ppid(pid: int) -> int:
 
 def signal_drill(sig: signal.Signals, *, command: tuple[str, ...] = STEP_SPLIT, ranks: int = 2,
                  limit_s: float = 10.0, start_limit_s: float = 120.0, busy_s: float = 1.5,
-                 cwd: str | Path | None = None, to_group: bool = False) -> DrillResult:
+                 cwd: str | Path | None = None, to_group: bool = False,
+                 after_s: float | None = None) -> DrillResult:
     """Run ``python *command`` in a new session; once ``ranks`` rank processes run (and have
-    had ``busy_s`` to get busy), send ``sig`` to the main process only (``to_group=True``: to
-    its whole process group, ranks included, as Jupyter's interrupt does); then wait up to
-    ``limit_s`` for every process of the run to end."""
+    had ``busy_s`` to get busy), or ``after_s`` seconds after the start whatever runs by then
+    (a caller killed while its server still imports), send ``sig`` to the main process only
+    (``to_group=True``: to its whole process group, ranks included, as Jupyter's interrupt
+    does); then wait up to ``limit_s`` for every process of the run to end."""
     token = uuid.uuid4().hex
     env = {**os.environ, "PYTHONUNBUFFERED": "1", MARK: token}
     proc = subprocess.Popen([sys.executable, *command], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=cwd)
     try:
         deadline = time.monotonic() + start_limit_s
-        while _ranks(marked_processes(token), proc.pid) < ranks:
+        while after_s is None and _ranks(marked_processes(token), proc.pid) < ranks:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the run never had {ranks} ranks running:\n"
                                    f"{proc.communicate()[0].decode(errors='replace')}")
             time.sleep(0.1)
-        time.sleep(busy_s)
+        time.sleep(busy_s if after_s is None else after_s)
         seen = _ranks(marked_processes(token), proc.pid)
         start = time.monotonic()
         if to_group:

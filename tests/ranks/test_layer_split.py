@@ -16,31 +16,9 @@ from ppdit.parallel.layer_split.run import (
     run_layer_splits,
 )
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan, Message
-from ppdit.sampler import Request, SamplingConfig, generate
+from ppdit.sampler import generate
 from tests.conftest import BATCHED_TOL
-
-THREE = SamplingConfig(num_steps=3)
-
-
-GUIDED = SamplingConfig(num_steps=3, guidance_scale=4.0)
-
-
-def _reqs(n):
-    return tuple(Request(i, 10 + i) for i in range(n))
-
-
-PLANS = {
-    # P = 2, 3, 4; M from 1 to 8; V = 1 and 2; wrap on and off; uneven block partitions
-    "p2_m1": LayerSplitPlan(_reqs(2), 2, 1, sampling=THREE),
-    "p2_m2_flush": LayerSplitPlan(_reqs(2), 2, 2, wrap=False, sampling=THREE),
-    "p3_m3_uneven": LayerSplitPlan(_reqs(3), 3, 3, sampling=THREE),  # 4 blocks: 2 + 1 + 1
-    "p4_m4": LayerSplitPlan(_reqs(4), 4, 4, sampling=THREE),
-    "p2_v2_m4": LayerSplitPlan(_reqs(4), 2, 4, virtual=2, sampling=THREE),
-    "p2_v2_m3_flush": LayerSplitPlan(_reqs(3), 2, 3, virtual=2, wrap=False, sampling=THREE),
-    "p2_m8_cfg": LayerSplitPlan(_reqs(4), 2, 8, sampling=GUIDED),
-    "p3_m5_cfg_costs": LayerSplitPlan(_reqs(3), 3, 5, sampling=GUIDED,
-                                      block_costs=(3.0, 1.0, 1.0, 1.0)),
-}
+from tests.support.layer_split_plans import PLANS, THREE, reqs
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +74,7 @@ def test_wrap_trace_has_compute_for_every_task(runs):
 
 
 def test_bf16_layer_split_equals_its_reference_in_bf16(pools):
-    plan = LayerSplitPlan(_reqs(2), 2, 2, sampling=THREE, source=ModelSource(dtype="bf16"))
+    plan = LayerSplitPlan(reqs(2), 2, 2, sampling=THREE, source=ModelSource(dtype="bf16"))
     res = run_layer_split(plan, timeout_s=300, pool=pools(2))
     ref = layer_split_reference(build_model("tiny", seed=0, dtype="bf16"), plan)
     assert all(torch.equal(res.latents[k], ref[k]) for k in ref)

@@ -1,10 +1,5 @@
-"""The roofline accounting must agree with what torch counts and with arithmetic done by hand.
-
-FLOPs are checked against ``torch.utils.flop_counter.FlopCounterMode`` on real forwards of the
-tiny and small presets (and a small Wan VAE). On CPU, ``F.scaled_dot_product_attention`` runs
-``_scaled_dot_product_flash_attention_for_cpu``, for which FlopCounterMode has no formula (it
-counts 0), so the attention runs under the MATH backend, where the counter sees its two bmms.
-"""
+"""The link model's inputs measured on two real gloo ranks: a send/all-reduce sweep over message
+sizes gives the latency and bandwidth the roofline's comm terms use."""
 
 from __future__ import annotations
 

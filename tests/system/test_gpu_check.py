@@ -1,7 +1,6 @@
-"""``make gpu-check`` and the GPU runs it writes: what can be checked without a GPU is checked
-here (the schema, the labels, the committed transcription, the provenance, the no-CUDA answer,
-the section and test-suite plumbing); the measurements themselves run in the ``gpu`` tests at
-the end, on a CUDA machine only."""
+"""``make gpu-check``'s plumbing that starts processes: git decides which runs a notebook sees,
+the pytest suite it runs on a GPU box, the command line; the checks without a process are in
+tests/unit/test_gpu_check.py, the measurements in tests/gpu (CUDA only)."""
 
 from __future__ import annotations
 

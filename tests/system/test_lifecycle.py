@@ -42,6 +42,17 @@ def test_a_signalled_run_leaves_nothing_behind(sig):
         assert res.returncode == -sig
 
 
+@pytest.mark.parametrize("after_s", [1.0, 4.0, 9.0])
+def test_a_run_killed_while_it_starts_leaves_nothing_behind(after_s):
+    """SIGKILL a CLI run 1, 4 or 9 s into its start (the issue saw a kill at 9 s leave the
+    fork server importing for 34 s): the server may still import torch and diffusers (its first
+    import watches the caller) and ranks may not exist yet; every process of the run is gone
+    within the limit, not when the server's imports end."""
+    res = signal_drill(signal.SIGKILL, limit_s=LIMIT_S, after_s=after_s)
+    assert res.clean, f"left behind {after_s} s in: {res.leftovers}"
+    assert res.ended_s < LIMIT_S
+
+
 def test_ranks_start_with_the_interrupt_ignored():
     """A child started by the pool inherits an ignored SIGINT from its first instruction (the
     disposition survives exec; Python keeps it), so an interrupt during its seconds of imports

@@ -1,7 +1,6 @@
-"""``make gpu-check`` and the GPU runs it writes: what can be checked without a GPU is checked
-here (the schema, the labels, the committed transcription, the provenance, the no-CUDA answer,
-the section and test-suite plumbing); the measurements themselves run in the ``gpu`` tests at
-the end, on a CUDA machine only."""
+"""``make gpu-check`` and the GPU runs it writes, checked without a GPU or a process: the schema,
+the labels, the committed transcription, the provenance, the no-CUDA answer, the sections; the
+measurements themselves run in the ``gpu`` tests, on a CUDA machine only."""
 
 from __future__ import annotations
 

@@ -1,41 +1,11 @@
-"""Layer-split PP on real gloo ranks equals one device; each rank holds only its blocks."""
+"""Layer-split stage models, without ranks: each rank builds only its blocks."""
 
 from __future__ import annotations
 
 import torch
 
 from ppdit.parallel.layer_split.ranks import build_stage_model
-from ppdit.parallel.layer_split.schedule import LayerSplitPlan
-from ppdit.sampler import Request, SamplingConfig
-
-THREE = SamplingConfig(num_steps=3)
-GUIDED = SamplingConfig(num_steps=3, guidance_scale=4.0)
-
-
-def _reqs(n):
-    return tuple(Request(i, 10 + i) for i in range(n))
-
-
-PLANS = {
-    # P = 2, 3, 4; M from 1 to 8; V = 1 and 2; wrap on and off; uneven block partitions
-    "p2_m1": LayerSplitPlan(_reqs(2), 2, 1, sampling=THREE),
-    "p2_m2_flush": LayerSplitPlan(_reqs(2), 2, 2, wrap=False, sampling=THREE),
-    "p3_m3_uneven": LayerSplitPlan(_reqs(3), 3, 3, sampling=THREE),  # 4 blocks: 2 + 1 + 1
-    "p4_m4": LayerSplitPlan(_reqs(4), 4, 4, sampling=THREE),
-    "p2_v2_m4": LayerSplitPlan(_reqs(4), 2, 4, virtual=2, sampling=THREE),
-    "p2_v2_m3_flush": LayerSplitPlan(_reqs(3), 2, 3, virtual=2, wrap=False, sampling=THREE),
-    "p2_m8_cfg": LayerSplitPlan(_reqs(4), 2, 8, sampling=GUIDED),
-    "p3_m5_cfg_costs": LayerSplitPlan(_reqs(3), 3, 5, sampling=GUIDED,
-                                      block_costs=(3.0, 1.0, 1.0, 1.0)),
-}
-
-
-
-
-
-
-
-
+from tests.support.layer_split_plans import PLANS
 
 
 def test_stage_model_drops_other_blocks():
@@ -44,7 +14,3 @@ def test_stage_model_drops_other_blocks():
     kept = [i for i, b in enumerate(model.blocks) if not isinstance(b, torch.nn.Identity)]
     assert kept == [1, 3]  # chunks (1, 3) of 4 single-block chunks belong to rank 1
     assert model.patch_embedding is None and model.proj_out is not None
-
-
-
-

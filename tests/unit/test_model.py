@@ -100,3 +100,16 @@ def test_bf16_keeps_the_fp32_modules():
     assert model.blocks[0].ffn.net[0].proj.weight.dtype == torch.bfloat16
     assert model.scale_shift_table.dtype == torch.float32
     assert model.condition_embedder.time_embedder.linear_1.weight.dtype == torch.float32
+
+
+def test_diffusers_attention_routes_every_block_and_skips_the_dummy():
+    """A single-device stack routes attention back to diffusers' processor on every block; the
+    report's dummy has no blocks and must pass through (lesson 01's step split runs it)."""
+    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
+
+    from ppdit.attention import use_diffusers_attention
+
+    use_diffusers_attention(build_model("dummy"))
+    model = build_model("tiny")
+    use_diffusers_attention(model)
+    assert all(isinstance(b.attn1.processor, WanAttnProcessor) for b in model.blocks)

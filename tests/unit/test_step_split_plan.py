@@ -103,3 +103,12 @@ def test_groups_deal_requests_to_replicas():
     assert ids == [[[0, 2], [4, 6]], [[1, 3], [5, 7]]]
     assert plan.world_size == 2
     assert plan.frame_spec().shape == (1, 2, 16, 5, 16, 16)  # one slot: Euler has no memory
+
+
+def test_the_reports_dummy_model_plans_on_any_stages():
+    """The report's stand-in has no blocks: the model's rules for blocks apply only to a layer
+    split, and a step split of it plans like any other model's (lesson 01 runs it)."""
+    for stages in (1, 2, 4):
+        plan = make_plan(stages, 1, sampling=SamplingConfig(num_steps=28),
+                         source=ModelSource("dummy"), warmup=0)
+        assert plan.world_size == stages

@@ -1,5 +1,5 @@
-"""Streaming VAE decode equals diffusers' full decode; its rules fail loudly; decode overlapped with
-generation on real gloo ranks equals the same work on one process."""
+"""Streaming VAE decode equals diffusers' full decode and its rules fail loudly, in this
+process (the overlapped decode on ranks is tests/ranks/test_vae.py)."""
 
 from __future__ import annotations
 
@@ -22,19 +22,7 @@ from ppdit.vae.streaming import (
     iter_chunks,
     output_frames,
 )
-
-# A push of k > 1 latent frames runs every causal conv over k frames at once: the same sums as
-# k single-frame pushes but blocked differently inside the convolution kernels, so the float
-# summation order differs. On the tiny VAE (pixels clamped to [-1, 1]) the worst difference
-# seen is ~2e-6; 1e-5 absolute leaves room for other CPUs' kernels and stays far below any
-# visible change (one 8-bit level is 2/255 on [-1, 1]).
-CHUNKED_TOL = {"rtol": 1e-4, "atol": 1e-5}
-
-
-@pytest.fixture(scope="module")
-def vae():
-    torch.set_num_threads(1)
-    return build_vae("tiny", seed=0)
+from tests.conftest import CHUNKED_TOL
 
 
 @pytest.fixture(scope="module")
