@@ -1,7 +1,8 @@
 """Step-split pipeline parallelism: stage s runs a contiguous slice of the denoising steps.
 
-Every rank holds the whole model. A request's latent enters stage 0 as noise, each stage runs
-its steps, and the ``StepState`` (latent + step index, see ``ppdit.sampler``) moves on::
+Every stage holds every block (a forward axis inside a stage, e.g. TP, may still shard them).
+A request's latent enters stage 0 as noise, each stage runs its steps, and the ``StepState``
+(latent + step index, see ``ppdit.sampler``) moves on::
 
     steps:   0 1 2 3 4 5 6          (7 steps over 3 stages: 3 + 2 + 2)
     stage 0: [0 1 2] --latent-->
