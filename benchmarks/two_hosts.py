@@ -35,12 +35,13 @@ def worker(out: str) -> None:
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
-    from ppdit.parallel.sequence.topology import build_hierarchy
+    from ppdit.parallel.layout import Layout
+    from ppdit.parallel.sequence.topology import hierarchy
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
-    hier = build_hierarchy(list(range(world)), 2)
+    hier = hierarchy(Layout(ulysses=world).mesh(ranks_per_node=2).build(rank))
     rows = {}
     for size in SIZES:
         n = size // 4

@@ -19,8 +19,9 @@ from pathlib import Path
 
 ENV = "PPDIT_START_METHOD"  # "spawn" or "forkserver": overrides processes.start's rule
 
-# What every rank imports from outside ppdit (runtime.processes.rank imports diffusers before the
-# process group; the model, the VAE and the text encoder come from these modules).
+# The guard first (it must watch the caller before the seconds of imports: _fork_server_guard),
+# then what every rank imports from outside ppdit (runtime.processes.rank imports diffusers
+# before the process group; the model, the VAE and the text encoder come from these modules).
 PRELOAD = ("ppdit._fork_server_guard", "torch", "torch.distributed",
            "torch.distributed._functional_collectives", "torch.distributed.device_mesh",
            "torch._dynamo", "diffusers", "diffusers.models.transformers.transformer_wan",

@@ -8,14 +8,16 @@ first, this module starts a thread that watches the same pipe (its descriptor is
 command line, ``main(listener_fd, alive_r, ...)``) and the server's parent, and exits the server
 within ``POLL_S`` of the caller's end, imports or not (measured: 0.05-0.3 s, where the server
 alone took 3-9 s). Forked ranks do not inherit the thread (a fork copies only the forking
-thread); each rank watches its caller itself (``_spawn_entry``). Standard library only.
+thread); each rank watches its caller itself (``_spawn_entry``, whose loop this shares).
+Standard library only.
 """
 
 import os
 import re
-import select
 import threading
 from pathlib import Path
+
+from ppdit._spawn_entry import until_gone
 
 POLL_S = 0.25
 
@@ -31,11 +33,7 @@ def _alive_fd() -> int | None:
 
 
 def _watch(caller: int, alive: int | None) -> None:
-    while os.getppid() == caller:
-        if alive is None:
-            select.select([], [], [], POLL_S)
-        elif select.select([alive], [], [], POLL_S)[0]:  # end-of-file: every caller is gone
-            break
+    until_gone(caller, alive, POLL_S)
     os._exit(0)
 
 

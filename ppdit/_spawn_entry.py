@@ -65,12 +65,18 @@ def watch_torchrun_agent() -> None:
         watch_parent(os.getppid())
 
 
-def _watch(parent_pid: int, sentinel: int | None) -> None:
+def until_gone(parent_pid: int, sentinel: int | None, poll_s: float) -> None:
+    """Return once ``parent_pid`` is no longer this process's parent, or ``sentinel`` (the read
+    end of a pipe the caller holds open) is readable: end-of-file, the caller is gone."""
     while os.getppid() == parent_pid:
         if sentinel is None:
-            time.sleep(PARENT_POLL_S)
-        elif multiprocessing.connection.wait([sentinel], PARENT_POLL_S):
-            break
+            time.sleep(poll_s)
+        elif multiprocessing.connection.wait([sentinel], poll_s):
+            return
+
+
+def _watch(parent_pid: int, sentinel: int | None) -> None:
+    until_gone(parent_pid, sentinel, PARENT_POLL_S)
     with contextlib.suppress(Exception):
         print("ppdit: the process that started this rank is gone; it exits", flush=True)
     os._exit(3)

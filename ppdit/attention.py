@@ -67,10 +67,7 @@ def install(model, processor_for: Callable[[int], object]) -> None:
 
 
 def use_diffusers_attention(model) -> None:
-    """Every block's self-attention back to diffusers' own processor (the dummy model has no
-    blocks, so nothing to route)."""
-    if not hasattr(model, "blocks"):
-        return
+    """Every block's self-attention back to diffusers' own processor."""
     from diffusers.models.transformers.transformer_wan import WanAttnProcessor
 
     install(model, lambda i: WanAttnProcessor())

@@ -15,14 +15,15 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from ppdit import toy
+from ppdit import jobs, toy
 from ppdit._fork_server import start_early
 from ppdit.analysis.gpu_run_schema import MEASUREMENTS
 from ppdit.parallel.layout import AXES
 from ppdit.t2v.spec import LAYOUTS
 
 GPU_CHECK_SECTIONS = tuple(MEASUREMENTS)  # gpu-check's sections in order (imports no torch)
-LAUNCHES = ("demo", "step-split", "generate", "info", "gpu-check")  # commands that start ranks
+# commands that fork CPU ranks (gpu-check runs on a GPU, whose ranks spawn, or only reports)
+LAUNCHES = ("demo", "step-split", "generate", "info")
 
 
 class _Help(argparse.HelpFormatter):
@@ -57,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
                       help="toy: the trained models/toy_shapes (a visible video); random: the "
                            "random-weight tiny preset (noise; the lessons' shapes and timings)")
     demo.add_argument("--prompts", nargs=2, metavar=("BEFORE", "AFTER"),
-                      default=["a red ball moves right", "a blue square moves up"],
+                      default=list(jobs.TOY_PROMPTS),
                       help="toy model: the prompt before and after the hard cut")
     _placement_args(demo)
     plan = sub.add_parser("plan", help="what a layout needs per GPU and a lower bound of its "
@@ -150,19 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"ppdit {args.command}: {e}", file=sys.stderr)
         return 2
-    if args.command in LAUNCHES:
-        start_early()  # the fork server's imports run beside this process's own (CPU ranks)
-    from ppdit import jobs  # here: `ppdit --help` and `ppdit plan` answer without torch
+    if args.command in LAUNCHES:  # generate's checks above imported torch already: bad input
+        start_early()  # must not start the server; the others' imports overlap with it
 
     try:
-        return _run(jobs, args)
+        return _run(args)
     except KeyboardInterrupt:
         # The ranks are already gone (the launcher ends them before re-raising); say so.
         print("KeyboardInterrupt: stopped, and every rank has ended", file=sys.stderr)
         return 130  # the shell's code for "ended by SIGINT"
 
 
-def _run(jobs, args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     if args.command == "info":
         return jobs.info()
     if args.command == "gpu-check":  # see ppdit.gpu_check; without CUDA it says so, exit 1

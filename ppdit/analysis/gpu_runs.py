@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ppdit.analysis.gpu_run_schema import GpuRunError, check_report
-from ppdit.analysis.hardware import Hardware, op_seconds
+from ppdit.analysis.hardware import Hardware, ops_seconds
 from ppdit.analysis.roofline import model_ops
 
 GPU_RUNS = Path(__file__).resolve().parents[2] / "gpu_runs"  # the repository's folder
@@ -151,7 +151,7 @@ def ceiling_bound_ms(model: str, matmul_tflops: float, copy_tb_s: float, *,
     hw = Hardware("measured", matmul_tflops * 1e12, nan, None, copy_tb_s * 1e12, nan, (),
                   "measured ceilings")
     ops = model_ops(model, latent_shape, dtype=dtype)
-    return sum(sum(op_seconds(op, hw, dtype)) for op in ops) * 1e3
+    return sum(ops_seconds(ops, hw, dtype)) * 1e3
 
 
 def format_report(run: GpuRun) -> str:

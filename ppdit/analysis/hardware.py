@@ -30,6 +30,7 @@ from ppdit.analysis.roofline import (
     tp_allreduce_bytes,
 )
 from ppdit.parallel.layout import Layout, check_model
+from ppdit.parallel.partition import even_sizes
 from ppdit.presets import get_preset
 
 
@@ -185,16 +186,15 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     p, hw, m, dtype = get_preset(model), GPUS[gpu], 2 if cfg else 1, dtype_name(dtype)
     shape = tuple(latent_shape or p.latent_shape)
     check_model(layout, p, num_steps=num_steps, latent_shape=shape, guided=cfg)
-    split, pp = layout.pipeline or "layer", layout.stages
+    pp = layout.stages
     link = (link or hw.links[0]) if layout.ranks > 1 else "-"
     bw = LINKS.get(link, float("inf"))  # one GPU: nothing crosses a link
     kw = dict(dtype=dtype, attention=attention, tp=layout.tp, sp=layout.sp)
-    if split == "layer" and pp > 1:
-        base, extra = divmod(p.num_layers, pp)
-        sizes = [base + (s < extra) for s in range(pp)]
+    if layout.layer > 1:  # it stands alone: no TP, no sequence axes
+        sizes = even_sizes(p.num_layers, pp)
         stages = [model_ops(p, shape, num_blocks=n, prologue=s == 0,
                             epilogue=s == pp - 1, **kw) for s, n in enumerate(sizes)]
-        send_bytes = layer_handoff_bytes(p, shape, dtype=dtype) / layout.tp
+        send_bytes = layer_handoff_bytes(p, shape, dtype=dtype)
     else:
         sizes, stages, send_bytes = [p.num_layers], [model_ops(p, shape, **kw)], 0.0
     ar_bytes = ring_allreduce_traffic(tp_allreduce_bytes(p, shape, dtype=dtype), layout.tp)
@@ -210,16 +210,6 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     busiest = max(range(len(slot)), key=slot.__getitem__)
     flop_s, mem_s, comm_s = (m * x for x in per_stage[busiest])
     comm_bytes = m * (sizes[busiest] * ar_bytes + send_bytes)
-    if split == "step" and pp > 1:
-        handoff_bytes = step_handoff_bytes(shape)
-        latency = flop_s + mem_s + comm_s + handoff_bytes / bw * (pp - 1) / num_steps
-        flop_s, mem_s = flop_s / pp, mem_s / pp
-        comm_s = comm_s / pp + handoff_bytes / bw / num_steps
-        comm_bytes = comm_bytes / pp + handoff_bytes / num_steps
-    elif pp > 1:
-        latency = sum(slot) + (m - 1) * slot[busiest]
-    else:
-        latency = flop_s + mem_s + comm_s
     weights_gb = max(totals(ops).weights for ops in stages) * DTYPE_BYTES[dtype] / 1e9
     if layout.fsdp > 1:  # held: the root, 1/P of the blocks, and two blocks gathered (the one
         # running, the next one prefetched); every block's other shards arrive once a forward
@@ -228,7 +218,16 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
         weights_gb += (p.num_layers * block * (1 / layout.fsdp - 1) + 2 * block) / 1e9
         comm_s += m * gather / bw
         comm_bytes += m * gather
-        latency += m * gather / bw
+    if layout.step > 1:
+        handoff_bytes = step_handoff_bytes(shape)
+        latency = flop_s + mem_s + comm_s + handoff_bytes / bw * (pp - 1) / num_steps
+        flop_s, mem_s = flop_s / pp, mem_s / pp
+        comm_s = comm_s / pp + handoff_bytes / bw / num_steps
+        comm_bytes = comm_bytes / pp + handoff_bytes / num_steps
+    elif layout.layer > 1:
+        latency = sum(slot) + (m - 1) * slot[busiest]
+    else:
+        latency = flop_s + mem_s + comm_s
     return Prediction(p.name, hw.name, layout.name, link, dtype, layout.ranks, flop_s, mem_s,
                       comm_s, comm_bytes, flop_s + mem_s + comm_s, latency, weights_gb,
                       weights_gb * 1e9 <= hw.mem_bytes)
@@ -268,7 +267,7 @@ def assumptions(num_steps: int = 50, cfg: bool = True) -> str:
         "TP: 3 all-reduces of (B,S,D) per block + the q/k RMSNorm statistics",
         "Ulysses: 4 all-to-alls of (B,S/P,D) per block; ring: K and V of S/R tokens R - 1 hops "
         "per block (USP: both); CFG=2: the model output (the latent's size) exchanged per step",
-        "layer-split: h (B,S,D) per stage per forward (1/TP of it per TP rank); step-split: the "
+        "layer-split: h (B,S,D) per stage per forward; step-split: the "
         f"fp32 latent once per stage per request, amortised over {num_steps} steps",
         "step ms = the busiest GPU's time per step with the layout kept busy; latency = one "
         "request alone (layer-split: CFG halves as 2 micro-batches, GPipe)",

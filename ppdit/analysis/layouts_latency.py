@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ppdit.analysis.hardware import Prediction, predict
+from ppdit.analysis.hardware import LAYOUTS, Prediction, predict
 from ppdit.parallel.layout import Layout
 from ppdit.presets import get_preset
 
@@ -41,8 +41,8 @@ def predict_ulysses(model: str, gpu: str, *, degree: int, link: str | None = Non
 def one_request_rows(model: str, gpu: str, link: str) -> list[Prediction]:
     """Every layout of lessons 01-12 on 2 and 4 GPUs over ``link``, with CFG on: the rows to
     compare for the latency of one request (``latency_s``) against one GPU."""
-    rows = [predict(model, gpu), *(predict(model, gpu, layout, link=link) for layout in
-                                   (Layout(step=4), Layout(layer=4), Layout(tp=2), Layout(tp=4))),
+    rows = [predict(model, gpu), *(predict(model, gpu, layout, link=link)
+                                   for layout in LAYOUTS[1:]),
             *(predict_cfg_parallel(model, gpu, tp=tp, link=link) for tp in (1, 2))]
     heads = get_preset(model).num_heads
     rows += [predict_ulysses(model, gpu, degree=d, link=link) for d in (2, 4) if heads % d == 0]

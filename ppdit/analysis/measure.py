@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -27,20 +26,9 @@ from ppdit.runtime.comm.wire import (
     recv_tensor,
     send_tensor,
 )
-from ppdit.runtime.device import Placement
+from ppdit.runtime.device import Placement, torch_threads
 from ppdit.runtime.observe.timing import MIN_ROUNDS, timed, warm_up_pairs
 from ppdit.runtime.processes.rank import RankContext
-
-
-@contextmanager
-def torch_threads(n: int):
-    """Run the body with ``torch.set_num_threads(n)``, then restore the previous count."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def best_of(fn: Callable[[], object], placement: Placement | None = None, *, calls: int = 1,
@@ -238,7 +226,7 @@ def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:
     if ctx.world_size != 2:
         raise ValueError(f"comm_sweep needs world_size=2, got {ctx.world_size}")
     peer, out = 1 - ctx.rank, {"bytes": [], "p2p_s": [], "allreduce_s": []}
-    bare = Wire(ctx.device, ctx.placement.staged)  # the raw sends below: no rules either
+    bare = ctx.wire.bare()  # the raw sends below: no rules either
     warm_up_pairs(bare, [(0, 1)], ctx.rank)
     for size in sizes:
         # gloo moves host memory only: ranks that share a GPU time the host transport

@@ -1,11 +1,11 @@
 """Each layout's per-rank memory, measured on live ranks while they run: what ``memory_model``
 predicts, and what the earlier report's claim about step split gets wrong.
 
-Per rank and plan, ``RankMemory`` holds the model the rank keeps (``held_bytes``: its shards
-under TP and FSDP, its blocks under layer split, the whole model otherwise) and the most tensor
-bytes allocated at once *inside* a round above it (activations, received frames, ring buffers,
-gathered FSDP blocks): the allocator's peak on a GPU, a live-tensor count on the CPU
-(``runtime.observe.memory``).
+Per rank and plan, ``RankMemory`` holds the model the rank keeps (``weight_bytes``, counted by
+``runtime.observe.memory.held_bytes``: its shards under TP and FSDP, its blocks under layer
+split, the whole model otherwise) and the most tensor bytes allocated at once *inside* a round
+above it (activations, received frames, ring buffers, gathered FSDP blocks): the allocator's
+peak on a GPU, a live-tensor count on the CPU (``runtime.observe.memory``).
 
 The report ran *step split* for memory: "each GPU only holds activations for its assigned
 steps ... peak memory per GPU is reduced by ~N". In inference no activation outlives its step,
@@ -73,8 +73,7 @@ def measure_memory(plans: Mapping[str, object], rounds: int = 1,
         if not mine:
             continue
         jobs = {n: (p, "ppdit") for n, p in mine.items()} if kind is LayerSplitPlan else mine
-        world = max(p.num_stages if kind is LayerSplitPlan else p.world_size
-                    for p in mine.values())
+        world = max(p.world_size for p in mine.values())
         runs = run_side_by_side(jobs, runner=runner, world_size=world, rounds=rounds,
                                 memory=True, **launch_kwargs)
         out.update({n: per_rank(r) for n, r in runs.items()})

@@ -131,7 +131,7 @@ def handoff_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], d
     if layout.step > 1:
         frames = RECEIVE_FRAMES * (1 + SOLVER_SLOTS[solver]) * step_handoff_bytes(shape)
     elif layout.layer > 1:
-        h = layer_handoff_bytes(preset, shape, batch=1, dtype=dtype) / layout.tp
+        h = layer_handoff_bytes(preset, shape, batch=1, dtype=dtype)  # it stands alone: no TP
         frames = max(RECEIVE_FRAMES + (micro_batches if layout.layer > 2 else 0),
                      micro_batches) * h
     halves = 2 * math.prod(shape) * DTYPE_BYTES[dtype] * requests if layout.cfg > 1 else 0.0

@@ -37,7 +37,7 @@ def scores_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None
     """The scores and softmax's output, (batch, heads, S, S) each: an unfused attention's high
     point above the fused one."""
     p = get_preset(preset)
-    s = p.num_tokens(tuple(latent_shape or p.latent_shape))
+    s = p.num_tokens(latent_shape)
     return 2 * batch * p.num_heads * s * s * DTYPE_BYTES[dtype]
 
 

@@ -130,7 +130,7 @@ def attention_ops(prefix: str, batch: int, heads: int, s_q: int, s_kv: int, head
 
 def _wan(preset: str | ModelPreset) -> ModelPreset:
     p = get_preset(preset)
-    if getattr(p, "kind", "wan") != "wan":
+    if p.kind != "wan":
         raise ValueError(f"preset {p.name!r} is not a Wan transformer: nothing to account for")
     return p
 

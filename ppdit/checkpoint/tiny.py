@@ -21,10 +21,9 @@ from pathlib import Path
 import torch
 
 from ppdit.model import build_model
-
-# Words the tiny tokenizer knows; anything else maps to <unk> (fine for random weights).
 from ppdit.presets import get_preset
 
+# Words the tiny tokenizer knows; anything else maps to <unk> (fine for random weights).
 TINY_VOCAB = (
     "a", "the", "cat", "dog", "fox", "runs", "jumps", "over", "on", "in", "of", "and", "with",
     "red", "blue", "green", "small", "big", "video", "river", "forest", "city", "night", "day",

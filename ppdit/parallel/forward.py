@@ -35,7 +35,7 @@ from ppdit.attention import use_diffusers_attention
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.cfg.halves import CFGHalves
 from ppdit.parallel.fsdp.load import load_sharded
-from ppdit.parallel.fsdp.shard import local_parameter_bytes, shard_blocks, trace_gathers
+from ppdit.parallel.fsdp.shard import shard_blocks, trace_gathers
 from ppdit.parallel.layout import SEQUENCE, check_model
 from ppdit.parallel.sequence.comms import A2ACounter, even_split
 from ppdit.parallel.sequence.ring import Ring, install_ring
@@ -72,9 +72,11 @@ class ForwardOptions:
         check_model(layout, self.preset, num_steps=sampling.num_steps, latent_shape=self.shape,
                     guided=sampling.uses_cfg and sampling.guidance_steps is None)
         ulysses_only = layout.ulysses > 1 and layout.ring == 1
-        if self.v_major is not None and (not ulysses_only or self.v_major < 0):
-            raise ValueError(f"v_major={self.v_major} needs a Ulysses-only layout (got "
-                             f"{layout}) and a threshold >= 0")
+        if self.v_major is not None and (not ulysses_only or layout.pipeline is not None
+                                         or self.v_major < 0):
+            # its copies are per request: only the request-by-request loop resets them
+            raise ValueError(f"v_major={self.v_major} needs a Ulysses-only layout without a "
+                             f"pipeline axis (got {layout}) and a threshold >= 0")
         n = self.ranks_per_node
         if n is not None and (not ulysses_only or n < 1 or layout.ulysses % n):
             raise ValueError(f"ranks_per_node={n} needs a Ulysses-only layout (got {layout}) "
@@ -153,9 +155,8 @@ class ForwardStack:
         f = self.layout
         self.counter, self.ring = A2ACounter(), Ring(None, self.split, 0)
         if f.sp == 1:
-            if self.shared:
-                use_diffusers_attention(self.model)
-        elif f.ring > 1 and f.ulysses > 1:
+            return
+        if f.ring > 1 and f.ulysses > 1:
             self.counter, self.ring = install_usp(self.model, self.mesh, self.split,
                                                   self.ctx.wire, tracer=tracer)
         elif f.ring > 1:
@@ -177,16 +178,27 @@ class ForwardStack:
             self.vmajor.reset()
             den.forward.cond_text = den.conditioning(request).text
 
+    @property
+    def draws_compute(self) -> bool:
+        """The forward draws its own compute spans (sequence attention, FSDP's blocks): a loop
+        then draws none per step, or a trace would count the busy time twice."""
+        return self.layout.sp > 1 or self.layout.fsdp > 1
+
     @contextmanager
     def round(self, tracer: Tracer | None):
-        """One round: attention routed with ``tracer``, FSDP's all-gathers drawn on it."""
+        """One round: attention routed with ``tracer``, FSDP's all-gathers drawn on it; after
+        it, a model other plans share has diffusers' attention back (only routing plans
+        change it, so only they undo it)."""
         self.install(tracer)
-        gathers = trace_gathers(self.model, tracer) if self.layout.fsdp > 1 else []
+        fsdp = self.layout.fsdp > 1 and tracer is not None
+        gathers = trace_gathers(self.model, tracer) if fsdp else []
         try:
             yield self
         finally:
             for handle in gathers:
                 handle.remove()
+            if self.shared and self.layout.sp > 1:
+                use_diffusers_attention(self.model)
 
     def counts(self) -> dict:
         """What this round's traffic counters say."""
@@ -197,7 +209,6 @@ class ForwardStack:
                                                    hier.inter_messages),
                 "vmajor": None if vm is None else (vm.rows_sent, vm.rows_total, vm.bytes_sent,
                                                    vm.bytes_full),
-                "param_bytes": local_parameter_bytes(self.model),
                 "load_peak_bytes": self.load_peak_bytes}
 
 
@@ -211,6 +222,10 @@ class StackRunner(ReplicatedRunner):
         return all(reads_shards(p) for p in plans)
 
     def __init__(self, ctx: RankContext, plans: tuple):
+        if any(p.layout.fsdp > 1 for p in plans) and len({p.layout for p in plans}) > 1:
+            raise ValueError("FSDP shards the rank's one model in place: every plan of a job "
+                             f"must ask for it on the same layout, got "
+                             f"{[str(p.layout) for p in plans]}")
         super().__init__(ctx, plans)
         # every rank creates every plan's groups, in plan order (group creation is collective)
         self.meshes = [p.mesh().build(ctx.rank) for p in plans]

@@ -37,7 +37,7 @@ AXES = ("cfg", "step", "layer", "ring", "ulysses", "tp", "fsdp")
 PIPELINE_AXES = ("step", "layer")
 SEQUENCE = ("ring", "ulysses")  # one forward's tokens split over these ranks
 FORWARD = ("cfg", "ring", "ulysses", "tp")  # every rank of one forward (FSDP shards over them)
-# name -> the axes it sets, given the ranks (pp_tp: stages of 2 TP ranks)
+# the names ``parse_layout`` expands, given the ranks (pp_tp: stages of 2 TP ranks)
 SHORTHANDS = ("single", "step", "layer", "tp", "sp", "ring", "usp", "pp_tp", "cfg")
 
 
@@ -214,6 +214,21 @@ def check_tp_degree(config, tp: int) -> None:
                              f"({n} % {tp} = {n % tp})")
 
 
+def check_step_stages(num_steps: int, stages: int) -> None:
+    """Step-split PP: every stage runs at least one step."""
+    if stages > num_steps:
+        raise ValueError(f"num_steps={num_steps} cannot be split over {stages} stages: "
+                         "step-split PP needs at least one step per stage "
+                         "(num_steps >= num_stages)")
+
+
+def check_layer_stages(preset, stages: int) -> None:
+    """Layer-split PP: every stage holds at least one block."""
+    if stages > preset.num_layers:
+        raise ValueError(f"layer-split over {stages} stages needs at least one block per "
+                         f"stage, but {preset.name!r} has {preset.num_layers}")
+
+
 def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[int, ...],
                 guided: bool = True) -> None:
     """The rules a layout owes the model and the request (``preset``: a ``ModelPreset``):
@@ -223,13 +238,9 @@ def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[i
         check_sp_degree(preset.num_heads, layout.ulysses)
     if layout.tp > 1:
         check_tp_degree(preset, layout.tp)
-    if layout.layer > 1 and layout.layer > preset.num_layers:
-        raise ValueError(f"layer-split over {layout.layer} stages needs at least one block per "
-                         f"stage, but the model has {preset.num_layers}")
-    if layout.step > num_steps:
-        raise ValueError(f"num_steps={num_steps} cannot be split over {layout.step} stages: "
-                         "step-split PP needs at least one step per stage "
-                         "(num_steps >= num_stages)")
+    if layout.layer > 1:
+        check_layer_stages(preset, layout.layer)
+    check_step_stages(num_steps, layout.step)
     tokens = preset.num_tokens(latent_shape)
     if layout.sp > tokens:
         raise ValueError(f"ring x ulysses = {layout.sp} ranks exceed the {tokens} tokens: "

@@ -13,12 +13,12 @@ is the same three moves whatever the axes (torchtitan's ``parallelize`` then the
 The single device is the same plan with every degree 1 (``run_local``: in this process, the
 stack is the model itself), which is what ``ppdit generate`` compares every layout with.
 Adding a forward axis means a step in ``ForwardStack``; adding a loop, a branch in
-``loop_plan``: no runner per combination.
+``loop_plan`` and ``run_plan``: no runner per combination.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -31,7 +31,6 @@ from ppdit.parallel.layout import Layout
 from ppdit.parallel.step_split.plan import StepSplitPlan, split_steps
 from ppdit.parallel.step_split.run import run_step_split
 from ppdit.runtime.observe.trace import Trace, Tracer
-from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
 from ppdit.sampler import Conditioning, Denoiser, Request, SamplingConfig, check_cfg
 
@@ -97,10 +96,10 @@ def run_requests(plan: LayoutPlan, stack: ForwardStack, den: Denoiser,
                  tracer: Tracer | None = None,
                  on_step: Callable[[int], None] | None = None) -> dict[int, torch.Tensor]:
     """Every request of the plan, start to end, through the one loop (``Denoiser.run``); the
-    final latents by request id. A compute span per step, unless the sequence axes draw theirs."""
+    final latents by request id. A compute span per step, unless the forward draws its own."""
     out = {}
     for r in plan.requests:
-        span = None if tracer is None or plan.layout.sp > 1 else (
+        span = None if tracer is None or stack.draws_compute else (
             lambda i, rid=r.request_id: tracer.span("compute", f"r{rid} step {i}",
                                                     request=rid, step=i))
         stack.start_request(den, r)
@@ -124,14 +123,6 @@ def run_local(plan: LayoutPlan, device: str | torch.device = "cpu", *,
 
 class LayoutRunner(StackRunner):
     """Every plan without a pipeline axis of a side-by-side job, on one rank, request by request."""
-
-    def __init__(self, ctx: RankContext, plans: Sequence[LayoutPlan]):
-        sharded = {p.layout for p in plans if p.layout.fsdp > 1}
-        if sharded and len({p.layout for p in plans}) > 1:
-            raise ValueError("FSDP shards the rank's one model in place: every plan of a job "
-                             f"must ask for it on the same layout, got "
-                             f"{[str(p.layout) for p in plans]}")
-        super().__init__(ctx, plans)
 
     @torch.no_grad()
     def run(self, i: int, tracer: Tracer) -> dict:
@@ -159,7 +150,7 @@ class LayoutResult:
     hierarchy: tuple[int, int, int] | None = None
     # with v_major: rank 0's (V rows sent, rows a plain all-to-all sends, bytes sent, bytes)
     vmajor: tuple[int, int, int, int] | None = None
-    param_bytes: list[int] = field(default_factory=list)  # the weights each rank holds
+    held_bytes: list[int] = field(default_factory=list)  # the weights each rank holds
     # FSDP from a folder: the most tensor bytes each rank held while loading (load_sharded)
     load_peak_bytes: list[int] = field(default_factory=list)
 
@@ -176,7 +167,7 @@ class LayoutResult:
         first = last[ranks[0]]
         return cls(plan, [last[r]["latents"] for r in ranks], first["a2a_calls"],
                    first["a2a_bytes"], runs.traces, first["ring_bytes"], first["hier"],
-                   first["vmajor"], [last[r]["param_bytes"] for r in ranks],
+                   first["vmajor"], [runs.held[r] for r in ranks],
                    [last[r]["load_peak_bytes"] for r in ranks])
 
 

@@ -164,6 +164,17 @@ def _cuda(ranks: int, gpus: int, backend: str, stage: bool | None) -> PlacementD
 
 
 @contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[int]:
+    """Run the body with ``torch.set_num_threads(n)``, then restore the previous count."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        torch.set_num_threads(old)
+
+
+@contextlib.contextmanager
 def cpu_share(placement: Placement) -> Iterator[int]:
     """Threads for work this rank does on the CPU (encoding, decoding) while its placement is
     the CPU: this host's cores divided among its local ranks. torchrun starts every rank with
@@ -171,14 +182,8 @@ def cpu_share(placement: Placement) -> Iterator[int]:
     takes hours. Restores the previous count after."""
     before = torch.get_num_threads()
     share = max(1, (os.cpu_count() or 1) // max(1, local_world_size()))
-    if placement.is_cuda or share <= before:
-        yield before
-        return
-    torch.set_num_threads(share)
-    try:
-        yield share
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(before if placement.is_cuda or share <= before else share) as n:
+        yield n
 
 
 def local_world_size() -> int:

@@ -1,5 +1,5 @@
 """Ranks 1..N, the generator mesh: rank 1 (the leader) talks to the controller; with tensor
-parallelism (PP1) it broadcasts each envelope inside ``mesh_pg`` so every mesh rank runs the
+parallelism (PP1) it broadcasts each envelope inside ``mesh_group`` so every mesh rank runs the
 same step, issuing the same collectives in the same order.
 
 The leader's loop: receive an envelope -> (PP1: broadcast it) -> act on its kind:

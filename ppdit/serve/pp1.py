@@ -1,7 +1,7 @@
 """PP1: tensor parallelism inside the generator mesh, and nowhere else.
 
-Rank 0 never joins a collective of ``mesh_pg`` (ranks 1..N): it only talks to the leader,
-point to point. The leader re-broadcasts each envelope inside ``mesh_pg`` so that every mesh
+Rank 0 never joins a collective of ``mesh_group`` (ranks 1..N): it only talks to the leader,
+point to point. The leader re-broadcasts each envelope inside ``mesh_group`` so that every mesh
 rank runs the same chunk, issuing the same all-reduces in the same order — the invariant whose
 violation is a hang ("multi-PG ordering" in the study guide). The broadcast is a header (the
 envelope's framing) and then each payload, shape first.
@@ -25,7 +25,7 @@ from ppdit.serve.protocol import PPEnvelopeV1, decode, encode
 
 
 class MeshChannel:
-    """The leader shares envelopes with the followers of ``mesh_pg`` by broadcast."""
+    """The leader shares envelopes with the followers of ``mesh_group`` by broadcast."""
 
     def __init__(self, ctx: RankContext, mesh_group):
         self.ctx, self.group = ctx, mesh_group

@@ -18,8 +18,8 @@ from unittest import mock
 
 import torch
 
-from ppdit.analysis.measure import torch_threads
 from ppdit.runtime.comm.wire import Wire
+from ppdit.runtime.device import torch_threads
 
 
 def load_module(path: str | Path) -> ModuleType:
@@ -44,7 +44,7 @@ def lab_implementation(default: str | Path) -> ModuleType:
     return load_module(os.environ.get("PPDIT_LAB_IMPL", default))
 
 
-class LoopbackWire:
+class LoopbackMailbox:
     """Point-to-point messages between ranks that run one after another in this process: a
     stand-in for ``send_tensor`` / ``recv_tensor`` when every message flows from a lower rank
     to a higher one (a step-split pipeline). Rank 0 runs to the end, its sends wait in a FIFO
@@ -79,19 +79,19 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
                        modules: Sequence[ModuleType]) -> list[Any]:
     """Run ``worker(ctx, *args_by_rank[r])`` for r = 0, 1, ... in this process, with
     ``send_tensor`` / ``recv_tensor`` in ``modules`` (and in ``runtime.comm.wire``) replaced by
-    a ``LoopbackWire``; return the results by rank. A rank's exception propagates with a note
+    a ``LoopbackMailbox``; return the results by rank. A rank's exception propagates with a note
     naming the rank; a message left unread is an error."""
-    from ppdit.runtime.comm import wire as p2p  # the module whose functions are patched
+    from ppdit.runtime.comm import wire as wire_module  # whose functions are patched
 
-    wire, world = LoopbackWire(), len(args_by_rank)
+    mailbox, world = LoopbackMailbox(), len(args_by_rank)
     results = []
     with ExitStack() as stack:
-        for module in {id(m): m for m in [*modules, p2p]}.values():
+        for module in {id(m): m for m in [*modules, wire_module]}.values():
             for name in ("send_tensor", "recv_tensor"):
                 if hasattr(module, name):
-                    stack.enter_context(mock.patch.object(module, name, getattr(wire, name)))
+                    stack.enter_context(mock.patch.object(module, name, getattr(mailbox, name)))
         for rank, args in enumerate(args_by_rank):
-            wire.rank = rank
+            mailbox.rank = rank
             ctx = SimpleNamespace(rank=rank, world_size=world, device=torch.device("cpu"),
                                   wire=Wire())
             try:
@@ -99,9 +99,9 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
             except Exception as err:
                 err.add_note(f"(raised on rank {rank} of {world}, run in order in one process)")
                 raise
-    if wire.unread():
+    if mailbox.unread():
         raise AssertionError(f"messages sent but never received, by (from, to): "
-                             f"{wire.unread()}: sender and receiver disagree on the protocol")
+                             f"{mailbox.unread()}: sender and receiver disagree on the protocol")
     return results
 
 

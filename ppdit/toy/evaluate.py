@@ -17,6 +17,7 @@ import torch
 
 from ppdit.checkpoint.folder import WanFolder
 from ppdit.toy import data, detect, models
+from ppdit.viz.artifacts import pipeline_clip
 
 CAUSAL_STEPS = 8  # Euler steps per chunk in the demo's path
 FULL_STEPS = 12  # UniPC steps for the whole clip
@@ -78,8 +79,8 @@ def generate_full(toy: WanFolder, prompt: str, seed: int, steps: int = FULL_STEP
     video = pipe(prompt, negative_prompt="", height=data.SIZE, width=data.SIZE,
                  num_frames=frames, num_inference_steps=steps, guidance_scale=guidance_scale,
                  generator=torch.Generator().manual_seed(seed), output_type="pt",
-                 max_sequence_length=models.MAX_SEQUENCE_LENGTH).frames[0]  # (T, 3, H, W)
-    return video.permute(1, 0, 2, 3) * 2 - 1
+                 max_sequence_length=models.MAX_SEQUENCE_LENGTH).frames
+    return pipeline_clip(video)
 
 
 def evaluate(toy: WanFolder, path: str = "causal", n: int = 20, seed0: int = 1000,

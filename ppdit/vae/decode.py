@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from ppdit.vae.streaming import StreamingDecoder
+from ppdit.vae.presets import build_vae
+from ppdit.vae.streaming import decode_full, decode_streaming
 
 
 def denormalize(latent: torch.Tensor, config) -> torch.Tensor:
@@ -34,12 +35,7 @@ def decode(vae, latent: torch.Tensor, *, streaming: bool = False) -> torch.Tenso
     activations instead of the whole video's (a 480p x 81-frame decode is 275 TFLOP and tens
     of GB of activations at once)."""
     latent = denormalize(latent.to(next(vae.parameters()).device, vae.dtype), vae.config)
-    if streaming:
-        with StreamingDecoder(vae) as decoder:
-            video = torch.cat([decoder.push(latent[:, :, i:i + 1])
-                               for i in range(latent.shape[2])], dim=2)
-    else:
-        video = vae.decode(latent, return_dict=False)[0]
+    video = decode_streaming(vae, latent) if streaming else decode_full(vae, latent)
     return postprocess(video, vae.config)
 
 
@@ -54,7 +50,4 @@ def postprocess(video: torch.Tensor, config) -> torch.Tensor:
 def vae_config(folder: str):
     """A pipeline folder's VAE config with diffusers' defaults filled in, no weights read (the
     model is built on the meta device)."""
-    from diffusers import AutoencoderKLWan
-
-    with torch.device("meta"):
-        return AutoencoderKLWan.from_config(AutoencoderKLWan.load_config(f"{folder}/vae")).config
+    return build_vae(checkpoint=folder, device="meta").config

@@ -84,7 +84,8 @@ def test_micro_batches_split_samples_and_cfg_halves():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"num_stages": 5, "micro_batches": 1}, "num_stages=5 is more stages than the 4 blocks"),
+    ({"num_stages": 5, "micro_batches": 1},
+     "layer-split over 5 stages needs at least one block per stage, but 'tiny' has 4"),
     ({"num_stages": 2, "micro_batches": 1, "virtual": 3}, r"V\*P <= blocks"),
     ({"num_stages": 2, "micro_batches": 0}, "micro_batches=0 must be between 1 and"),
     ({"num_stages": 2, "micro_batches": 9}, "micro_batches=9 must be between 1 and the number"),

@@ -102,14 +102,18 @@ def test_bf16_keeps_the_fp32_modules():
     assert model.condition_embedder.time_embedder.linear_1.weight.dtype == torch.float32
 
 
-def test_diffusers_attention_routes_every_block_and_skips_the_dummy():
-    """A single-device stack routes attention back to diffusers' processor on every block; the
-    report's dummy has no blocks and must pass through (lesson 01's step split runs it)."""
-    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
+def test_a_round_without_sequence_axes_leaves_the_models_attention_alone():
+    """Only plans that route attention undo it after their round; a plan without sequence
+    axes touches no block, so the report's dummy (it has none) runs a step split (lesson 01)."""
+    from ppdit.checkpoint.source import ModelSource
+    from ppdit.parallel.forward import ForwardStack
+    from ppdit.parallel.layout import Layout
+    from ppdit.parallel.runner import LayoutPlan
 
-    from ppdit.attention import use_diffusers_attention
-
-    use_diffusers_attention(build_model("dummy"))
-    model = build_model("tiny")
-    use_diffusers_attention(model)
-    assert all(isinstance(b.attn1.processor, WanAttnProcessor) for b in model.blocks)
+    for name in ("dummy", "tiny"):
+        plan = LayoutPlan(Layout(), source=ModelSource(name))
+        stack = ForwardStack(None, plan, None, plan.source.dit("cpu"))
+        before = [b.attn1.processor for b in getattr(stack.model, "blocks", ())]
+        with stack.round(None):
+            pass
+        assert [b.attn1.processor for b in getattr(stack.model, "blocks", ())] == before

@@ -36,3 +36,22 @@ def test_cli_plan_prints_the_verdict_and_refuses_bad_layouts(capsys):
     assert "degree 8 must divide the 12 attention heads" in capsys.readouterr().err
     with pytest.raises(ValueError, match="gpu='B200' is not one of"):
         plan_rows("wan2.1-14b", "B200", "ulysses=2")
+
+
+def test_a_step_split_of_fsdp_stages_halves_every_per_step_term_and_keeps_the_latency():
+    """Kept busy, two step stages each run every other step: compute, memory and the FSDP
+    gathers per step all halve (a handoff per stage is added); one request still runs every
+    step on one stage after another, so its latency is the stage's, plus the handoff."""
+    from ppdit.analysis.hardware import predict
+    from ppdit.analysis.roofline import step_handoff_bytes
+    from ppdit.presets import get_preset
+
+    one = predict("wan2.1-14b", "H100 SXM", parse_layout("ulysses=2,fsdp=2"), num_steps=50)
+    two = predict("wan2.1-14b", "H100 SXM", parse_layout("step=2,ulysses=2,fsdp=2"),
+                  num_steps=50, link=one.link)
+    handoff = step_handoff_bytes(get_preset("wan2.1-14b").latent_shape)
+    assert two.flop_s == pytest.approx(one.flop_s / 2)
+    assert two.comm_bytes == pytest.approx(one.comm_bytes / 2 + handoff / 50)
+    assert two.step_s < 0.51 * one.step_s
+    assert one.latency_s < two.latency_s < 1.01 * one.latency_s
+    assert two.weights_gb == pytest.approx(one.weights_gb)

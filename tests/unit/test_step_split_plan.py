@@ -7,6 +7,9 @@ import itertools
 import pytest
 
 from ppdit.checkpoint.source import ModelSource
+from ppdit.parallel.forward import StackRunner
+from ppdit.parallel.layout import Layout
+from ppdit.parallel.runner import LayoutPlan
 from ppdit.parallel.step_split.plan import StepSplitPlan, make_plan, split_steps
 from ppdit.sampler import Request, SamplingConfig
 
@@ -112,3 +115,22 @@ def test_the_reports_dummy_model_plans_on_any_stages():
         plan = make_plan(stages, 1, sampling=SamplingConfig(num_steps=28),
                          source=ModelSource("dummy"), warmup=0)
         assert plan.world_size == stages
+
+
+def test_v_major_is_refused_under_a_pipeline_axis():
+    """V-Major's copies are per request, reset by the request-by-request loop only: a step
+    split's stages would compare against the previous request's V."""
+    with pytest.raises(ValueError, match="v_major=0.1 needs a Ulysses-only layout without a "
+                                         "pipeline axis"):
+        make_plan(2, 1, stage=Layout(ulysses=2), v_major=0.1)
+
+
+def test_fsdp_beside_another_layout_is_refused_by_every_stack_runner():
+    """FSDP shards the rank's one model in place: a job whose plans differ in layout would hand
+    the sharded model to the others (checked before any group is made)."""
+    fsdp = LayoutPlan(Layout(ulysses=2, fsdp=2))
+    with pytest.raises(ValueError, match="FSDP shards the rank's one model in place"):
+        StackRunner(None, (fsdp, LayoutPlan(Layout(ulysses=2))))
+    with pytest.raises(ValueError, match="FSDP shards the rank's one model in place"):
+        StackRunner(None, (make_plan(2, 1, stage=Layout(ulysses=2, fsdp=2)),
+                           make_plan(2, 1, stage=Layout(ulysses=2))))

@@ -65,3 +65,22 @@ def test_the_rule_sees_a_bare_send():
         "line 1: from torch.distributed import irecv"]
     assert all(path in {p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py")}
                for path in ALLOWED)  # the allow-list names files that exist
+
+
+# A wire built by hand drops the rank's rules as silently as a bare send: only the rank context
+# builds one (``ctx.wire``; ``ctx.wire.bare()`` for a baseline), except these.
+BUILDS_A_WIRE = {
+    "analysis/measure.py": "ping_pong's bare trip keeps the tensor where it is: no staging",
+    "teaching/labkit.py": "ranks run one after another in one process: no message leaves it",
+}
+
+
+def test_only_the_rank_context_builds_a_wire():
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("runtime/") or rel in BUILDS_A_WIRE:
+            continue
+        offenders += [f"{rel} line {n.lineno}" for n in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(n, ast.Call) and ast.unparse(n.func) == "Wire"]
+    assert offenders == [], f"wires built around ctx.wire: {offenders}"

@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 from ppdit.checkpoint.partial import fill_from_folder, meta_transformer
 from ppdit.checkpoint.source import ModelSource
-from ppdit.parallel.fsdp.shard import local_parameter_bytes, ready, shard_blocks
+from ppdit.parallel.fsdp.shard import ready, shard_blocks
+from ppdit.runtime.observe.memory import held_bytes
 
 
 def load_sharded(source: ModelSource, group, device: torch.device) -> tuple[object, int]:
@@ -41,4 +42,4 @@ def load_sharded(source: ModelSource, group, device: torch.device) -> tuple[obje
 
     largest = fill_from_folder(model, source.folder, device, read_rows)
     ready(model)
-    return model.eval().requires_grad_(False), local_parameter_bytes(model) + largest
+    return model.eval().requires_grad_(False), held_bytes(model) + largest

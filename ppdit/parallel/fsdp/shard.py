@@ -90,14 +90,3 @@ def trace_gathers(model, tracer: Tracer) -> list:
                     block.register_forward_pre_hook(whole),
                     block.register_forward_hook(done)]
     return handles
-
-
-def local_parameter_bytes(model) -> int:
-    """Bytes of the parameters this rank holds (its shards, and the unsharded root)."""
-    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
-    return sum(t.numel() * t.element_size() for t in local)
-
-
-def full_parameter_bytes(model) -> int:
-    """Bytes of the whole model's parameters (what one device holds)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())

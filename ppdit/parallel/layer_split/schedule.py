@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ppdit.checkpoint.source import ModelPlan, ModelSource
+from ppdit.parallel.layout import check_layer_stages
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.sampler import Conditioning, Request, SamplingConfig
 
@@ -79,9 +80,7 @@ class LayerSplitPlan(ModelPlan):
         self.check_workload()
         if p < 1 or v < 1:
             raise ValueError(f"num_stages={p} and virtual={v} must be >= 1")
-        if p > n:
-            raise ValueError(f"num_stages={p} is more stages than the {n} blocks of "
-                             f"{self.preset.name!r}: every stage needs at least one block")
+        check_layer_stages(self.preset, p)
         if p * v > n:
             raise ValueError(f"virtual={v} x num_stages={p} = {p * v} chunks but "
                              f"{self.preset.name!r} has {n} blocks: every chunk needs at least one "

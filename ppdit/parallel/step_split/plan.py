@@ -57,7 +57,7 @@ import torch
 from ppdit.checkpoint.solver import SchedulerSolver
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.forward import ForwardOptions
-from ppdit.parallel.layout import Layout
+from ppdit.parallel.layout import Layout, check_step_stages
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import Conditioning, Request, SamplingConfig, check_cfg
@@ -72,10 +72,7 @@ def split_steps(num_steps: int, num_stages: int,
     bounds a filled pipeline's throughput, is cheapest (``partition.balanced_sizes``)."""
     if num_stages < 1:
         raise ValueError(f"num_stages={num_stages} must be >= 1")
-    if num_steps < num_stages:
-        raise ValueError(f"num_steps={num_steps} cannot be split over {num_stages} stages: "
-                         "step-split PP needs at least one step per stage "
-                         "(num_steps >= num_stages)")
+    check_step_stages(num_steps, num_stages)
     if weights is None:
         return to_ranges(even_sizes(num_steps, num_stages))
     if len(weights) != num_steps or any(w <= 0 for w in weights):

@@ -35,7 +35,6 @@ class StageInfo:
     """Where a rank sat in a plan and what it held (``Runner.result``)."""
 
     rank: int
-    dp_rank: int
     pp_rank: int  # the stage
     tp_rank: int
     forward_rank: int  # index among the stage's ranks (0 keeps the final latents)
@@ -57,10 +56,9 @@ class StepStageRunner(StackRunner):
         """Pay first-call costs (allocator, kernel choice, compiles) before the clock starts.
         The ranks of a TP group warm up together: they issue the same collectives."""
         plan, den = self.plans[i], self.dens[i]
-        self.stacks[i].install(None)
         probe = Request(-1, 0)
         batch = plan.micro_batch if plan.mode == "filled" else 1
-        with timed(self.ctx.placement) as whole:
+        with self.stacks[i].round(None), timed(self.ctx.placement) as whole:
             for _ in range(plan.warmup):
                 with timed(self.ctx.placement) as one:
                     den.step_batch([den.initial_state(probe, plan.shape)] * batch, [probe] * batch)
@@ -89,13 +87,13 @@ class StepStageRunner(StackRunner):
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round: this stage's share of plan ``i``; the last stage returns final latents."""
-        with self.stacks[i].round(tracer):
+        with self.stacks[i].round(tracer) as stack:
             return _Stage(self.ctx, self.plans[i], self.dens[i], self.meshes[i], tracer,
-                          self.step_s[i]).run()
+                          self.step_s[i], step_spans=not stack.draws_compute).run()
 
     def result(self, i: int) -> StageInfo:
         g = self.meshes[i]
-        return StageInfo(self.ctx.rank, g.coords["dp"], g.stage, g.coords["tp"],
+        return StageInfo(self.ctx.rank, g.stage, g.coords["tp"],
                          g.index(*FORWARD), local_param_count(self.dens[i].model),
                          self.warmup_s[i])
 
@@ -103,39 +101,42 @@ class StepStageRunner(StackRunner):
 class _Stage:
     """One rank's view of its pipeline: its steps, its requests, its neighbours, its channels."""
 
-    def __init__(self, ctx: RankContext, plan: StepSplitPlan, den: Denoiser, groups: RankMesh,
-                 tracer: Tracer, step_s: float = 0.0):
+    def __init__(self, ctx: RankContext, plan: StepSplitPlan, den: Denoiser, mesh: RankMesh,
+                 tracer: Tracer, step_s: float = 0.0, step_spans: bool = True):
+        """``step_spans``: a compute span per step (False where the forward draws its own,
+        ``ForwardStack.draws_compute``: busy time would count twice)."""
         self.ctx, self.plan, self.den, self.tracer = ctx, plan, den, tracer
-        self.steps = plan.stages[groups.stage]
-        self.groups = plan.groups(groups.coords["dp"])
-        self.is_first, self.is_last = groups.is_first_stage, groups.is_last_stage
+        self.step_span = tracer.span if step_spans else None
+        self.steps = plan.stages[mesh.stage]
+        self.groups = plan.groups(mesh.coords["dp"])
+        self.is_first, self.is_last = mesh.is_first_stage, mesh.is_last_stage
         self.solver = plan.handoff_solver()  # whose memory travels with the latent
-        spec, pg = plan.frame_spec(), groups.group("step")
+        spec, pg = plan.frame_spec(), mesh.group("step")
         n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
         # Waits are bounded by the work that must happen first (``wire.work_bound``): every
         # group through the stages upstream for a frame, through the whole pipeline for a
         # credit. Every stage runs the same model on the same shape: this rank's step time
         # stands for theirs.
-        upstream = sum(len(plan.stages[s]) for s in range(groups.stage)) * n_in
+        upstream = sum(len(plan.stages[s]) for s in range(mesh.stage)) * n_in
         t_in = work_bound(plan.timeout_s, upstream, step_s)
         t_credit = work_bound(plan.timeout_s, plan.stages[-1].stop * len(self.groups), step_s)
         # Each rank of a stage holds the same latent and hands it to its counterpart.
         self.inbox = None if self.is_first else FrameReceiver(
-            spec, groups.prev_rank, ctx.wire, group=pg, count=n_in, timeout_s=t_in)
+            spec, mesh.prev_rank, ctx.wire, group=pg, count=n_in, timeout_s=t_in)
         self.outbox = None if self.is_last else FrameSender(
-            spec, groups.next_rank, ctx.wire, group=pg, timeout_s=t_credit)
+            spec, mesh.next_rank, ctx.wire, group=pg, timeout_s=t_credit)
         credit = FrameSpec((1,), torch.int64, meta_slots=0)
         limited = plan.mode == "filled" and plan.max_in_flight is not None and plan.num_stages > 1
         n_credits = max(0, len(self.groups) - (plan.max_in_flight or 0))
-        back = groups.back_group  # credits' own communicator: see RankMesh.back_group
-        self.credits_in = (FrameReceiver(credit, groups.last_stage_rank, ctx.wire, group=back,
+        back = mesh.back_group  # credits' own communicator: see RankMesh.back_group
+        self.credits_in = (FrameReceiver(credit, mesh.last_stage_rank, ctx.wire, group=back,
                                          count=n_credits, timeout_s=t_credit)
                            if limited and self.is_first else None)
-        self.credits_out = (FrameSender(credit, groups.first_stage_rank, ctx.wire, group=back,
+        self.credits_out = (FrameSender(credit, mesh.first_stage_rank, ctx.wire, group=back,
                                         timeout_s=t_credit)
                             if limited and self.is_last else None)
         self.finished_groups = 0
-        self.reports_progress = groups.index(*FORWARD) == 0  # one event per request
+        self.reports_progress = mesh.index(*FORWARD) == 0  # one event per request
 
     def run(self) -> dict[int, torch.Tensor]:
         """Run this stage's share of the plan; the last stage returns the final latents."""
@@ -192,9 +193,10 @@ class _Stage:
             name = f"r{first}" if first == last else f"r{first}-{last}"
             # The last step writes into the outgoing frame: the handoff then copies nothing.
             frame = self.outbox.claim()[0] if self.outbox is not None else None
-            states = self.den.run(
-                states, group, self.steps, out=frame, on_step=self._report,
-                span=lambda i, n=name, r=first: self.tracer.span("compute", n, request=r, step=i))
+            span = None if self.step_span is None else (
+                lambda i, n=name, r=first: self.step_span("compute", n, request=r, step=i))
+            states = self.den.run(states, group, self.steps, out=frame, on_step=self._report,
+                                  span=span)
             for r in group:
                 self.den.release(r)
             self.give(states, out)
@@ -216,7 +218,7 @@ class _Stage:
         out: dict[int, torch.Tensor] = {}
         requests = [r for g in self.groups for r in g]
         stream_batch_ticks(self.den, requests, self.steps, lambda r: self.take([r])[0],
-                           lambda st: self.give([st], out), self.tracer.span)
+                           lambda st: self.give([st], out), self.step_span)
         return out
 
 

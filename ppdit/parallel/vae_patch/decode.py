@@ -41,7 +41,6 @@ from diffusers.models.autoencoders.autoencoder_kl_wan import (
 from torch import nn
 
 from ppdit.parallel.vae_patch.halo import RowGroup, fill_halos, gather_rows, split_rows
-from ppdit.runtime.comm.wire import Wire
 from ppdit.vae.streaming import StreamingDecoder, iter_chunks
 
 # Layers whose output at a position depends only on that position (or, for the listed convs
@@ -183,11 +182,11 @@ class PatchStreamingDecoder(StreamingDecoder):
         rank 1        [s0, s0 + s1)  ->   [8 s0, 8 (s0 + s1))   halos: 1 row per 3x3 conv
     """
 
-    def __init__(self, vae: AutoencoderKLWan, latent_height: int, *, group=None,
-                 gather: str = "all", rows: RowGroup | None = None):
+    def __init__(self, vae: AutoencoderKLWan, latent_height: int, rows: RowGroup, *,
+                 gather: str = "all"):
         if gather not in GATHER:
             raise ValueError(f"gather={gather!r} is not one of {GATHER}")
-        self.rows = rows if rows is not None else RowGroup.of(group, Wire())
+        self.rows = rows
         self.split = split_rows(latent_height, self.rows.world, check_decoder(vae.decoder))
         self.start = sum(self.split[:self.rows.rank])
         self.gather = gather
@@ -208,16 +207,14 @@ class PatchStreamingDecoder(StreamingDecoder):
         return gather_rows(out, sizes, self.rows, dim=3, dst=0 if self.gather == "first" else None)
 
 
-def decode_patch_parallel(vae: AutoencoderKLWan, latents: torch.Tensor, group=None, *,
-                          chunk_frames: int = 1, gather: str = "all",
-                          rows: RowGroup | None = None) -> torch.Tensor | None:
-    """Decode ``latents`` (B, z, F, H, W), held whole by every rank of ``group``, split by rows.
+def decode_patch_parallel(vae: AutoencoderKLWan, latents: torch.Tensor, rows: RowGroup, *,
+                          chunk_frames: int = 1, gather: str = "all") -> torch.Tensor | None:
+    """Decode ``latents`` (B, z, F, H, W), held whole by every rank of ``rows``, split by rows
+    (``RowGroup.of(group, ctx.wire)``: the rank's wire, so NCCL's rules and staging hold).
 
     ``chunk_frames=1`` runs the very per-frame loop of ``decode_full`` (diffusers' ``_decode``):
     equal to it up to ``PATCH_TOL``; larger chunks stream as ``decode_streaming`` does.
-    ``gather`` as in ``PatchStreamingDecoder``. ``rows`` overrides ``group`` (to pass NCCL
-    rules or a timeout: ``RowGroup.of(group, ctx.wire, timeout_s=...)``)."""
-    with PatchStreamingDecoder(vae, latents.shape[3], group=group, gather=gather,
-                               rows=rows) as decoder:
+    ``gather`` as in ``PatchStreamingDecoder``."""
+    with PatchStreamingDecoder(vae, latents.shape[3], rows, gather=gather) as decoder:
         parts = [decoder.push(c) for c in iter_chunks(latents, chunk_frames)]
     return None if parts[0] is None else torch.cat(parts, dim=2)

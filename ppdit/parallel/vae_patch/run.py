@@ -72,8 +72,8 @@ class PatchRunner(Runner):
         super().__init__(ctx, plans)
         self.vae = (ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)).to(ctx.device)
         meshes = [Mesh.of(rows=p.ranks).build(ctx.rank) for p in plans]  # collective, in order
-        self.rows = [None if m is None else RowGroup(m.index("rows"), tuple(
-            m.mesh.line(ctx.rank, ("rows",))), m.group("rows"), ctx.wire) for m in meshes]
+        self.rows = [None if m is None else RowGroup.of(m.group("rows"), ctx.wire)
+                     for m in meshes]
 
     def takes_part(self, i: int) -> bool:
         return self.rows[i] is not None
@@ -89,8 +89,8 @@ class PatchRunner(Runner):
                 for k in plan.chunk_frames:
                     with tracer.span("compute", f"decode case {c}, chunks of {k}"):
                         video = decode_patch_parallel(
-                            self.vae, latents.to(self.ctx.device), chunk_frames=k,
-                            gather=plan.gather, rows=self.rows[i])
+                            self.vae, latents.to(self.ctx.device), self.rows[i],
+                            chunk_frames=k, gather=plan.gather)
                     videos[(c, k)] = None if video is None else video.cpu()
         return {"videos": videos, "seconds": clock.seconds}
 
@@ -104,8 +104,8 @@ class PatchRunner(Runner):
     def _peak(self, plan: PatchPlan, rows: RowGroup, gather: str) -> int:
         latents = plan.latents[0].to(self.ctx.device)
         with track_peak_memory(self.ctx.placement) as mem:
-            decode_patch_parallel(self.vae, latents, chunk_frames=plan.chunk_frames[0],
-                                  gather=gather, rows=rows)
+            decode_patch_parallel(self.vae, latents, rows, chunk_frames=plan.chunk_frames[0],
+                                  gather=gather)
         return mem.peak_bytes
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import cached_property
 
@@ -79,6 +79,11 @@ class Wire:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     staged: bool = False
     rules: NcclRules | None = None
+
+    def bare(self) -> Wire:
+        """The same device and staging without NCCL's rules: for the baselines that time the
+        transport itself (the wire rule's allow-list)."""
+        return replace(self, rules=None)
 
     @property
     def buffers(self) -> torch.device:

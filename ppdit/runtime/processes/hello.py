@@ -1,7 +1,7 @@
 """The smallest jobs for ranks: who each rank is, and how fast it computes.
 
 ``hello`` is what a first cell runs to see the ranks a launch started (lesson 00, ``ppdit
-hello``, ``make gpu-check``); ``matmul_seconds`` checks that how a rank was started does not
+info``, ``make gpu-check``); ``matmul_seconds`` checks that how a rank was started does not
 change how fast it computes (``benchmarks/launch.py``). They live in a module, not in notebook
 cells, because ranks import their worker by name.
 """

@@ -15,7 +15,6 @@ import torch
 import torch.distributed as dist
 
 from ppdit.analysis.measure import all_reduces, ping_pong
-from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.observe.timing import MIN_ROUNDS, timed, warm_up_pairs
 from ppdit.runtime.processes.rank import RankContext
 
@@ -43,7 +42,7 @@ def alpha_beta_sweep(ctx: RankContext, sizes: Sequence[int] = SIZES,
         raise ValueError(f"rounds={rounds}: at least {MIN_ROUNDS} (ppdit.runtime.observe.timing)")
     if any(n < 4 or n % 4 for n in sizes):
         raise ValueError(f"sizes={list(sizes)}: fp32 buffers need multiples of 4 bytes")
-    peer, bare = 1 - ctx.rank, Wire(ctx.device, ctx.placement.staged)  # raw sends: no rules
+    peer, bare = 1 - ctx.rank, ctx.wire.bare()  # raw sends: no rules
     warm_up_pairs(bare, [(0, 1)], ctx.rank)
     buffers = [torch.zeros(n // 4, device=bare.buffers) for n in sizes]
 
