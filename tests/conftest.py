@@ -25,6 +25,14 @@ BATCHED_TOL = {"rtol": 1e-4, "atol": 1e-4}
 # visible change (one 8-bit level is 2/255 on [-1, 1]).
 CHUNKED_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
+# A replayed graph runs the kernels eager mode chose during warm-up, but cuBLAS/cuDNN may pick
+# different algorithms inside a capture (workspace limits), so GPU results agree to rounding.
+GRAPH_TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+# The memory model counts the tensors alive at a block's high point and leaves out small ones
+# (norm statistics, the rope tables' slices, kernel workspaces): 15% is the issue's bar.
+MODEL_TOL = 0.15
+
 
 # The CPU suite compares with CPU references bit for bit, so it keeps every rank on the CPU even
 # on a machine with GPUs (nbval's kernels inherit this too); the GPU tests (marked ``gpu``) ask

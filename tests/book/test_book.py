@@ -14,7 +14,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
+
 HTML = ROOT / "book" / "_build" / "html"
 
 if not (HTML / "index.html").exists():

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from ppdit.teaching import claims
+from tests.conftest import ROOT
 
-COMMITTED = Path(__file__).resolve().parents[2] / "notebooks" / "claims"
+COMMITTED = ROOT / "notebooks" / "claims"
 
 # One rule per row: keyword arguments, expected value, a measurement just inside the tolerance
 # (on its boundary, where the rule says "holds"), and one just past it. Binary fractions, so the

@@ -3,14 +3,13 @@ mistake its handout is about (the broken variants in ``tests/support/lab_variant
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ppdit.teaching.labkit import load_module
+from tests.conftest import ROOT
 
-LABS = Path(__file__).resolve().parents[2] / "labs"
-VARIANTS = Path(__file__).resolve().parents[1] / "support" / "lab_variants"
+LABS = ROOT / "labs"
+VARIANTS = ROOT / "tests" / "support" / "lab_variants"
 CASES = [("lab01_split_steps", "check_lab01"), ("lab02_handoff", "check_lab02"),
          ("lab03_bubble", "check_lab03"), ("lab04_tp_linear", "check_lab04"),
          ("lab05_ulysses", "check_lab05"), ("lab06_hang", "check_lab06"),

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("[0-9]*.ipynb"))
+from tests.conftest import ROOT
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 MACHINE = re.compile(r"backend (gloo|nccl)|device (cpu|cuda)|cuda:\d|CUDA GPU present|"
                      r"CUDA available|would use: (gloo|nccl)|\d+ CPU cores|staged through",
                      re.IGNORECASE)

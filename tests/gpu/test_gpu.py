@@ -5,7 +5,7 @@ Skipped without a GPU (with the reason); ``make gpu-check`` runs them on a GPU m
 does ``make test`` there. References are computed on ``cuda:0`` with the same weights: the
 ranks run the same kernels, but cuDNN / cuBLAS may pick other algorithms in another process or
 for another batch shape, so results agree to ``GPU_TOL``, not bitwise. TP adds its own
-reordering (``TP_TOL_BY_DTYPE``).
+reordering (``TP_TOL_BY_DTYPE``); graph replay against eager keeps ``GRAPH_TOL``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ppdit.sampler import Request, SamplingConfig, generate
 from ppdit.serve.config import BringupConfig
 from ppdit.serve.system import reference_stream, run_bringup
 from ppdit.vae.presets import build_vae
+from tests.conftest import GRAPH_TOL
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(),
@@ -111,6 +112,18 @@ def test_decode_overlap_on_cuda(pool2):
                                        build_vae("tiny", seed=0).cuda(), plan)
     _close(res.latents, latents)
     _close(res.video, video)
+
+
+def test_gpu_overlap_with_graph_runner_matches_reference():
+    plan = OverlapPlan(num_chunks=3, sampling=FOUR, use_graph_runner=True)
+    # One GPU is enough: the generator's graph holds no communication (P2P stays outside it),
+    # so the ranks may share the GPU over gloo with staged messages.
+    res = run_decode_overlap({"gpu": plan}, timeout_s=300, echo=False, device="cuda")["gpu"]
+    model = plan.source.dit("cuda")
+    vae = plan.source.vae("cuda")
+    latents, video = overlap_reference(model, vae, plan)  # eager, on one GPU
+    torch.testing.assert_close(res.latents.cpu(), latents.cpu(), **GRAPH_TOL)
+    torch.testing.assert_close(res.video.cpu(), video.cpu(), **GRAPH_TOL)
 
 
 def test_bringup_overlap_on_cuda(pool2):

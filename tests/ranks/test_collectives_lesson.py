@@ -1,4 +1,5 @@
-"""Lesson 16's helpers: the α-β formulas, the fit, and the primitives on live ranks."""
+"""Lesson 16's primitives on four live ranks: each one's result, reduce-scatter then all-gather
+equal to all-reduce, and a fused receive-before-send exchange under NCCL's rules."""
 
 from __future__ import annotations
 

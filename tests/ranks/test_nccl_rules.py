@@ -1,8 +1,8 @@
 """NCCL's point-to-point rules on CPU ranks (``ppdit.runtime.comm.nccl_rules``).
 
 The hangs the GPU path was predicted to have, reproduced with their pre-fix order (fixtures in
-``tests/nccl_workers.py``), and passing in the order each layout uses now. A deadlock must end
-within seconds with both queues named, not at a timeout.
+``tests/support/nccl_workers.py``), and passing in the order each layout uses now. A deadlock
+must end within seconds with both queues named, not at a timeout.
 """
 
 from __future__ import annotations

@@ -3,8 +3,6 @@ split divides it (the earlier report's memory claim, lesson 03 §8)."""
 
 from __future__ import annotations
 
-import pytest
-
 from ppdit.analysis.memory_measure import measure_memory
 from ppdit.model import build_model
 from ppdit.parallel.layer_split.ranks import build_stage_model
@@ -14,8 +12,6 @@ from ppdit.parallel.runner import LayoutPlan
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.runtime.observe.memory import held_bytes
 from ppdit.sampler import Request, SamplingConfig
-
-pytestmark = pytest.mark.slow  # starts real ranks
 
 
 def test_step_split_ranks_hold_the_model_and_layer_split_ranks_a_share(pools):

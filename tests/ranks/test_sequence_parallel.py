@@ -1,4 +1,5 @@
-"""Ulysses sequence parallelism on real ranks: equal to one device, bytes as the formula says."""
+"""Sequence parallelism on real ranks: Ulysses (with and without V first, and V-Major), ring
+attention and diffusers' own Ulysses each equal one device; bytes as the formula says."""
 
 from __future__ import annotations
 

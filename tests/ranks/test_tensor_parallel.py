@@ -14,33 +14,16 @@ from ppdit.model import forward_by_stages, num_params
 from ppdit.parallel.layout import Layout
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import StepSplitResult
-from ppdit.parallel.tensor.comms import tp_comm_per_block
-from ppdit.parallel.tensor.compare import (
-    TPCompare,
-    TPVariant,
-    example_inputs,
-    run_tp_compare,
-)
+from ppdit.parallel.tensor.compare import TPCompare, example_inputs, run_tp_compare
 from ppdit.parallel.tensor.parallelize import TP_TOL, expected_tp_param_count
-from ppdit.presets import get_preset
 from ppdit.runtime import launch
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.rounds import collect
 from ppdit.sampler import SamplingConfig, generate
 from tests.support import tp_workers
-
-V = TPVariant
-
-
-TINY = get_preset("tiny")
-
+from tests.support.tp_workers import TINY, V, tiny_tp_comm
 
 TP_STYLES = ("funcol", "c10d", "c10d_async", "dtensor")
-
-
-def _formula(tp: int):
-    return tp_comm_per_block(batch=TINY.latent_shape[0], tokens=TINY.num_tokens(),
-                             text_len=TINY.text_len, dim=TINY.dim, tp=tp)
 
 
 # compiled: funcol only (notebook 04 compiles it too); DTensor's compile costs a cold Inductor
@@ -89,7 +72,7 @@ def test_each_rank_holds_only_its_shards(tp2, tiny, name):
 
 @pytest.mark.parametrize("style", TP_STYLES)
 def test_collectives_counted_match_the_formula(tp2, style):
-    per_forward = _formula(2).per_forward(TINY.num_layers)
+    per_forward = tiny_tp_comm(2).per_forward(TINY.num_layers)
     r = tp2[0][style]
     assert (r.collectives, r.collective_bytes) == (per_forward.all_reduces,
                                                    per_forward.payload_bytes)
@@ -99,7 +82,7 @@ def test_collectives_counted_match_the_formula(tp2, style):
 def test_zero_graph_breaks_for_traceable_collectives(tp2, style):
     r = tp2[0][style]
     assert r.block_trace.graph_break_count == 0 and r.block_trace.graph_count == 1
-    per_block = _formula(2)  # all 7 all-reduces of a block are inside its one graph
+    per_block = tiny_tp_comm(2)  # all 7 all-reduces of a block are inside its one graph
     assert r.block_trace.graph_all_reduces == per_block.all_reduces
     assert r.block_trace.graph_all_reduce_bytes == per_block.payload_bytes
 
@@ -109,7 +92,7 @@ def test_async_c10d_breaks_the_graph_at_every_collective(tp2):
     # a break at each of the block's 7 all-reduces, each for the same reason: async_op=True
     # returns a Work handle, which Dynamo cannot put in a graph (the collectives run eagerly,
     # between the graphs: counted by the eager counter above)
-    assert r.block_trace.graph_break_count >= _formula(2).all_reduces
+    assert r.block_trace.graph_break_count >= tiny_tp_comm(2).all_reduces
     assert r.block_trace.graph_all_reduces is None  # not counted: the block is not one graph
     assert any("async_op=True" in reason for reason in r.block_trace.break_reasons)
 
@@ -143,7 +126,8 @@ def test_tp4_equals_one_device(four_ranks, reference, tiny, name):
     for r in per_rank:
         torch.testing.assert_close(r["tp4"][name].output, reference, **TP_TOL)
         assert r["tp4"][name].local_params == expected_tp_param_count(tiny, 4)
-        assert r["tp4"][name].collectives == _formula(4).per_forward(TINY.num_layers).all_reduces
+        per_forward = tiny_tp_comm(4).per_forward(TINY.num_layers)
+        assert r["tp4"][name].collectives == per_forward.all_reduces
 
 
 def test_wrong_arrangements_raise_with_the_numbers(four_ranks):

@@ -1,17 +1,12 @@
-"""One timing rule (``ppdit.runtime.observe.timing``): every timed region goes through ``timed``.
-
-A Python clock around GPU work measures the launch of its kernels, not the kernels; the helper
-synchronises through the rank's ``Placement`` and reads CUDA events. The walk below keeps the
-rule: a module of ``ppdit`` that reads ``perf_counter`` or ``time.time`` itself must be in
-``CLOCK_ALLOWED``, with the reason its clock times no device work.
-"""
+"""The P2P warm-up before a timed region (``ppdit.runtime.observe.timing.warm_up_pairs``) on two
+CPU ranks, on a bare wire and through NCCL's rules: the pair and the world warmed, a timed
+all-reduce after it. The timing rule itself is tests/unit/test_timing_rule.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.observe.timing import timed, warm_up_pairs
 from ppdit.runtime.processes.launch import launch
 from ppdit.runtime.processes.rank import RankContext
@@ -19,7 +14,7 @@ from ppdit.runtime.processes.rank import RankContext
 
 def warm_pair(ctx: RankContext, through_rules: bool) -> int:
     """Warm the pair and the world, then one timed all-reduce (what a timed round would do)."""
-    wire = ctx.wire if through_rules else Wire(ctx.device, ctx.placement.staged)
+    wire = ctx.wire if through_rules else ctx.wire.bare()
     warm_up_pairs(wire, [(0, 1), (1, 1)], ctx.rank)
     x = torch.ones(4)
     with timed(ctx.placement) as t:

@@ -1,4 +1,5 @@
-"""Tracing, trace statistics and plots on hand-made spans (exact expected numbers)."""
+"""``collectives_into`` on a real process group (one rank: a unit test may not make a group):
+eager all-reduces of every style become collective spans, and none outside it."""
 
 from __future__ import annotations
 

@@ -1,26 +1,17 @@
-"""Patch-parallel VAE decode: the latent split by rows over gloo ranks decodes to what one process
-decodes (per frame and streamed), each rank holding about its share of the memory; the halo
-arithmetic and the rules checked without ranks."""
+"""Patch-parallel VAE decode on gloo ranks: the latent split by rows decodes to what one process
+decodes (per frame and streamed), each rank holding about its share of the memory; the row
+split and halo arithmetic without ranks are tests/unit/test_vae_patch.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ppdit.parallel.vae_patch.decode import (
-    PATCH_TOL,
-)
+from ppdit.parallel.vae_patch.decode import PATCH_TOL
 from ppdit.parallel.vae_patch.halo import split_rows
 from ppdit.parallel.vae_patch.run import PatchPlan, one_process_decode, run_patches
-from ppdit.vae.presets import build_vae
 
 CHUNKS = (1, 2)  # 1: diffusers' per-frame loop (== decode_full); 2: streamed chunks
-
-
-@pytest.fixture(scope="module")
-def vae():
-    torch.set_num_threads(1)  # as each rank runs: the same kernels
-    return build_vae("tiny", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +33,6 @@ def patch_run(pools, cases):
     return run_patches(plans, timeout_s=300, pool=pools(3))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3])
 def test_patch_decode_equals_the_full_decode(patch_run, references, n):
     for i, (full, _) in enumerate(references):
@@ -56,7 +46,6 @@ def test_patch_decode_equals_the_full_decode(patch_run, references, n):
     assert patch_run[n].same_everywhere  # gather="all": every rank holds the same video
 
 
-@pytest.mark.slow
 def test_each_rank_peaks_below_one_process(patch_run, references):
     one = references[0][1]
     for n in (2, 3):

@@ -3,9 +3,6 @@ request they make, and bf16 on CUDA's tolerance."""
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from ppdit.parallel.layout import Layout, parse_layout
 from ppdit.t2v.spec import GenerateSpec
 
@@ -14,8 +11,6 @@ PROMPT, NEGATIVE = "a red fox jumps over the river", "blurry low quality"
 # VAE: a few units of difference where kernels pick other algorithms (another process, another
 # batch shape) stay below 2e-2 of pixel values in [0, 1].
 BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU: bf16 prompt-to-video on CUDA")
 
 
 def spec_for(folder, layout: str | Layout = "single", ranks: int | None = None,

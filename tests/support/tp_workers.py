@@ -1,4 +1,6 @@
-"""Workers for the tensor-parallel tests: several checks per launch (each launch costs seconds)."""
+"""What the tensor-parallel tests of both lanes share: the tiny preset, TP's communication
+formula on it, the variant's short name; and the workers (several checks per launch: each
+launch costs seconds)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,22 @@ import torch.distributed as dist
 from ppdit.model import build_model
 from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.step_split.ranks import StepStageRunner
-from ppdit.parallel.tensor.compare import TPCompare, tp_compare_on_rank
+from ppdit.parallel.tensor.comms import tp_comm_per_block
+from ppdit.parallel.tensor.compare import TPCompare, TPVariant, tp_compare_on_rank
 from ppdit.parallel.tensor.parallelize import parallelize_wan
+from ppdit.presets import get_preset
 from ppdit.runtime.comm.mesh import Mesh
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Job, rounds_worker
+
+V = TPVariant
+TINY = get_preset("tiny")
+
+
+def tiny_tp_comm(tp: int):
+    """TP's all-reduces of one block of the tiny preset at degree ``tp``."""
+    return tp_comm_per_block(batch=TINY.latent_shape[0], tokens=TINY.num_tokens(),
+                             text_len=TINY.text_len, dim=TINY.dim, tp=tp)
 
 
 def tp4_errors_then_pp_tp(ctx: RankContext, spec: TPCompare, plan: StepSplitPlan) -> dict:

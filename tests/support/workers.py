@@ -110,4 +110,3 @@ def how_started(ctx: RankContext, name: str) -> dict:
     return {"env": os.environ.get(name), "cwd": os.getcwd(),
             "method": multiprocessing.get_start_method(allow_none=True),
             "parent": multiprocessing.parent_process().pid, "ppid": os.getppid()}
-

@@ -17,15 +17,13 @@ from ppdit.analysis.gpu_run_schema import (
     empty_section,
 )
 from ppdit.analysis.gpu_runs import (
-    GPU_RUNS,
     format_report,
     load_run,
     load_runs,
 )
 from ppdit.gpu_check import env, run
 from ppdit.gpu_check.suite import run_gpu_tests
-
-COMMITTED = GPU_RUNS / "h100-issue14-report.json"
+from tests.support.gpu import COMMITTED
 
 
 def test_notebooks_see_only_committed_runs(tmp_path):

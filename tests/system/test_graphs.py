@@ -1,12 +1,12 @@
-"""The step-graph runner: eager on CPU with the static-buffer discipline a CUDA graph needs, equal
-to ``Denoiser``; the overhead tools; the compile cache. Capture and replay need a GPU."""
+"""The project's compile cache (``ppdit.runtime.compile_cache``) across processes: an existing
+setting respected, and a folder per CPU capability, since a process on another vector ISA must
+neither read nor be served this machine's compiled kernels."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import pytest
 import torch
 
 from ppdit.runtime.compile_cache import ENV, cache_key, cache_root, use_project_compile_cache
@@ -37,7 +37,6 @@ def test_compile_cache_key_names_the_cpu_capability():
     import subprocess
     import sys
 
-
     other = "default" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "avx2"
     code = "from ppdit.runtime.compile_cache import cache_key; print(cache_key())"
     env = {**os.environ, "ATEN_CPU_CAPABILITY": other}
@@ -60,7 +59,6 @@ print(json.dumps({"ok": ok, "key": cache_key(), "folder": str(folder)}))
 """
 
 
-@pytest.mark.slow
 def test_code_compiled_under_another_cpu_capability_is_right_and_cached_apart():
     """A process running another vector ISA (as another machine sharing the checkout would)
     compiles into its own folder and gets the right answer: with one unkeyed folder it was
@@ -68,7 +66,6 @@ def test_code_compiled_under_another_cpu_capability_is_right_and_cached_apart():
     import json
     import subprocess
     import sys
-
 
     other = "default" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "avx2"
     env = {**os.environ, "ATEN_CPU_CAPABILITY": other}

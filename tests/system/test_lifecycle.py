@@ -22,9 +22,8 @@ from ppdit.teaching import demos
 from ppdit.teaching.drill import signal_drill
 from tests.conftest import spawned_children
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                 reason="the drills read /proc to find the run's processes")]
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the drills read /proc to find the run's processes")
 
 LIMIT_S = 10.0
 

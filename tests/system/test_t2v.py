@@ -1,10 +1,6 @@
-"""Prompt -> video from a pipeline folder (``ppdit.t2v``, ``ppdit.checkpoint``): the tiny
-folder, parity with diffusers' ``WanPipeline``, the scheduler state a step-split handoff
-carries, the CLI and its bad inputs, and every layout equal to ppdit's single device.
-
-The tiny folder is built once per session (seconds, ~2.5 MB); runs use 5 frames at 32 x 32
-(2 latent frames of 8 x 8: 32 tokens) and 3-4 steps.
-"""
+"""``ppdit generate`` end to end on the tiny pipeline folder, its processes started as a user's
+run starts them: the video, timeline, trace and summary written, and where the text encoder ran
+printed (the CLI's checks that start nothing are in tests/unit/test_t2v.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Lesson 16's helpers: the α-β formulas, the fit, and the primitives on live ranks."""
+"""Lesson 16's helpers without ranks: the α-β formulas, the ring/tree crossover, the fit, the
+sweep's sizes (the primitives on live ranks: tests/ranks/test_collectives_lesson.py)."""
 
 from __future__ import annotations
 
@@ -88,5 +89,3 @@ def test_the_fit_recovers_alpha_and_beta():
 def test_sweep_iterations_agree_on_both_ranks_and_cover_the_sizes():
     assert SIZES[0] == 8 and SIZES[-1] == 16 << 20
     assert [iterations(n) for n in (8, 1 << 20, 16 << 20)] == [10, 3, 3]
-
-

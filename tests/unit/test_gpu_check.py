@@ -17,7 +17,6 @@ from ppdit.analysis.gpu_run_schema import (
     empty_section,
 )
 from ppdit.analysis.gpu_runs import (
-    GPU_RUNS,
     ceiling_bound_ms,
     fmt,
     format_report,
@@ -33,13 +32,10 @@ from ppdit.gpu_check.sections import run_section, sig
 from ppdit.gpu_check.streaming_vae import streaming_vae
 from ppdit.gpu_check.suite import parse_junit
 from ppdit.runtime.device import Placement
+from tests.support.gpu import COMMITTED, needs_cuda
 
-COMMITTED = GPU_RUNS / "h100-issue14-report.json"
 LABEL = "H100 80GB, torch 2.11+cu130, transcribed from issue 14"
 CPU = Placement(torch.device("cpu"), "gloo")
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="measures a CUDA GPU; on CPU the plumbing above is tested")
 
 
 # -- the committed transcription ---------------------------------------------------------------
@@ -82,8 +78,6 @@ def test_load_runs_reads_the_folder(tmp_path):
     (tmp_path / "a.json").write_text(COMMITTED.read_text())
     assert [r.label for r in load_runs(tmp_path)] == [LABEL]
     assert COMMITTED.name in [r.path.name for r in load_runs()]
-
-
 
 
 # -- the schema: a bad file is named with the rule it breaks -----------------------------------
@@ -161,10 +155,6 @@ def test_cli_sections_are_the_checks_sections():
     assert GPU_CHECK_SECTIONS == run.SECTIONS
 
 
-
-
-
-
 def test_file_names():
     assert env.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
     assert env.gpu_slug("NVIDIA GeForce RTX 4090", 2) == "2x-geforce-rtx-4090"
@@ -189,8 +179,6 @@ def test_a_failing_or_short_of_memory_section_becomes_its_status(capsys):
                                                        "world_size": 2})
     assert partial["status"] == "partial" and partial["world_size"] == 2
     assert partial["seconds"] is not None
-
-
 
 
 def test_junit_counts(tmp_path):
@@ -317,8 +305,6 @@ def test_a_section_that_partly_failed_fails_the_check(statuses, ok):
               "measurements": {k: {"status": v} for k, v in statuses.items()}}
     assert passed(report) is ok
     assert passed({**report, "tests": {"status": "error"}}) is False
-
-
 
 
 def test_rows_of_ranks_sharing_a_device_are_labelled_time_sliced():

@@ -1,5 +1,6 @@
 """The step-graph runner: eager on CPU with the static-buffer discipline a CUDA graph needs, equal
-to ``Denoiser``; the overhead tools; the compile cache. Capture and replay need a GPU."""
+to ``Denoiser``; the overhead tools. Capture and replay need a GPU (marked ``gpu``); the decode
+overlap on the graph runner is in tests/gpu, the compile cache in tests/system/test_graphs.py."""
 
 from __future__ import annotations
 
@@ -11,19 +12,12 @@ from ppdit.cuda_graph import StepGraph
 from ppdit.model import build_model
 from ppdit.runtime.device import Placement
 from ppdit.sampler import Denoiser, Request, SamplingConfig, generate, initial_noise
+from tests.conftest import GRAPH_TOL
+from tests.support.gpu import needs_cuda
 
 SHAPE = (1, 16, 5, 16, 16)
 SAMPLING = SamplingConfig(num_steps=4)
 REQUEST = Request(3, 11)
-
-# A replayed graph runs the kernels eager mode chose during warm-up, but cuBLAS/cuDNN may pick
-# different algorithms inside a capture (workspace limits), so GPU results agree to rounding.
-GRAPH_TOL = {"rtol": 1e-4, "atol": 1e-4}
-
-needs_cuda = pytest.mark.skipif(
-    not torch.cuda.is_available(),
-    reason="CUDA graph capture and replay need a CUDA GPU; on CPU StepGraph runs eagerly and "
-           "the tests above check that path")
 
 
 @pytest.fixture
@@ -123,14 +117,6 @@ def test_op_counts_and_overhead_are_measured(runner):
     assert all(0 < us < 1e4 for us in costs.values())
 
 
-
-
-
-
-
-
-
-
 # -- GPU only: real capture and replay -----------------------------------------------------------
 
 
@@ -162,20 +148,3 @@ def test_gpu_eager_vs_graph_timing_runs():
     out = eager_vs_graph_ms(model, preset="tiny", latent_shape=SHAPE, placement=placement,
                             steps=5)
     assert out["eager_ms"] > 0 and out["graph_ms"] > 0
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_gpu_overlap_with_graph_runner_matches_reference():
-    from ppdit.parallel.decode_overlap.plan import OverlapPlan
-    from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
-
-    plan = OverlapPlan(num_chunks=3, sampling=SAMPLING, use_graph_runner=True)
-    # One GPU is enough: the generator's graph holds no communication (P2P stays outside it),
-    # so the ranks may share the GPU over gloo with staged messages.
-    res = run_decode_overlap({"gpu": plan}, timeout_s=300, echo=False, device="cuda")["gpu"]
-    model = plan.source.dit("cuda")
-    vae = plan.source.vae("cuda")
-    latents, video = overlap_reference(model, vae, plan)  # eager, on one GPU
-    torch.testing.assert_close(res.latents.cpu(), latents.cpu(), **GRAPH_TOL)
-    torch.testing.assert_close(res.video.cpu(), video.cpu(), **GRAPH_TOL)

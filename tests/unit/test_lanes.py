@@ -6,13 +6,12 @@ from __future__ import annotations
 import multiprocessing
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import LANES, lane_of
+from tests.conftest import LANES, ROOT, lane_of
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
 
 
 def test_a_unit_test_cannot_start_a_process_or_a_rank():

@@ -1,5 +1,6 @@
-"""The per-rank memory model (``analysis.memory_model``): its formulas, and its prediction
-against the live-tensor peaks of every layout on real CPU ranks (``analysis.memory_measure``)."""
+"""The per-rank memory model (``analysis.memory_model``) without ranks: its formulas, the plan
+table, and its VAE and attention terms against one process's measured peaks (the layouts'
+peaks on real ranks are tests/ranks/test_memory_model.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,7 @@ from ppdit.analysis.memory_opts import measure_scores, optimisation_ladder, scor
 from ppdit.analysis.roofline import latent_for, step_handoff_bytes
 from ppdit.parallel.layout import Layout
 from ppdit.presets import get_preset
-
-# statistics, the rope tables' slices, kernel workspaces): 15% is the issue's bar.
-MODEL_TOL = 0.15
+from tests.conftest import MODEL_TOL
 
 
 def test_fp32_block_peak_is_the_ffn_and_tp_shrinks_it():
@@ -53,16 +52,6 @@ def test_plan_prints_the_real_size_table(capsys):
                        ("wan2.1-14b", "480p"), ("wan2.1-14b", "720p")]:
         assert any(line.startswith(f"{model:<12}{res}") for line in out.splitlines())
     assert "this layout needs" in out and "your GPUs (H100 SXM) have 80 GB: fits" in out
-
-
-@pytest.fixture(scope="module")
-def measured(pools):
-    """Every layout on the small preset, on the shared pool of 2 ranks (five jobs)."""
-    from ppdit.analysis.memory_measure import measure_layouts
-
-    return measure_layouts("small", pool=pools(2))
-
-
 
 
 @pytest.mark.parametrize("shape", [(1, 16, 3, 7, 8), (1, 16, 9, 8, 8), (1, 16, 2, 12, 12)])

@@ -1,4 +1,5 @@
-"""P2P helpers on two real gloo ranks: headers, frames, zero-copy, and a clear mismatch error."""
+"""The P2P frame without ranks: its aligned layout, payload and metadata slots, and a named error
+for a wrong tensor or metadata count (the helpers on two gloo ranks: tests/ranks/test_p2p.py)."""
 
 from __future__ import annotations
 

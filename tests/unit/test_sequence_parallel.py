@@ -1,4 +1,5 @@
-"""Ulysses sequence parallelism on real ranks: equal to one device, bytes as the formula says."""
+"""Sequence parallelism without ranks: the even token split, the head-count rule, the all-to-all
+bytes by hand, ring attention's merge (equal to one device on ranks: tests/ranks/)."""
 
 from __future__ import annotations
 
@@ -28,14 +29,6 @@ def test_bytes_formula_by_hand():
     assert a2a_bytes_per_layer(batch=1, tokens=320, dim=64, degree=2, bytes_per_element=4) \
         == 4 * 160 * 64 * 4 // 2
     assert build_model("tiny", device="meta").config.num_attention_heads == 4
-
-
-
-
-
-
-
-
 
 
 def test_ring_merge_equals_full_attention_block_by_block():

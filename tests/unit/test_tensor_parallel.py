@@ -1,8 +1,7 @@
-"""Tensor parallelism on real gloo ranks equals one device within ``TP_TOL``; compiled with zero
-graph breaks; each rank holds only its shards; PP x TP (2 x 2) equals one device too.
-
-Two launches carry every multi-rank check (TP=2 on 2 ranks; TP=4 then PP x TP on 4 ranks):
-each launch costs seconds and each compile tens of them on a cold Inductor cache.
+"""Tensor parallelism without ranks: the degree rules, the mesh's rank layout, the
+communication formula (by hand and against the roofline), the split RMS norm's exchanged sum.
+The TP ranks themselves (equal to one device, compiled, sharded, PP x TP) are in
+tests/ranks/test_tensor_parallel.py.
 """
 
 from __future__ import annotations
@@ -16,24 +15,11 @@ from ppdit.model import build_model
 from ppdit.parallel.layout import Layout, check_tp_degree
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.tensor.comms import tp_comm_per_block
-from ppdit.parallel.tensor.compare import (
-    TPVariant,
-)
 from ppdit.parallel.tensor.layers import split_rms_norm
 from ppdit.presets import get_preset
 from ppdit.runtime.comm.mesh import Mesh
 from ppdit.sampler import SamplingConfig
-
-V = TPVariant
-TINY = get_preset("tiny")
-
-
-def _formula(tp: int):
-    return tp_comm_per_block(batch=TINY.latent_shape[0], tokens=TINY.num_tokens(),
-                             text_len=TINY.text_len, dim=TINY.dim, tp=tp)
-
-
-# -- no ranks needed ---------------------------------------------------------------------------
+from tests.support.tp_workers import TINY, V, tiny_tp_comm
 
 
 def test_heads_must_divide_by_tp():
@@ -64,14 +50,14 @@ def test_the_mesh_lays_ranks_out_by_axis_innermost_last():
 
 
 def test_comm_formula():
-    c = _formula(2)
+    c = tiny_tp_comm(2)
     s, d, ell = TINY.num_tokens(), TINY.dim, TINY.text_len
     assert c.all_reduces == 7
     assert c.activation_bytes == 3 * s * d * 4
     assert c.payload_bytes == 3 * s * d * 4 + (3 * s + ell) * 4
     assert c.wire_bytes_per_rank == c.payload_bytes  # 2 (tp-1)/tp = 1 at tp = 2
-    assert _formula(4).wire_bytes_per_rank == 1.5 * c.payload_bytes
-    assert _formula(1).all_reduces == 0
+    assert tiny_tp_comm(4).wire_bytes_per_rank == 1.5 * c.payload_bytes
+    assert tiny_tp_comm(1).all_reduces == 0
     assert c.per_forward(4).all_reduces == 28
 
 
@@ -98,37 +84,3 @@ def test_split_rms_norm_needs_the_exchanged_sum(tiny):
 def test_async_c10d_cannot_compile_fullgraph():
     with pytest.raises(ValueError, match="graph break"):
         V("c10d_async", compiled=True)
-
-
-# -- TP = 2 on 2 ranks -------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# -- TP = 4, then PP x TP = 2 x 2, on 4 ranks --------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-

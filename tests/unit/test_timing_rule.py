@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import time
 from functools import partial
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +18,9 @@ import torch
 from ppdit.runtime.device import Placement
 from ppdit.runtime.observe.timing import MIN_ROUNDS, repeat, timed
 from ppdit.sampler import SamplingConfig, measure_step_costs
+from tests.conftest import ROOT
 
-PACKAGE = Path(__file__).resolve().parents[2] / "ppdit"
+PACKAGE = ROOT / "ppdit"
 CLOCKS = {"perf_counter", "perf_counter_ns", "time"}  # functions of the ``time`` module
 
 # Modules allowed to read those clocks themselves, and why none of them times device work.
@@ -147,13 +147,6 @@ def test_step_costs_take_the_runtime_timer_and_refuse_a_gpu_model_without_one(ti
     off_cpu = torch.nn.Linear(2, 2, device="meta")  # any device but the CPU: no clock is right
     with pytest.raises(ValueError, match="pass timer=partial"):
         measure_step_costs(off_cpu, "tiny", sampling)
-
-
-# -- the P2P warm-up on two CPU ranks -------------------------------------------------------------
-
-
-
-
 
 
 # -- on a GPU -------------------------------------------------------------------------------------

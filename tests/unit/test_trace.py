@@ -130,5 +130,3 @@ def test_collectives_inside_a_step_neither_split_it_nor_vanish():
     assert len(ax.patches) == 3  # one merged r0 block, two all-reduces drawn over it
     # at their true width: widened to 3 px, dozens per step would paint the step red
     assert sorted(p.get_width() for p in ax.patches)[:2] == [pytest.approx(0.01)] * 2
-
-

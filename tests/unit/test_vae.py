@@ -213,14 +213,7 @@ def test_measure_decode_streaming_holds_less_than_full(vae):
     assert rows["stream 1"].peak_bytes < rows["full"].peak_bytes
 
 
-# -- decode overlapped with generation, on two gloo ranks -----------------------------------------
-
-
-
-
-
-
-
+# -- decode overlapped with generation: the plan's rules ------------------------------------------
 
 
 def test_overlap_plan_rules():

@@ -1,6 +1,6 @@
-"""Patch-parallel VAE decode: the latent split by rows over gloo ranks decodes to what one process
-decodes (per frame and streamed), each rank holding about its share of the memory; the halo
-arithmetic and the rules checked without ranks."""
+"""Patch-parallel VAE decode without ranks: the row split, the halo arithmetic, the parallel
+copy of the decoder and the rules it checks. The decode on gloo ranks (equal to one process's,
+each rank holding its share of the memory) is tests/ranks/test_vae_patch.py."""
 
 from __future__ import annotations
 
@@ -19,29 +19,6 @@ from ppdit.parallel.vae_patch.decode import (
     patch_decoder,
 )
 from ppdit.parallel.vae_patch.halo import RowGroup, edge_rows, place_halos, split_rows
-from ppdit.vae.presets import build_vae
-
-
-@pytest.fixture(scope="module")
-def vae():
-    torch.set_num_threads(1)  # as each rank runs: the same kernels
-    return build_vae("tiny", seed=0)
-
-
-
-
-
-
-
-
-# -- with ranks ---------------------------------------------------------------------------------
-
-
-
-
-
-
-# -- without ranks ------------------------------------------------------------------------------
 
 
 def test_split_rows_is_even_and_refuses_too_many_ranks():
