@@ -40,13 +40,18 @@ def p2p_calls(tree: ast.Module) -> list[str]:
     return out
 
 
-def test_messages_go_through_the_wire():
-    offenders = []
+def modules(inside: str, allowed: dict[str, str]):
+    """(path relative to ppdit/, its syntax tree) of every module outside ``inside`` and not
+    on the allow-list."""
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("runtime/comm/") or rel in ALLOWED:
-            continue
-        offenders += [f"{rel} {c}" for c in p2p_calls(ast.parse(path.read_text()))]
+        if not rel.startswith(inside) and rel not in allowed:
+            yield rel, ast.parse(path.read_text())
+
+
+def test_messages_go_through_the_wire():
+    offenders = [f"{rel} {c}" for rel, tree in modules("runtime/comm/", ALLOWED)
+                 for c in p2p_calls(tree)]
     assert offenders == [], ("point-to-point calls around the wire (post them with ctx.wire, "
                              "or add the module to ALLOWED with the reason):\n  "
                              + "\n  ".join(offenders))
@@ -76,11 +81,7 @@ BUILDS_A_WIRE = {
 
 
 def test_only_the_rank_context_builds_a_wire():
-    offenders = []
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("runtime/") or rel in BUILDS_A_WIRE:
-            continue
-        offenders += [f"{rel} line {n.lineno}" for n in ast.walk(ast.parse(path.read_text()))
-                      if isinstance(n, ast.Call) and ast.unparse(n.func) == "Wire"]
+    offenders = [f"{rel} line {n.lineno}" for rel, tree in modules("runtime/", BUILDS_A_WIRE)
+                 for n in ast.walk(tree)
+                 if isinstance(n, ast.Call) and ast.unparse(n.func) == "Wire"]
     assert offenders == [], f"wires built around ctx.wire: {offenders}"
