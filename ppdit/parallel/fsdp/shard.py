@@ -27,7 +27,12 @@ from ppdit.runtime.observe.trace import Tracer
 def shard_blocks(model, group, device_type: str, prefetch: bool = True,
                  materialized: bool = True) -> None:
     """Shard every transformer block of ``model`` over ``group`` (in place). A model on the
-    meta device (``materialized=False``) calls ``ready`` once its shards hold their values."""
+    meta device (``materialized=False``) calls ``ready`` once its shards hold their values.
+
+    Frozen first: FSDP2 asks that a block's *trainable* parameters share one dtype, and a Wan
+    checkpoint in bf16 keeps some modules in fp32 (``norm2``, ``scale_shift_table``); frozen
+    ones may differ, and inference trains nothing."""
+    model.requires_grad_(False)
     mesh = DeviceMesh.from_group(group if group is not None else dist.group.WORLD, device_type)
     blocks = list(model.blocks)
     for block in blocks:
