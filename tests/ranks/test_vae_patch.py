@@ -1,6 +1,7 @@
 """Patch-parallel VAE decode on gloo ranks: the latent split by rows decodes to what one process
-decodes (per frame and streamed), each rank holding about its share of the memory; the row
-split and halo arithmetic without ranks are tests/unit/test_vae_patch.py."""
+decodes (per frame and streamed, staged through host buffers or not), each rank holding about
+its share of the memory; the row split and halo arithmetic without ranks are
+tests/unit/test_vae_patch.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from ppdit.parallel.vae_patch.decode import PATCH_TOL
 from ppdit.parallel.vae_patch.halo import split_rows
 from ppdit.parallel.vae_patch.run import PatchPlan, one_process_decode, run_patches
+from tests.support import vae_patch_workers
 
 CHUNKS = (1, 2)  # 1: diffusers' per-frame loop (== decode_full); 2: streamed chunks
 
@@ -57,3 +59,20 @@ def test_each_rank_peaks_below_one_process(patch_run, references):
             assert p.rows < one * (rows / 7 + 0.1), (n, rank, p, one)
         # 7 rows: a rank of 3 ranks holds at most 3 of them, one of 2 ranks 4
         assert max(p.rows for p in patch_run[3].peaks) < max(p.rows for p in patch_run[2].peaks)
+
+
+def test_staged_patch_decode_equals_the_unstaged_bitwise(pools, vae, cases, references):
+    """Ranks sharing a GPU talk over gloo, which moves only host memory: staged, every halo and
+    gather travels as host copies (forced here on CPU ranks, where the copies are CPU to CPU).
+    Same bytes, so the same video bit for bit; and the transport never got one of the decode's
+    own tensors, which unstaged it gets in every exchange (so the spy sees staging vanish)."""
+    runs = {stage: pools(2, stage=stage).run(vae_patch_workers.spied_patch_decode,
+                                             args=(vae, cases[0]), timeout_s=300)
+            for stage in (False, True)}
+    unstaged = runs[False][0]["video"]
+    torch.testing.assert_close(unstaged, references[0][0], **PATCH_TOL)
+    for stage, per_rank in runs.items():
+        for out in per_rank:
+            assert out["staged"] == stage and torch.equal(out["video"], unstaged)
+            assert out["own_on_wire"], "no exchange happened"
+            assert all(n == 0 if stage else n > 0 for n in out["own_on_wire"]), out

@@ -80,6 +80,13 @@ def check_decoder(decoder: nn.Module) -> int:
     return max(halo_width(m) for m in decoder.modules())
 
 
+def check_split(decoder: nn.Module, latent_height: int, ranks: int) -> tuple[int, ...]:
+    """Latent rows per rank of a split decode, or the ``ValueError`` naming the rule broken:
+    known layers only, each rank at least the widest halo. Needs no weights, so a caller can
+    refuse before denoising, on a decoder built on the meta device (``vae.decode.vae_config``)."""
+    return split_rows(latent_height, ranks, check_decoder(decoder))
+
+
 class HaloCausalConv3d(nn.Module):
     """``WanCausalConv3d`` whose height padding comes from the neighbours (same weights)."""
 
@@ -187,7 +194,7 @@ class PatchStreamingDecoder(StreamingDecoder):
         if gather not in GATHER:
             raise ValueError(f"gather={gather!r} is not one of {GATHER}")
         self.rows = rows
-        self.split = split_rows(latent_height, self.rows.world, check_decoder(vae.decoder))
+        self.split = check_split(vae.decoder, latent_height, self.rows.world)
         self.start = sum(self.split[:self.rows.rank])
         self.gather = gather
         twin = patch_decoder(vae.decoder, self.rows, self.split)

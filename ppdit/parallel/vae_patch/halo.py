@@ -96,10 +96,24 @@ class RowGroup:
         return self.peers[self.rank + 1] if self.rank + 1 < self.world else None
 
     def exchange(self, ops: list[tuple[str, torch.Tensor, int]], what: str) -> None:
-        """Post ``ops`` as one batch and wait for all of them, each within the timeout."""
-        if ops:
-            for work in self.wire.batch(ops, self.group):
-                wait_for(work, self.timeout_s, what)
+        """Post ``ops`` as one batch and wait for all of them, each within the timeout.
+
+        Staged (``wire.staged``: gloo moves only host memory), the transport sees only buffers
+        on ``wire.buffers``: a tensor sent is copied there once (a gather sends one to every
+        peer), a receive lands there and is copied into its tensor after. Same bytes."""
+        if not ops:
+            return
+        moved, host = ops, self.wire.buffers
+        if self.wire.staged:
+            sent = {id(t): t for kind, t, _ in ops if kind == "send"}
+            sent = {i: t.to(host, copy=True) for i, t in sent.items()}
+            moved = [(kind, sent[id(t)] if kind == "send" else torch.empty_like(t, device=host),
+                      peer) for kind, t, peer in ops]
+        for work in self.wire.batch(moved, self.group):
+            wait_for(work, self.timeout_s, what)
+        for (kind, t, _), (_, buf, _) in zip(ops, moved, strict=True):
+            if kind == "recv" and buf is not t:
+                t.copy_(buf)  # staged: back to the rank's device
 
 
 def fill_halos(padded: torch.Tensor, width: int, rows: RowGroup) -> torch.Tensor:
