@@ -30,6 +30,7 @@ tensors that are alive at the same moment, times their shape:
   plus the conditioning (rope tables of all S tokens in fp32, projected text, timestep
   projections). Attention is one fused kernel: no S x S scores (CPU and GPU flash kernels
   keep their tiles in workspace no operator returns, so that is not counted, nor measured).
+  Ring attention's own high point, its fp32 merge, is ``ring_attention_peak_bytes``.
 * **latents** — the sampler's fp32 latents: the state in and out, and a batched step's
   concatenated input.
 * **handoff** — receive and send buffers: step split, 3 receive frames (2 deep + 1 posted
@@ -58,6 +59,7 @@ from ppdit.analysis.roofline import (
     DTYPE_BYTES,
     block_ops,
     dtype_name,
+    latent_for,
     layer_handoff_bytes,
     step_handoff_bytes,
     totals,
@@ -158,6 +160,33 @@ def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) ->
             caches += 2 * b * cin * h * w * 4
         widest = max(widest, b * h * w * 4 * (cin * (chunk + 2) + cout * chunk + cin * chunk))
     return caches + max(2 * video, video + widest)
+
+
+def ring_attention_peak_bytes(preset: str | ModelPreset, ring: int, resolution: str = "480p",
+                              *, frames: int = 81, dtype: str = "bf16", batch: int = 1,
+                              scores: bool = False) -> float:
+    """Bytes alive at the high point of one ``ring_attention`` call on one rank of a ring of
+    ``ring`` (``parallel.sequence.ring``). With s = ceil(S / ring) tokens per rank, e = b s D
+    elements in one of q, k, v, n = dtype bytes and lse = b H s log-sum-exps:
+
+    * q, k, v (3 e n), the stacked K/V block in hand (2 e n), and the next block arriving
+      (2 e n) while a hop is in flight: every step but the last, so at the merge only if P > 2;
+    * the merge (steps 1..P-1) is the high point: the running output, the block's, both
+      rescaled and their sum, five fp32 (b, s, H, hd) tensors (20 e), and five fp32 (b, H, s)
+      ones (both log-sum-exps, the new one, the two weights: 20 lse). Step 0 holds instead the
+      kernel's output and its fp32 copy, e (n + 4), which is less for every dtype;
+    * the fused kernel keeps its tiles in on-chip / workspace memory: O(S) in all.
+
+    ``scores=True`` gives the path it replaced, fp32 scores formed whole: at softmax's exp the
+    scores, scores - lse and their exp, 3 fp32 (b, H, s, s), beside the held blocks."""
+    if ring < 2:
+        raise ValueError(f"ring={ring}: a ring needs 2 ranks or more")
+    p, n = get_preset(preset), DTYPE_BYTES[dtype_name(dtype)]
+    s = math.ceil(p.num_tokens(latent_for(resolution, frames)) / ring)
+    e, lse = batch * s * p.dim, batch * p.num_heads * s
+    if scores:  # every step forms them, step 0 beside the incoming block
+        return (3 + 2 + 2) * e * n + 3 * lse * s * 4
+    return (3 + 2 + (2 if ring > 2 else 0)) * e * n + 5 * (4 * e) + 5 * (4 * lse)
 
 
 def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,

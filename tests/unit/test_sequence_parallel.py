@@ -46,3 +46,20 @@ def test_ring_merge_equals_full_attention_block_by_block():
             block = attend_with_lse(q, k[:, s:s + c], v[:, s:s + c])
             out, lse = block if out is None else merge(out, lse, *block)
         torch.testing.assert_close(out, full, **RING_TOL)
+
+
+@pytest.mark.parametrize("s_q, s_k", [(45, 45), (45, 37), (7, 64)])
+def test_attend_with_lse_equals_softmax_attention(s_q, s_k):
+    """The CPU flash kernel's output and log-sum-exp equal the textbook arithmetic's, for
+    blocks of other lengths than the queries' (a ring's uneven split)."""
+    from ppdit.parallel.sequence.ring import attend_with_lse
+    from tests.support.ring import softmax_attention
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, s_q, 4, 16, generator=g)
+    k, v = (torch.randn(2, s_k, 4, 16, generator=g) for _ in range(2))
+    out, lse = attend_with_lse(q, k, v)
+    ref_out, ref_lse = softmax_attention(q, k, v)
+    assert out.dtype == lse.dtype == torch.float32 and lse.shape == (2, 4, s_q)
+    torch.testing.assert_close(out, ref_out, **RING_TOL)
+    torch.testing.assert_close(lse, ref_lse, **RING_TOL)

@@ -41,17 +41,21 @@ def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """Attention of (B, S_q, H, hd) queries over one (B, S_k, H, hd) block: the output
     (B, S_q, H, hd) in fp32 and the log-sum-exp (B, H, S_q) of each query's scores.
 
-    On the CPU, PyTorch's flash kernel returns both. Elsewhere the scores are formed whole
-    (fp32): the reference arithmetic, with an S_q x S_k buffer per head (a CUDA flash kernel
-    that returns the log-sum-exp would replace it on GPUs)."""
-    qh, kh, vh = (x.permute(0, 2, 1, 3) for x in (q, k, v))
+    The merge needs the log-sum-exp, which ``F.scaled_dot_product_attention`` does not return,
+    so a fused kernel that does is called directly. None forms the S_q x S_k scores, which in
+    fp32 would be 39 GB per call for Wan 1.3B at ring 2 at 480p
+    (``memory_model.ring_attention_peak_bytes``). CPU: PyTorch's CPU flash kernel. CUDA,
+    bf16 / fp16: FlashAttention-2. CUDA, fp32 (which flash does not take): the memory-efficient
+    kernel, whose log-sum-exp is padded to a multiple of 32 queries (sliced back here)."""
+    qh, kh, vh = (x.permute(0, 2, 1, 3) for x in (q, k, v))  # (B, H, S, hd) views
+    aten = torch.ops.aten
     if q.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh)[:2]
-        return out.permute(0, 2, 1, 3).float(), lse.float()
-    scores = (qh.float() @ kh.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
-    lse = torch.logsumexp(scores, dim=-1)
-    out = torch.exp(scores - lse.unsqueeze(-1)) @ vh.float()
-    return out.permute(0, 2, 1, 3), lse
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(qh, kh, vh)[:2]
+    elif q.dtype in (torch.bfloat16, torch.float16):
+        out, lse = aten._scaled_dot_product_flash_attention(qh, kh, vh)[:2]
+    else:
+        out, lse = aten._scaled_dot_product_efficient_attention(qh, kh, vh, None, True)[:2]
+    return out.permute(0, 2, 1, 3).float(), lse[..., :q.shape[1]].float()
 
 
 def merge(out: torch.Tensor, lse: torch.Tensor, block_out: torch.Tensor,
