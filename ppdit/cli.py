@@ -127,12 +127,14 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--vae-ranks", type=int, default=1,
                    help="ranks that decode the latent split by rows, after the denoising ranks "
                         "end (patch-parallel VAE: each holds ~1/N of the activations)")
-    _placement_args(g)
+    _placement_args(g, folder=True)
 
 
-def _placement_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
-                   help="the DiT's weights and activations (latents stay fp32)")
+def _placement_args(p: argparse.ArgumentParser, folder: bool = False) -> None:
+    p.add_argument("--dtype", default="auto" if folder else "fp32",
+                   choices=["auto"] * folder + ["fp32", "bf16", "fp16"],
+                   help="the DiT's weights and activations (latents stay fp32)"
+                        + "; auto: the dtype the folder's transformer is stored in" * folder)
     p.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"],
                    help="where ranks compute (default: $PPDIT_DEVICE, else a GPU if present)")
     p.add_argument("--nccl-rules", action="store_true",
@@ -207,7 +209,7 @@ def _prepare(args: argparse.Namespace):
         layout=parse_layout(args.layout, args.ranks), dtype=args.dtype, num_steps=args.steps,
         num_frames=args.frames, height=args.height, width=args.width, seed=args.seed,
         guidance_scale=args.guidance, solver=args.solver, text_encoder=args.text_encoder,
-        vae_ranks=args.vae_ranks))
+        vae_ranks=args.vae_ranks), device=args.device)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ VAE, only the encoding rank the umT5 encoder, every rank the transformer), and p
 transformer through its stage view. Each part is loaded with ``local_files_only=True``:
 nothing is ever downloaded. Dtypes follow Wan: the transformer and text encoder in the chosen
 dtype, the VAE in fp32 (its decode is where low precision shows as banding).
+``check_folder`` reads every config and safetensors header (never a tensor): a cut-off
+download is refused in one line naming the file, not minutes into a launch by a loader.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from ppdit.model import build_model, own_memory, torch_dtype
 from ppdit.vae.presets import build_vae
 
 COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+CONFIGS = ("transformer/config.json", "vae/config.json", "text_encoder/config.json",
+           "tokenizer/tokenizer_config.json", "scheduler/scheduler_config.json")
 
 
 class PipelineFolderError(ValueError):
@@ -40,7 +44,7 @@ def check_folder(path: str | Path) -> Path:
     if not (path / "model_index.json").exists():
         raise PipelineFolderError(f"{path} has no model_index.json: a diffusers pipeline folder "
                                   "starts with one (WanPipeline.save_pretrained writes it)")
-    index = json.loads((path / "model_index.json").read_text())
+    index = read_json(path / "model_index.json")
     if index.get("_class_name") != "WanPipeline":
         raise PipelineFolderError(f"{path}/model_index.json names {index.get('_class_name')!r}; "
                                   "ppdit generates with text-to-video WanPipeline folders only")
@@ -52,7 +56,48 @@ def check_folder(path: str | Path) -> Path:
     if index.get("transformer_2") not in (None, [None, None]):
         raise PipelineFolderError(f"{path} has a transformer_2 (Wan 2.2 two-expert pipeline); "
                                   "ppdit runs Wan 2.1's single transformer")
+    for name in CONFIGS:
+        read_json(path / name)
+    for component in ("transformer", "vae", "text_encoder"):
+        weight_headers(path / component)
     return path
+
+
+def read_json(file: Path) -> dict:
+    """A config file's JSON object (``PipelineFolderError`` naming the file otherwise)."""
+    try:
+        out = json.loads(file.read_text()) if file.is_file() else "missing"
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        out = f"not valid JSON ({e})"
+    if not isinstance(out, dict):
+        raise PipelineFolderError(f"{file}: {out if isinstance(out, str) else 'not an object'}")
+    return out
+
+
+def weight_headers(folder: Path) -> dict[Path, dict]:
+    """Each safetensors file of a component (the shards its index names, else all there) ->
+    its header (name -> dtype, shape, data_offsets), checked against the file's size: 8 bytes
+    of header length, the header, the data up to the largest end offset, and nothing more."""
+    index = next(folder.glob("*.safetensors.index.json"), None)
+    files = sorted(folder.glob("*.safetensors")) if index is None else sorted(
+        {folder / f for f in read_json(index).get("weight_map", {}).values()})
+    out = {}
+    for file in files or [folder / "*.safetensors"]:
+        if not file.is_file():
+            raise PipelineFolderError(f"{file}: missing")
+        size, end = file.stat().st_size, None
+        with file.open("rb") as f, contextlib.suppress(ValueError, LookupError, TypeError,
+                                                       AttributeError):
+            n = int.from_bytes(f.read(8), "little")
+            out[file] = json.loads(f.read(n)) if 8 + n <= size else {}
+            end = 8 + n + max((t["data_offsets"][1] for k, t in out[file].items()
+                               if k != "__metadata__"), default=0)
+        if end is None:
+            raise PipelineFolderError(f"{file}: not safetensors (its header does not parse)")
+        if size != end:  # a header cut short tells only its own length
+            raise PipelineFolderError(f"{file}: {'truncated' if size < end else 'too long'} "
+                                      f"({size:,} of {'at least ' * (8 + n > size)}{end:,} bytes)")
+    return out
 
 
 @dataclass
@@ -69,7 +114,7 @@ class WanFolder:
     @property
     def vae_factors(self) -> tuple[int, int]:
         """(temporal, spatial) scale factors of the VAE, read from its config."""
-        cfg = json.loads((self.path / "vae" / "config.json").read_text())
+        cfg = read_json(self.path / "vae" / "config.json")
         return cfg.get("scale_factor_temporal", 4), cfg.get("scale_factor_spatial", 8)
 
     def transformer_config(self) -> dict:

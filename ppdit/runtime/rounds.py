@@ -22,7 +22,7 @@ from typing import Any
 
 from ppdit._spawn_entry import in_torchrun
 from ppdit.runtime.device import decide_placement, local_world_size
-from ppdit.runtime.fit import check_fits
+from ppdit.runtime.fit import check_fits, split_of
 from ppdit.runtime.observe.memory import held_bytes, track_peak_memory
 from ppdit.runtime.observe.timing import now_ns
 from ppdit.runtime.observe.trace import PEAK_MEMORY, RankTrace, Rounds, Trace, Tracer, merge
@@ -222,7 +222,8 @@ def check_weights_fit(plans: Mapping[str, Any], world_size: int, launch_kwargs: 
     decision = pool.placement if pool is not None else decide_placement(
         local, backend=launch_kwargs.get("backend", "auto"), device=launch_kwargs.get("device"),
         stage=launch_kwargs.get("stage"))
-    check_fits(_source(plan), local, decision, part=getattr(plan, "weights", "dit"))
+    check_fits(_source(plan), local, decision, part=getattr(plan, "weights", "dit"),
+               split=split_of(plan))
 
 
 def _plan(plan: Any) -> Any:

@@ -54,15 +54,19 @@ class Prepared:
     plan: LayoutPlan
 
 
-def prepare(spec: GenerateSpec | Prepared) -> Prepared:
-    """Check the folder, the request and its layout against each other before loading
-    weights, once, and build the plan (``ValueError`` naming the rule it breaks)."""
+def prepare(spec: GenerateSpec | Prepared, *, device: str | None = None) -> Prepared:
+    """Check the folder, the request, its layout and whether each rank's weights fit its
+    ``device`` (``runtime.fit``) before loading weights, once, and build the plan
+    (``ValueError`` naming the rule it breaks)."""
+    from ppdit.runtime.rounds import check_weights_fit
+
     if isinstance(spec, Prepared):
         return spec
     folder = WanFolder(check_folder(spec.checkpoint))
     check_spec(spec, folder.vae_factors, folder.transformer_config())
     plan = plan_for(spec, shape_of(spec, folder))
     loop_plan(plan)  # the pipeline loop's own rules too
+    check_weights_fit({"generate": plan}, spec.ranks, {"device": device})
     return Prepared(spec, folder, plan)
 
 

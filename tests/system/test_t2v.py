@@ -1,12 +1,17 @@
 """``ppdit generate`` end to end on the tiny pipeline folder, its processes started as a user's
 run starts them: the video, timeline, trace and summary written, and where the text encoder ran
-printed (the CLI's checks that start nothing are in tests/unit/test_t2v.py)."""
+printed (the CLI's checks that start nothing are in tests/unit/test_t2v.py); a damaged folder
+refused by ``python -m ppdit generate`` in one line."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 
 from ppdit import cli
+from tests.conftest import ROOT
 from tests.support.pipelines import PROMPT
 
 
@@ -27,3 +32,20 @@ def test_cli_generate_writes_the_video_and_artifacts(folders, tmp_path, capsys):
     encoder = summary["text_encoder"]
     assert encoder["device"] == "cpu" and encoder["weight_bytes"] > 0
     assert f"GB of weights on cpu for {encoder['seconds']:.1f} s, freed before" in printed
+
+
+def test_python_m_ppdit_refuses_a_truncated_folder_in_one_line(folders, tmp_path):
+    """As a user runs it: a cut-off transformer download is one line naming the file and the
+    bytes (not diffusers' OSError, minutes in), exit status 2, before any rank starts."""
+    broken = tmp_path / "broken"
+    shutil.copytree(folders["unipc"], broken)
+    weights = broken / "transformer" / "diffusion_pytorch_model.safetensors"
+    size = weights.stat().st_size
+    weights.write_bytes(weights.read_bytes()[:-1234])  # the data's end cut off
+    run = subprocess.run([sys.executable, "-m", "ppdit", "generate", "--checkpoint", str(broken),
+                          "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert run.returncode == 2, run.stderr
+    said = f"{weights}: truncated ({size - 1234:,} of {size:,} bytes)"
+    assert run.stderr == f"ppdit generate: {said}\n"
+    assert not (tmp_path / "out").exists()
