@@ -39,10 +39,9 @@ MODEL_TOL = 0.15
 # for CUDA explicitly and run there instead of skipping.
 os.environ.setdefault("PPDIT_DEVICE", "cpu")
 # Gloo forgives orderings NCCL does not (ppdit.runtime.comm.nccl_rules): every rank the suite starts
-# keeps NCCL's point-to-point rules, so an order that would hang on GPUs fails here, named. The
-# eager limit is 16 KiB, not NCCL's 4 MiB: the tiny models' frames (tens of KB) then rendezvous as
-# real frames (MBs) do, while headers and credits stay eager as they are at any size.
-os.environ.setdefault("PPDIT_NCCL_RULES", str(16 << 10))
+# keeps NCCL's point-to-point rules, so an order that would hang on GPUs fails here, named. Strict:
+# no send is eager, since NCCL guarantees none (its buffer depends on the transport and protocol).
+os.environ.setdefault("PPDIT_NCCL_RULES", "strict")
 
 # The lanes, by what a test starts (its folder says; ``make test-fast`` runs the first):
 #   unit    no process, no rank (tests/unit/conftest.py refuses one)      < 1 minute

@@ -16,8 +16,9 @@ Staging can be switched on for CPU ranks too (``stage=True``): the copies are th
 which is how the tests check the staged transport on a machine without a GPU.
 
 NCCL's point-to-point rules can be kept by gloo ranks (``nccl_rules=True``, or
-``$PPDIT_NCCL_RULES``: 1 or the eager limit in bytes; ``ppdit.runtime.comm.nccl_rules``). The test
-suite turns them on, so an ordering that would hang on GPUs hangs, and is named, on the CPU.
+``$PPDIT_NCCL_RULES``: 1, "strict" (no send is eager) or the eager limit in bytes;
+``ppdit.runtime.comm.nccl_rules``). The test suite turns them on, strict, so an ordering that
+would hang on GPUs hangs, and is named, on the CPU.
 
 Everything else in ppdit asks a ``Placement`` instead of calling ``torch.cuda`` itself, so the
 CPU path used by the tests and the notebooks is the same code a GPU user runs.
@@ -35,7 +36,7 @@ import torch
 BACKENDS = ("auto", "gloo", "nccl")
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_ENV = "PPDIT_DEVICE"  # "cpu" keeps every rank on the CPU even when GPUs are visible
-RULES_ENV = "PPDIT_NCCL_RULES"  # "1" (or an eager limit in bytes): gloo keeps NCCL's P2P rules
+RULES_ENV = "PPDIT_NCCL_RULES"  # "1", "strict" or an eager limit in bytes: gloo keeps NCCL's rules
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,21 @@ class Placement:
         """Whether CUDA-only features (events, streams, graphs) are available on this rank."""
         return self.device.type == "cuda"
 
-    def synchronize(self) -> None:
-        """Wait for queued GPU work (a no-op on CPU, where work is already done on return)."""
-        if self.is_cuda:
+    def synchronize(self, device_wide: bool = False) -> None:
+        """Wait for the work this rank queued on its current stream: what timing and tracing
+        need (on the CPU the work is done on return). Never device-wide unless asked: a posted
+        NCCL receive is a kernel spinning on NCCL's own stream, so ``cudaDeviceSynchronize``
+        would wait for a sender that may be waiting for this rank (PyTorch's NCCL barrier
+        moved to a stream sync for this reason). ``device_wide`` is that wait; on CPU ranks
+        keeping NCCL's rules it waits for every posted operation, so the hang shows here."""
+        if device_wide and self.is_cuda:
             torch.cuda.synchronize(self.device)
+        elif device_wide and self.nccl_rules is not None:
+            from ppdit.runtime.comm.nccl_rules import device_sync
+
+            device_sync()
+        elif self.is_cuda:
+            torch.cuda.current_stream(self.device).synchronize()
 
 
 @dataclass(frozen=True)
@@ -104,15 +116,16 @@ def _rules_limit(nccl_rules: bool | int | None) -> int | None:
 
     if nccl_rules is None:
         text = os.environ.get(RULES_ENV, "0").strip()
-        if not text.isdigit():
-            raise ValueError(f"${RULES_ENV}={text!r} must be 0, 1 or an eager limit in bytes")
-        nccl_rules = {0: False, 1: True}.get(int(text), int(text))
+        if not text.isdigit() and text != "strict":
+            raise ValueError(f"${RULES_ENV}={text!r} must be 0 (off), 1 (on), strict (every "
+                             "send waits for its receive) or an eager limit in bytes")
+        nccl_rules = 0 if text == "strict" else {0: False, 1: True}.get(int(text), int(text))
     if nccl_rules is True:
         return EAGER_BYTES
     if nccl_rules is False:
         return None
-    if nccl_rules < 1:
-        raise ValueError(f"nccl_rules={nccl_rules} must be True, False or an eager limit >= 1")
+    if nccl_rules < 0:
+        raise ValueError(f"nccl_rules={nccl_rules} must be True, False or an eager limit >= 0")
     return int(nccl_rules)
 
 

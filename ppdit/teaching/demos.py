@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from ppdit.runtime.comm.wire import recv_tensor
+from ppdit.runtime.observe.timing import exchange
 from ppdit.runtime.processes.rank import RankContext
 
 
@@ -41,7 +42,10 @@ def sleep_for(ctx: RankContext, seconds: float) -> int:
 
 
 def recv_never(ctx: RankContext, timeout_s: float = 2.0) -> int:
-    """Rank 1 waits for a tensor rank 0 never sends: the P2P timeout turns it into an error."""
+    """Rank 1 waits for a tensor rank 0 never sends: the P2P timeout turns it into an error.
+    (One message each way first: NCCL builds a pair's communicator at its first operation,
+    which blocks until both ranks have posted one, whatever the receive's timeout says.)"""
+    exchange(1 - ctx.rank, ctx.wire)
     if ctx.rank == 1:
         recv_tensor(0, ctx.wire, timeout_s=timeout_s)
     else:

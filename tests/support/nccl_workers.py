@@ -12,6 +12,7 @@ import torch
 
 from ppdit.runtime.comm.mesh import build_lanes
 from ppdit.runtime.comm.wire import wait_for
+from ppdit.runtime.observe.timing import exchange
 from ppdit.runtime.processes.rank import RankContext
 
 
@@ -45,6 +46,7 @@ def late_wait(ctx: RankContext, sleep_s: float, timeout_s: float) -> str:
     clock started at the posting, so the wait fails at once. Rank 0 never sends."""
     import time
 
+    exchange(1 - ctx.rank, ctx.wire)  # the pair's communicator exists: only the wait is late
     if ctx.rank == 1:
         work = ctx.wire.recv(torch.zeros(4), 0)
         time.sleep(sleep_s)
@@ -122,3 +124,109 @@ def slow_reply(ctx: RankContext) -> float:
     time.sleep(2.0)  # rank 0 stalls > 1 s on B meanwhile
     wait_for(ctx.wire.send(x * 2, peer), 20, "B")
     return float(x[0])
+
+
+def device_wide(ctx: RankContext, job) -> object:
+    """``rounds_worker`` with every ``Placement.synchronize`` device-wide: the order timing and
+    tracing had before they synchronised the stream only (``runtime.device``). Under the
+    rules the device-wide sync waits for every posted operation, as ``cudaDeviceSynchronize``
+    waits for a posted NCCL receive. Run it in a launch of its own: the rank is patched."""
+    from ppdit.runtime.device import Placement
+    from ppdit.runtime.rounds import rounds_worker
+
+    stream_only = Placement.synchronize
+    Placement.synchronize = lambda self, device_wide=True: stream_only(self, True)
+    try:
+        return rounds_worker(ctx, job)
+    finally:
+        Placement.synchronize = stream_only
+
+
+def sync_with_a_receive_posted(ctx: RankContext, device_wide: bool) -> str:
+    """Rank 0 posts a receive from rank 1 ahead (answers come up one lane), then synchronises
+    and sends rank 1 the go (down the other lane); rank 1 answers only after the go. A stream
+    sync passes; a device-wide one waits for the receive, whose sender waits for rank 0."""
+    from ppdit.runtime.comm.mesh import build_lanes
+
+    lanes = build_lanes([0, 1])
+    down, up = lanes.between(0, 1), lanes.between(1, 0)
+    for lane in (down, up):
+        exchange(1 - ctx.rank, ctx.wire, lane)
+    if ctx.rank == 0:
+        ahead = ctx.wire.recv(torch.zeros(4), 1, up)
+        ctx.placement.synchronize(device_wide=device_wide)
+        wait_for(ctx.wire.send(torch.ones(4), 1, down), 20, "go")
+        wait_for(ahead, 20, "answer")
+    else:
+        wait_for(ctx.wire.recv(torch.zeros(4), 0, down), 20, "go")
+        wait_for(ctx.wire.send(torch.ones(4), 0, up), 20, "answer")
+    return "done"
+
+
+def batch_then_collective(ctx: RankContext, same_order: bool) -> float:
+    """Rank 0 posts a batched exchange with rank 1, then all-reduces; rank 1 all-reduces first
+    (or, ``same_order``, batches first too). On NCCL both run on the group's one stream."""
+    import torch.distributed as dist
+
+    peer, x, got = 1 - ctx.rank, torch.full((4,), float(ctx.rank)), torch.zeros(4)
+    total = torch.ones(1)
+    if ctx.rank == 0 or same_order:
+        works = ctx.wire.batch([("send", x, peer), ("recv", got, peer)])
+        dist.all_reduce(total)
+    else:
+        dist.all_reduce(total)
+        works = ctx.wire.batch([("send", x, peer), ("recv", got, peer)])
+    for w in works:
+        wait_for(w, 20, "batched exchange")
+    return float(total) + float(got[0])
+
+
+def batched_against_unbatched(ctx: RankContext) -> float:
+    """Rank 0 sends un-batched; rank 1 receives in a batch: two communicators on NCCL (the
+    pair's is built first, so only the mismatch is left)."""
+    exchange(1 - ctx.rank, ctx.wire)
+    got = torch.zeros(4)
+    if ctx.rank == 0:
+        wait_for(ctx.wire.send(torch.ones(4), 1), 20, "un-batched send")
+    else:
+        (work,) = ctx.wire.batch([("recv", got, 0)])
+        wait_for(work, 20, "batched receive")
+    return float(got[0])
+
+
+def first_op_blocks(ctx: RankContext, warmed: bool) -> str:
+    """Step split's credit loop on two lanes (frames down, credits up). Rank 1 posts its
+    first credit, then receives a frame; rank 0 sends the frame, then receives the credit.
+    Gloo passes; on NCCL the credit's posting blocks in the pair's set-up until rank 0 posts
+    on that lane, which it does only after its frame is received: unless the warm-up built
+    both lanes' communicators first (``warmed``)."""
+    from ppdit.runtime.comm.mesh import build_lanes
+
+    lanes = build_lanes([0, 1])
+    down, up = lanes.between(0, 1), lanes.between(1, 0)
+    if warmed:
+        for lane in (down, up):
+            exchange(1 - ctx.rank, ctx.wire, lane)
+    frame, credit = torch.zeros(64), torch.zeros(1)
+    if ctx.rank == 1:
+        sent = ctx.wire.send(credit, 0, up)
+        wait_for(ctx.wire.recv(frame, 0, down), 20, "frame")
+        wait_for(sent, 20, "credit")
+    else:
+        wait_for(ctx.wire.send(frame, 1, down), 20, "frame")
+        wait_for(ctx.wire.recv(credit, 1, up), 20, "credit")
+    return "done"
+
+
+def wait_past_the_group(ctx: RankContext) -> str:
+    """Rank 1 waits up to 20 s for rank 0's message; rank 0 computes 4 s first (no deadlock:
+    it waits for nobody). A group timeout below 4 s ends rank 1's wait."""
+    import time
+
+    exchange(1 - ctx.rank, ctx.wire)
+    if ctx.rank == 0:
+        time.sleep(4)
+        wait_for(ctx.wire.send(torch.zeros(4), 1), 20, "late message")
+    else:
+        wait_for(ctx.wire.recv(torch.zeros(4), 0), 20, "late message")
+    return "done"

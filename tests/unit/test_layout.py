@@ -116,9 +116,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # Lines per layer, counted as ``wc -l`` counts them (blank lines and docstrings included): being
 # compact is part of the mission, and a new feature arrives with the deletions that pay for it.
-# Raising a budget is a decision, written down in the commit that makes it.
-BUDGETS = {0: 2_050, 1: 3_700, 2: 5_000, 3: 1_600, 4: 5_300, 5: 2_350}
-PACKAGE_BUDGET = 20_000
+# Raising a budget is a decision, written down in the commit that makes it. (Issue 37: L1 +250
+# for NCCL's rules beyond one queue per pair, the device-wide sync, the watchdog's bounds.)
+BUDGETS = {0: 2_050, 1: 3_950, 2: 5_000, 3: 1_600, 4: 5_300, 5: 2_350}
+PACKAGE_BUDGET = 20_250
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():

@@ -49,10 +49,11 @@ class Timing:
 def timed(placement: Placement | None = None) -> Iterator[Timing]:
     """Time the body's work on ``placement``'s device (None: the CPU; see the module)."""
     out = Timing()
+    if placement is not None:  # earlier work is not ours (this stream's: never device-wide)
+        placement.synchronize()
     if placement is not None and placement.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
-        out.how, out._since_start = "cuda events", lambda: _event_seconds(start, placement)
-        placement.synchronize()  # earlier work is not ours
+        out.how, out._since_start = "cuda events", lambda: _event_seconds(start)
         start.record()
     else:
         begin = time.perf_counter()
@@ -61,11 +62,11 @@ def timed(placement: Placement | None = None) -> Iterator[Timing]:
     out.seconds = out._since_start()
 
 
-def _event_seconds(start: torch.cuda.Event, placement: Placement) -> float:
+def _event_seconds(start: torch.cuda.Event) -> float:
     """Seconds from ``start`` to an event recorded now, once the device has reached it."""
     end = torch.cuda.Event(enable_timing=True)
     end.record()
-    placement.synchronize()
+    end.synchronize()
     return start.elapsed_time(end) / 1e3
 
 
@@ -103,8 +104,9 @@ def repeat(fn: Callable[[], object], placement: Placement | None = None, rounds:
 
 def warm_up_pairs(wire: Wire, pairs: Sequence[tuple[int, int]], rank: int,
                   group=None) -> None:
-    """One tiny exchange on ``group``'s collective communicator, then on every P2P pair that
-    holds ``rank``: the untimed warm-up a timed round of communication needs (see the module).
+    """One tiny all-reduce on ``group``'s collective communicator, then an exchange on every
+    P2P pair that holds ``rank``: the untimed warm-up a timed round of communication needs
+    (see the module).
 
     Every rank of ``group`` (None: the world) calls it with the same ``pairs`` (global ranks),
     in the same order. The collective comes first: NCCL asks that a group's first operation
@@ -119,12 +121,17 @@ def warm_up_pairs(wire: Wire, pairs: Sequence[tuple[int, int]], rank: int,
 
 
 def exchange(peer: int, wire: Wire, group=None) -> None:
-    """Send one element to ``peer`` and receive one from it, as one fused operation (which
-    cannot block itself under NCCL's ordering): the warm-up of one P2P pair. Ranks that
-    exchange with several peers do it in one global order of pairs (sorted by (lower rank,
-    higher rank)), so the blocking exchanges cannot wait in a cycle."""
+    """Send one element to ``peer`` and receive one from it, un-batched, as the timed traffic
+    goes: the warm-up of one P2P pair. (A batch would run on the group's collective
+    communicator and leave the pair's own, which NCCL builds at its first un-batched
+    operation, to the first timed round.) The lower rank sends first, the higher receives
+    first, so the two cannot wait for each other; ranks that exchange with several peers do it
+    in one global order of pairs (sorted by (lower rank, higher rank)), so no cycle forms."""
     out, back = torch.zeros(1, device=wire.buffers), torch.empty(1, device=wire.buffers)
-    for work in wire.batch([("send", out, peer), ("recv", back, peer)], group):
+    first = dist.get_rank() < peer
+    works = ([wire.send(out, peer, group), wire.recv(back, peer, group)] if first else
+             [wire.recv(back, peer, group), wire.send(out, peer, group)])
+    for work in works:
         work.wait()
 
 

@@ -104,14 +104,17 @@ class Tracer:
             self._counters.append(Counter(self.rank, name, time.perf_counter_ns(), float(value)))
 
     def _start_events(self):
-        if self._placement is None or not self._placement.is_cuda:
+        if self._placement is None:
             return None
-        if self._gpu_ref is None:
-            ref = torch.cuda.Event(enable_timing=True)
-            self._placement.synchronize()
-            ref.record()
-            self._placement.synchronize()
+        if self._gpu_ref is None:  # once a round: the device's clock against the host's
+            self._placement.synchronize()  # this stream's work only (Placement says why)
+            ref = torch.cuda.Event(enable_timing=True) if self._placement.is_cuda else None
+            if ref is not None:
+                ref.record()
+                ref.synchronize()
             self._gpu_ref = (time.perf_counter_ns(), ref)
+        if not self._placement.is_cuda:
+            return None
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         return start, end
@@ -119,7 +122,7 @@ class Tracer:
     def finish(self) -> RankTrace:
         """Resolve GPU timings and hand back everything recorded (picklable, CPU only)."""
         if self._gpu_pending and self._placement is not None:
-            self._placement.synchronize()
+            self._gpu_pending[-1][2].synchronize()  # the last span's end event
             ref_ns, ref = self._gpu_ref
             for span, start, end in self._gpu_pending:
                 span.meta["wall_start_ns"], span.meta["wall_end_ns"] = span.start_ns, span.end_ns

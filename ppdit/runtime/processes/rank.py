@@ -121,7 +121,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
         dist.init_process_group(placement.backend, init_method=f"tcp://127.0.0.1:{spec.port}",
                                 rank=rank, world_size=spec.world_size,
                                 timeout=timedelta(seconds=spec.pg_timeout_s))
-        rules = _rules(placement, rank)
+        rules = _rules(placement, rank, spec.pg_timeout_s)
         boot = {"spawn": spec.spawn_ns, "entry": entry_ns, "setup": setup_ns,
                 "group": time.perf_counter_ns()}
         while True:
@@ -178,9 +178,12 @@ def _next_job(jobs_q) -> RankJob | None:
     return pickle.loads(payload)
 
 
-def _rules(placement: Placement, rank: int) -> NcclRules | None:
-    """NCCL's P2P rules for a gloo rank that asked for them (made on every rank: collective)."""
-    return None if placement.nccl_rules is None else NcclRules(rank, placement.nccl_rules)
+def _rules(placement: Placement, rank: int, pg_timeout_s: float) -> NcclRules | None:
+    """NCCL's P2P rules for a gloo rank that asked for them (made on every rank: collective),
+    bounded by the process group's timeout as NCCL's watchdog bounds every operation."""
+    if placement.nccl_rules is None:
+        return None
+    return NcclRules(rank, placement.nccl_rules, pg_timeout_s=pg_timeout_s)
 
 
 def _setup(job: RankJob | None, rank: int, world_size: int) -> Any:
@@ -228,7 +231,7 @@ def run_under_torchrun(worker: Callable[..., Any], *, args: Sequence[Any] = (),
     direct = SimpleNamespace(put=lambda item: on_event(*item))
     events = direct if on_event is not None and rank == 0 else None
     ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared,
-                      events, rules=_rules(placement, rank))
+                      events, rules=_rules(placement, rank, timeout_s))
     try:
         result = _to_cpu(worker(ctx, *args))
         out = [None] * world if rank == 0 else None
