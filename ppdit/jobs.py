@@ -155,10 +155,14 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
               f"{spec.dtype}; checkpoint {spec.checkpoint}", flush=True)
     start = time.perf_counter()
     with tqdm(total=spec.num_steps, unit="step", desc="denoising", disable=quiet) as bar:
+        # under torchrun every rank encodes on its own device and says where
+        said = (lambda text: print(f"rank {os.environ['RANK']}: {text.sentence()}", flush=True)
+                ) if in_torchrun() else None
         result = run_generate(prepared, on_step=lambda i: bar.update(1), device=device,
-                              streaming_decode=streaming_decode, nccl_rules=nccl_rules)
+                              streaming_decode=streaming_decode, nccl_rules=nccl_rules,
+                              on_text=said)
     if result is not None:
-        for cost in (result.text, result.vae):
+        for cost in (result.vae,) if in_torchrun() else (result.text, result.vae):
             if cost is not None:
                 print(cost.sentence(), flush=True)
         _write_generate(result, out, time.perf_counter() - start)

@@ -199,6 +199,18 @@ def cpu_share(placement: Placement) -> Iterator[int]:
         yield n
 
 
+def process_placement(device: str | None = None) -> Placement:
+    """Where this process's own work runs (encoding prompts, decoding): under torchrun its
+    local rank's device, as its rank's placement would be (eight local ranks loading umT5 on
+    ``cuda:0`` would not fit), else the first device of the rule."""
+    from ppdit._spawn_entry import in_torchrun
+
+    if not in_torchrun():
+        return decide_placement(1, device=device).for_rank(0)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    return decide_placement(local_world_size(), device=device).for_rank(local)
+
+
 def local_world_size() -> int:
     """Ranks on this host: torchrun's LOCAL_WORLD_SIZE, else the whole world."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))

@@ -22,7 +22,7 @@ from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
 from ppdit.parallel.layout import Layout
 from ppdit.parallel.runner import LayoutPlan, loop_plan, run_local
-from ppdit.runtime.device import cpu_share, decide_placement
+from ppdit.runtime.device import cpu_share, process_placement
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Trace, Tracer, merge
 from ppdit.sampler import Conditioning
@@ -160,21 +160,26 @@ def decode_split(spec: GenerateSpec, latent: torch.Tensor, **launch_kwargs
 
 def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
              on_step: Callable[[int], None] | None = None, device: str | None = None,
-             streaming_decode: bool = False, **launch_kwargs) -> Generated | None:
+             streaming_decode: bool = False,
+             on_text: Callable[[TextEncoding], None] | None = None,
+             **launch_kwargs) -> Generated | None:
     """Prompt -> video on the spec's layout (one device in this process, others on ranks).
     ``device`` ("cpu", "cuda", "auto"; default ``$PPDIT_DEVICE``) as for every launch; the
-    text encoder and the VAE run there too. ``streaming_decode``: see ``decode``.
-    ``None`` on torchrun ranks other than 0."""
+    text encoder and the VAE run there too (under torchrun, on the local rank's device).
+    ``streaming_decode``: see ``decode``. ``on_text`` hears where the prompts were encoded, on
+    every rank. ``None`` on torchrun ranks other than 0."""
     prepared = prepare(spec)
     spec = prepared.spec
     if spec.vae_ranks > 1 and in_torchrun():
         raise ValueError(f"vae_ranks={spec.vae_ranks}: a split decode launches its own ranks, "
                          "which torchrun's fixed world cannot; run it without torchrun")
-    # Encode and decode where the ranks compute (the first GPU with --device cuda): on one
-    # core a 480p decode takes hours, and under torchrun a rank has one thread.
-    place = decide_placement(1, device=device).for_rank(0)
+    # Encode and decode where the ranks compute (the first GPU with --device cuda; under
+    # torchrun, the local rank's): on one core a 480p decode takes hours.
+    place = process_placement(device)
     with cpu_share(place):
         text = encode_with_cost(spec, place.device if spec.text_encoder == "device" else "cpu")
+    if on_text is not None:
+        on_text(text)
     plan = replace(prepared.plan, prompts=(text.prompts,))
     if spec.layout.ranks == 1:
         tracer = Tracer(0, place)

@@ -6,6 +6,7 @@ refused by ``python -m ppdit generate`` in one line."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -49,3 +50,20 @@ def test_python_m_ppdit_refuses_a_truncated_folder_in_one_line(folders, tmp_path
     said = f"{weights}: truncated ({size - 1234:,} of {size:,} bytes)"
     assert run.stderr == f"ppdit generate: {said}\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_generate_under_torchrun_encodes_on_each_local_ranks_device(folders, tmp_path):
+    """``torchrun --nproc-per-node 2 -m ppdit generate``, two local ranks on the CPU: each rank
+    encodes the prompts where it computes and says where; rank 0 writes the video."""
+    out = tmp_path / "gen"
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--standalone", "-m", "ppdit", "generate", "--checkpoint", str(folders["unipc"]),
+         "--prompt", PROMPT, "--layout", "cfg=2", "--steps", "2", "--frames", "5",
+         "--height", "32", "--width", "32", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    for rank in (0, 1):
+        assert f"rank {rank}: text encoder: " in run.stdout and " on cpu for " in run.stdout
+    assert json.loads((out / "summary.json").read_text())["frames"] == 5

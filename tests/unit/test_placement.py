@@ -116,3 +116,26 @@ def test_cpu_parts_under_torchrun_take_the_ranks_share_of_the_cores(monkeypatch)
             assert n == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_under_torchrun_each_local_rank_encodes_on_its_own_device(monkeypatch):
+    """``generate``'s text encoder and VAE go where the local rank computes: torchrun's
+    LOCAL_RANK picks the GPU (eight umT5 copies on cuda:0 would not fit an 80 GB GPU)."""
+    import torch
+
+    from ppdit.runtime.device import process_placement
+
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.delenv("PPDIT_DEVICE", raising=False)
+    assert process_placement().device == torch.device("cuda", 0)  # no torchrun: the first
+    for key, value in {"RANK": "6", "WORLD_SIZE": "8", "MASTER_ADDR": "node0",
+                       "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(key, value)
+    assert process_placement().device == torch.device("cuda", 2)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # 4 local ranks share a GPU
+    assert process_placement().device == torch.device("cuda", 0)
+    assert process_placement("cpu").device == torch.device("cpu")
+    assert chosen == [torch.device("cuda", i) for i in (0, 2, 0)]
