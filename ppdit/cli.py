@@ -124,6 +124,9 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
                         "(then freed) or the CPU (offloaded: never on a GPU, slower)")
     g.add_argument("--streaming-decode", action="store_true", help="decode one latent frame at a "
                    "time (same pixels, a fraction of the memory: for long videos on a small GPU)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="bound the whole run and every wait inside it by S seconds (default: "
+                        "30 min until the ranks have timed a step, then from that step's time)")
     g.add_argument("--vae-ranks", type=int, default=1,
                    help="ranks that decode the latent split by rows, after the denoising ranks "
                         "end (patch-parallel VAE: each holds ~1/N of the activations)")
@@ -209,7 +212,7 @@ def _prepare(args: argparse.Namespace):
         layout=parse_layout(args.layout, args.ranks), dtype=args.dtype, num_steps=args.steps,
         num_frames=args.frames, height=args.height, width=args.width, seed=args.seed,
         guidance_scale=args.guidance, solver=args.solver, text_encoder=args.text_encoder,
-        vae_ranks=args.vae_ranks), device=args.device)
+        vae_ranks=args.vae_ranks, timeout_s=args.timeout), device=args.device)
 
 
 if __name__ == "__main__":

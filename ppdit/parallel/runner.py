@@ -30,6 +30,8 @@ from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.layout import Layout
 from ppdit.parallel.step_split.plan import StepSplitPlan, split_steps
 from ppdit.parallel.step_split.run import run_step_split
+from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, work_bound
+from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Trace, Tracer
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
 from ppdit.sampler import Conditioning, Denoiser, Request, SamplingConfig, check_cfg
@@ -128,11 +130,19 @@ class LayoutRunner(StackRunner):
     def run(self, i: int, tracer: Tracer) -> dict:
         """One round: every request of plan ``i``; every rank returns the latents."""
         plan = self.plans[i]
-        report = (lambda step: self.ctx.emit(("step", step))) if (
-            plan.report_steps and self.ctx.rank == 0) else None
-        with self.stacks[i].round(tracer) as stack:
-            latents = run_requests(plan, stack, self.dens[i], tracer, report)
+        with self.stacks[i].round(tracer) as stack, timed(self.ctx.placement) as clock:
+            latents = run_requests(plan, stack, self.dens[i], tracer,
+                                   lambda step: self._step_done(plan, step, clock))
         return {"latents": latents, **stack.counts()}
+
+    def _step_done(self, plan: LayoutPlan, step: int, clock) -> None:
+        """A progress event (rank 0, if asked); after the first step, the job's bounds from
+        its time (``RankContext.expect``: the first step, cold, bounds every later one)."""
+        if plan.report_steps and self.ctx.rank == 0:
+            self.ctx.emit(("step", step))
+        if step == 0 and self.ctx.follows_work:
+            steps = plan.sampling.num_steps * len(plan.requests)
+            self.ctx.expect(work_bound(DEFAULT_TIMEOUT_S, steps, clock.lap()))
 
 
 @dataclass

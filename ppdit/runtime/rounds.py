@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ppdit._spawn_entry import in_torchrun
+from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, work_bound
 from ppdit.runtime.device import decide_placement, local_world_size
 from ppdit.runtime.fit import check_fits, split_of
 from ppdit.runtime.observe.memory import held_bytes, track_peak_memory
@@ -70,6 +71,11 @@ class Runner:
 
     def warm_up(self, i: int) -> None:
         """Untimed work before the first round (allocator, kernel choice, compiles)."""
+
+    def round_s(self, i: int) -> float:
+        """At most how long one round of plan ``i`` takes, from what warm-up measured (0:
+        unknown): the job's bounds follow it (``RankContext.expect``)."""
+        return 0.0
 
     def run(self, i: int, tracer: Tracer) -> Any:
         """One round of plan ``i``; the return value is kept per round."""
@@ -150,6 +156,9 @@ def rounds_worker(ctx: RankContext, job: Job) -> RankRounds:
         for i in range(n):
             if took_part[i]:
                 runner.warm_up(i)
+        work = [runner.round_s(i) for i in range(n) if took_part[i]]
+        if work and min(work) > 0:  # every round measured: what the rest of the job needs
+            ctx.expect(work_bound(DEFAULT_TIMEOUT_S, job.rounds, sum(work)))
         out = RankRounds(ctx.rank, took_part, [[] for _ in range(n)], [[] for _ in range(n)],
                          [None] * n, {**ctx.boot_ns, "warm-up": now_ns()})
         for _, i in interleaved(job.rounds, n):

@@ -22,6 +22,7 @@ from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
 from ppdit.parallel.layout import Layout
 from ppdit.parallel.runner import LayoutPlan, loop_plan, run_local
+from ppdit.runtime.comm.wire import START_S
 from ppdit.runtime.device import cpu_share, process_placement
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Trace, Tracer, merge
@@ -67,6 +68,12 @@ def prepare(spec: GenerateSpec | Prepared, *, device: str | None = None) -> Prep
     plan = plan_for(spec, shape_of(spec, folder))
     loop_plan(plan)  # the pipeline loop's own rules too
     check_weights_fit({"generate": plan}, spec.ranks, {"device": device})
+    if spec.vae_ranks > 1:  # a split decode that cannot work, refused before the denoising
+        from ppdit.parallel.vae_patch.decode import check_split
+        from ppdit.vae.presets import build_vae
+
+        check_split(build_vae(checkpoint=spec.checkpoint, device="meta").decoder,
+                    shape_of(spec, folder)[3], spec.vae_ranks)
     return Prepared(spec, folder, plan)
 
 
@@ -158,6 +165,16 @@ def decode_split(spec: GenerateSpec, latent: torch.Tensor, **launch_kwargs
     return postprocess(out.video, config), VaeCost(spec.vae_ranks, out.run_peaks, out.seconds)
 
 
+def bounds(timeout_s: float | None) -> dict:
+    """The launch's bounds: ``timeout_s`` for the job and every wait inside it, or (None) from
+    the work: ``START_S`` until the ranks have timed a step, then as long as the work needs
+    (``RankContext.expect``). NCCL's watchdog then never cuts a step split's first handoff at
+    720p, and a hang is still named."""
+    if timeout_s is None:
+        return {"timeout_s": START_S, "pg_timeout_s": START_S, "follow_work": True}
+    return {"timeout_s": timeout_s, "pg_timeout_s": timeout_s}
+
+
 def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
              on_step: Callable[[int], None] | None = None, device: str | None = None,
              streaming_decode: bool = False,
@@ -170,6 +187,7 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
     every rank. ``None`` on torchrun ranks other than 0."""
     prepared = prepare(spec)
     spec = prepared.spec
+    launch_kwargs = {**bounds(spec.timeout_s), **launch_kwargs}
     if spec.vae_ranks > 1 and in_torchrun():
         raise ValueError(f"vae_ranks={spec.vae_ranks}: a split decode launches its own ranks, "
                          "which torchrun's fixed world cannot; run it without torchrun")
@@ -186,7 +204,6 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
         latent = run_local(plan, place.device, on_step=on_step, tracer=tracer)[REQUEST_ID]
         latent, trace, handoff = latent.cpu(), merge([tracer.finish()]), {}
     else:
-        launch_kwargs.setdefault("timeout_s", spec.timeout_s)
         out = run_layout(plan, on_step=on_step, device=device, **launch_kwargs)
         if out is None:
             return None

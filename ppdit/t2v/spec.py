@@ -34,7 +34,9 @@ class GenerateSpec:
     # WanPipeline's default; models/toy_shapes was trained at 16 and says so in its tokenizer)
     max_sequence_length: int | None = None
     solver: str = "folder"  # "folder": the pipeline's scheduler; "euler": ppdit's baseline
-    timeout_s: float = 600
+    # None: from the work (``runtime.comm.wire.START_S`` until the ranks have timed a step,
+    # then ``work_bound`` of it); seconds: a fixed bound of the run and of every wait inside it
+    timeout_s: float | None = None
     # where umT5 encodes the prompts, once, before any DiT weight loads: "device" (where rank 0
     # computes, then freed) or "cpu" (offloaded: never on a GPU, slower)
     text_encoder: str = "device"
@@ -99,6 +101,8 @@ def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_con
     if spec.text_encoder not in TEXT_ENCODER_PLACES:
         raise ValueError(f"text_encoder={spec.text_encoder!r} is not one of "
                          f"{TEXT_ENCODER_PLACES}")
+    if spec.timeout_s is not None and spec.timeout_s <= 0:
+        raise ValueError(f"timeout={spec.timeout_s} must be > 0 seconds")
     if spec.num_steps < 1:
         raise ValueError(f"steps={spec.num_steps} must be >= 1")
     if spec.num_frames < 1 or (spec.num_frames - 1) % t:

@@ -110,3 +110,17 @@ def how_started(ctx: RankContext, name: str) -> dict:
     return {"env": os.environ.get(name), "cwd": os.getcwd(),
             "method": multiprocessing.get_start_method(allow_none=True),
             "parent": multiprocessing.parent_process().pid, "ppid": os.getppid()}
+
+
+def longer_than_the_bounds(ctx: RankContext, work_s: float, late_s: float) -> dict:
+    """Each rank says its work needs ``work_s`` (``ctx.expect``); rank 0 then computes
+    ``late_s`` before an all-reduce that rank 1 entered at once: longer than the job's and the
+    group's starting bounds, within the work's."""
+    import torch.distributed as dist
+
+    ctx.expect(work_s)
+    if ctx.rank == 0:
+        time.sleep(late_s)
+    dist.all_reduce(torch.ones(1))
+    return {"bound_s": ctx.bound_s,
+            "watchdog": __import__("os").environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")}

@@ -88,3 +88,13 @@ def test_a_live_pool_runs_a_worker_imported_by_path_after_it_started(pools, tmp_
     (tmp_path / "late_worker_mod.py").write_text("def worker(ctx):\n    return ctx.rank * 10\n")
     module = load_module(tmp_path / "late_worker_mod.py")
     assert launch(module.worker, 2, pool=pool) == [0, 10]
+
+
+def test_bounds_follow_the_work_the_ranks_measured(no_orphans):
+    """A job whose bounds follow its work: 8 s for the job and every wait until the ranks say
+    their work needs 40 s; rank 0 then computes 12 s while rank 1 waits in an all-reduce.
+    Both the caller's deadline and the group's timeout moved, so it ends well. (And on NCCL a
+    failed operation would raise in the rank, not tear it down: the watchdog's setting.)"""
+    out = launch(workers.longer_than_the_bounds, 2, args=(40.0, 12.0), timeout_s=8,
+                 pg_timeout_s=8, follow_work=True, echo=False)
+    assert out == [{"bound_s": 40.0, "watchdog": "2"}] * 2

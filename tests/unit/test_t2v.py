@@ -264,6 +264,19 @@ def test_cli_bad_input_is_a_message_not_a_traceback(folders, tmp_path, capsys):
     assert "frames=8 must be 4k + 1" in capsys.readouterr().err
 
 
+def test_a_runs_bounds_follow_its_work_unless_fixed(folders, tmp_path, capsys):
+    """``--timeout`` fixes the job's and every wait's bound; without it, 30 min until the ranks
+    have timed a step, then the work's (``RankContext.expect``; tests/system/test_launch.py)."""
+    from ppdit.runtime.comm.wire import START_S
+    from ppdit.t2v.generate import bounds
+
+    assert bounds(None) == {"timeout_s": START_S, "pg_timeout_s": START_S, "follow_work": True}
+    assert bounds(7200.0) == {"timeout_s": 7200.0, "pg_timeout_s": 7200.0}
+    code = cli.main(["generate", "--checkpoint", str(folders["unipc"]), "--timeout", "0",
+                     "--out", str(tmp_path)])
+    assert code == 2 and "timeout=0.0 must be > 0 seconds" in capsys.readouterr().err
+
+
 # -- bf16 on CUDA (marked gpu: skipped with the reason elsewhere) ------------------------------
 
 

@@ -67,6 +67,13 @@ class StepStageRunner(StackRunner):
         self.warmup_s[i] = whole.seconds
         self._warm_pairs(i)
 
+    def round_s(self, i: int) -> float:
+        """Every step of every group one after another: no stage's round can take longer."""
+        plan = self.plans[i]
+        batch = plan.micro_batch if plan.mode == "filled" else 1
+        groups = -(-len(plan.requests) // batch)
+        return groups * plan.sampling.num_steps * self.step_s[i]
+
     def _warm_pairs(self, i: int) -> None:
         """One fused exchange with each neighbour (and, first and last stage, on the credits'
         group): NCCL builds a pair's communicator at its first message, and that belongs to

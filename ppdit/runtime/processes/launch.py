@@ -27,8 +27,8 @@ def launch(worker: Callable[..., Any], world_size: int, *, args: Sequence[Any] =
            nccl_rules: bool | int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
            threads_per_rank: int | None = None,
            on_event: Callable[[int, Any], None] | None = None, echo: bool = True,
-           pg_timeout_s: float | None = None, pool: RankPool | None = None
-           ) -> list[Any] | None:
+           pg_timeout_s: float | None = None, pool: RankPool | None = None,
+           follow_work: bool = False) -> list[Any] | None:
     """Run ``worker(ctx, *args)`` on ``world_size`` ranks; return their results by rank.
 
     ``setup(rank, world_size, *args)`` runs in each rank first (build the model there; on fresh
@@ -36,17 +36,19 @@ def launch(worker: Callable[..., Any], world_size: int, *, args: Sequence[Any] =
     ``threads_per_rank`` defaults to the cores divided by the ranks, at least 1. ``device``,
     ``backend``, ``stage`` and ``nccl_rules`` refine the placement rule (``ppdit.runtime.device``).
     ``pg_timeout_s`` bounds each collective / P2P wait inside fresh ranks (default: ``timeout_s``; a
-    pool's ranks keep the bound they started with). ``pool`` runs the job on a live pool of exactly
-    ``world_size`` ranks instead of fresh ones.
+    pool's ranks keep the bound they started with). ``follow_work``: both bound the job until
+    its ranks have measured their work, which may then raise them (``RankContext.expect``).
+    ``pool`` runs the job on a live pool of exactly ``world_size`` ranks instead of fresh ones.
 
     Under ``torchrun`` the same call runs ``worker`` here and returns every rank's result on
     rank 0, ``None`` elsewhere: every ``run_*`` entry point works unchanged from a torchrun script.
     """
     if in_torchrun():
         return run_under_torchrun(worker, args=args, setup=setup, backend=backend, device=device,
-                                  nccl_rules=nccl_rules, timeout_s=timeout_s, on_event=on_event)
+                                  nccl_rules=nccl_rules, timeout_s=timeout_s, on_event=on_event,
+                                  follow_work=follow_work)
     job = dict(args=args, setup=setup, timeout_s=timeout_s, threads_per_rank=threads_per_rank,
-               on_event=on_event, echo=echo)
+               on_event=on_event, echo=echo, follow_work=follow_work)
     if pool is not None:
         if pool.world_size != world_size:
             raise ValueError(f"this job needs world_size={world_size} ranks but the pool has "

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ppdit._spawn_entry import main as spawn_entry
+from ppdit.runtime.comm.wire import WorkBound
 from ppdit.runtime.device import decide_placement
 from ppdit.runtime.processes.rank import DEFAULT_TIMEOUT_S, PoolSpec, RankJob, child_main, loads
 from ppdit.runtime.processes.start import start_context
@@ -90,6 +91,7 @@ class RankPool:
         self._procs: list = []
         self._jobs = 0
         self._spent = False  # a rank reported its communicators aborted: restart first
+        self._deadline = 0.0  # of the job being waited for (moved by WorkBound events)
         self._on_event: Callable[[int, Any], None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -172,15 +174,17 @@ class RankPool:
             setup: Callable[..., Any] | None = None, timeout_s: float | None = None,
             threads_per_rank: int | None = None,
             on_event: Callable[[int, Any], None] | None = None,
-            echo: bool | None = None) -> list[Any]:
+            echo: bool | None = None, follow_work: bool = False) -> list[Any]:
         """Run ``worker(ctx, *args)`` on every rank (after ``setup(rank, world_size, *args)``,
-        whose result is ``ctx.prepared``); return the results by rank as CPU objects."""
+        whose result is ``ctx.prepared``); return the results by rank as CPU objects.
+        ``follow_work``: ``timeout_s`` bounds the job until its ranks have measured their work
+        (``RankContext.expect``); a longer bound from the work then moves the deadline."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         if timeout_s <= 0:
             raise ValueError(f"timeout_s={timeout_s} must be > 0")
         self._jobs += 1
         job = RankJob(self._jobs, worker, setup, tuple(args), threads_per_rank,
-                      time.perf_counter_ns())
+                      time.perf_counter_ns(), follow_work)
         self._on_event = on_event
         echo_before, self.echo = self.echo, self.echo if echo is None else echo
         try:
@@ -207,7 +211,8 @@ class RankPool:
 
     def _wait(self, job_id: int, timeout_s: float) -> list[Any]:
         """Collect one message per rank, failing fast on the first error or death."""
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        self._deadline = start + timeout_s  # WorkBound events may move it later
         results: dict[int, Any] = {}
         dead_since: dict[int, float] = {}
         while len(results) < self.world_size:
@@ -223,10 +228,11 @@ class RankPool:
                 if time.monotonic() - first_seen > _GRACE_S:
                     raise RankError(rank, f"died ({describe_exit(p.exitcode)}) without a "
                                           "result;", self._log_tail(rank))
-            if time.monotonic() > deadline:
+            if time.monotonic() > self._deadline:
                 missing = [r for r in range(self.world_size) if r not in results]
                 tails = "\n".join(self._log_tail(r) for r in missing)
-                raise LaunchTimeout(f"ranks {missing} did not finish within {timeout_s:.0f} s "
+                bound = self._deadline - start
+                raise LaunchTimeout(f"ranks {missing} did not finish within {bound:.0f} s "
                                     f"(a receive without a matching send?)\n{tails}")
             time.sleep(_POLL_S)
         self._drain_events()
@@ -271,7 +277,9 @@ class RankPool:
 
     def _drain_events(self) -> None:
         for rank, event in self._drain(self._events):
-            if self._on_event is not None:
+            if isinstance(event, WorkBound):  # the work, measured, needs longer: wait for it
+                self._deadline = max(self._deadline, time.monotonic() + event.seconds)
+            elif self._on_event is not None:
                 self._on_event(rank, event)
 
     # -- child output -----------------------------------------------------------------------

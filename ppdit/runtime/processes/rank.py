@@ -17,6 +17,7 @@ the caller then ends every rank itself.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -33,10 +34,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
 
 from ppdit._spawn_entry import watch_torchrun_agent
 from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import Wire, communicator_aborted
+from ppdit.runtime.comm.wire import Wire, WorkBound, communicator_aborted
 from ppdit.runtime.device import Placement, PlacementDecision, decide_placement, local_world_size
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes import hosts
@@ -61,6 +63,8 @@ class RankContext:
     boot_ns: dict[str, int] = field(default_factory=dict)
     # NCCL's P2P rules kept by this gloo rank (ppdit.runtime.comm.nccl_rules), or None
     rules: NcclRules | None = None
+    follows_work: bool = False  # the job's bounds follow its measured work (``expect``)
+    bound_s: float = 0.0  # every group's timeout now (the process group's, at first)
 
     @property
     def device(self) -> torch.device:
@@ -71,6 +75,21 @@ class RankContext:
         """How this rank's messages travel (its device, staging, and NCCL's rules if it keeps
         them): what every point-to-point call takes, ``FrameSender(spec, peer, ctx.wire)``."""
         return Wire(self.placement.device, self.placement.staged, self.rules)
+
+    def expect(self, seconds: float) -> None:
+        """The work from here takes at most ``seconds`` (``wire.work_bound`` of a measured
+        step): every group's timeout (NCCL's watchdog bounds each operation by it) and the
+        rules' rise to it, and the caller moves the job's deadline. Raised, never lowered: a
+        peer may still be loading. A job with a fixed timeout (``--timeout``) keeps it."""
+        if not self.follows_work or seconds <= self.bound_s:
+            return
+        self.bound_s = seconds
+        for group in list(c10d._world.pg_map):
+            with contextlib.suppress(ValueError):  # a group this rank is not in
+                c10d._set_pg_timeout(timedelta(seconds=seconds), group)
+        if self.rules is not None:
+            self.rules.pg_timeout_s = max(self.rules.pg_timeout_s, seconds)
+        self.emit(WorkBound(seconds))
 
     def emit(self, event: Any) -> None:
         """Send a small progress event to the caller's ``on_event`` (under torchrun: rank 0's)."""
@@ -102,6 +121,7 @@ class RankJob:
     args: tuple = ()
     threads: int | None = None  # None: the pool's
     submit_ns: int = 0  # when the parent handed it over (perf_counter_ns)
+    follow_work: bool = False  # bounds from the measured work (RankContext.expect)
 
 
 def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results_q, events_q,
@@ -118,6 +138,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
         prepared = _setup(first, rank, spec.world_size)
         setup_ns = time.perf_counter_ns()
         placement = spec.placement.for_rank(rank)
+        name_failures()
         dist.init_process_group(placement.backend, init_method=f"tcp://127.0.0.1:{spec.port}",
                                 rank=rank, world_size=spec.world_size,
                                 timeout=timedelta(seconds=spec.pg_timeout_s))
@@ -134,7 +155,8 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
                 boot["setup"] = time.perf_counter_ns()
             torch.set_num_threads(job.threads or spec.threads)
             ctx = RankContext(rank, spec.world_size, rank, placement,
-                              Tracer(rank, placement), prepared, events_q, boot, rules)
+                              Tracer(rank, placement), prepared, events_q, boot, rules,
+                              job.follow_work, spec.pg_timeout_s)
             result = job.worker(ctx, *job.args)
             aborted = communicator_aborted()
             if aborted is None:
@@ -178,6 +200,15 @@ def _next_job(jobs_q) -> RankJob | None:
     return pickle.loads(payload)
 
 
+def name_failures() -> None:
+    """Before the process group exists: on NCCL, a timed-out or failed operation aborts its
+    communicators and raises in the rank (``TORCH_NCCL_ASYNC_ERROR_HANDLING=2``) instead of
+    the watchdog tearing the process down (3, torch's default: the caller would only hear
+    "killed by SIGABRT"). The rank then reports what failed, skips the closing barrier and
+    its pool restarts, as on gloo. A value the user set is kept."""
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
+
+
 def _rules(placement: Placement, rank: int, pg_timeout_s: float) -> NcclRules | None:
     """NCCL's P2P rules for a gloo rank that asked for them (made on every rank: collective),
     bounded by the process group's timeout as NCCL's watchdog bounds every operation."""
@@ -194,7 +225,8 @@ def run_under_torchrun(worker: Callable[..., Any], *, args: Sequence[Any] = (),
                        setup: Callable[..., Any] | None = None, backend: str = "auto",
                        device: str | None = None, nccl_rules: bool | int | None = None,
                        timeout_s: float = DEFAULT_TIMEOUT_S,
-                       on_event: Callable[[int, Any], None] | None = None) -> list[Any] | None:
+                       on_event: Callable[[int, Any], None] | None = None,
+                       follow_work: bool = False) -> list[Any] | None:
     """Run the same worker in a process started by ``torchrun``; rank 0 gets every result.
 
     ``torchrun --nproc-per-node N -m ppdit demo`` lands here: the rendezvous comes from env://
@@ -220,6 +252,7 @@ def run_under_torchrun(worker: Callable[..., Any], *, args: Sequence[Any] = (),
         if owns_group and local_world_size() < world:  # several hosts: one backend for all
             hosts.agree_on_backend(placement.backend, rank, world)
         if owns_group:
+            name_failures()
             dist.init_process_group(placement.backend, init_method="env://", rank=rank,
                                     world_size=world, timeout=timedelta(seconds=timeout_s))
         peers = hosts.who_is_where(rank, world)
@@ -231,7 +264,8 @@ def run_under_torchrun(worker: Callable[..., Any], *, args: Sequence[Any] = (),
     direct = SimpleNamespace(put=lambda item: on_event(*item))
     events = direct if on_event is not None and rank == 0 else None
     ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared,
-                      events, rules=_rules(placement, rank, timeout_s))
+                      events, rules=_rules(placement, rank, timeout_s), follows_work=follow_work,
+                      bound_s=timeout_s)
     try:
         result = _to_cpu(worker(ctx, *args))
         out = [None] * world if rank == 0 else None
