@@ -149,3 +149,16 @@ def test_pp_x_tp_on_cuda():
     for r in plan.requests:
         _close(res.latents[r.request_id], generate(model, r, sampling=FOUR),
                TP_TOL_BY_DTYPE["fp32"])
+
+
+def test_patch_vae_on_cuda(pool2):
+    """The split decode on CUDA ranks: on one shared GPU every halo and gather is staged
+    through host memory (gloo moves no CUDA tensor), with a GPU each they go over NCCL."""
+    from ppdit.parallel.vae_patch.decode import PATCH_TOL
+    from ppdit.parallel.vae_patch.run import PatchPlan, run_patch
+    from ppdit.vae.streaming import decode_full
+
+    latents = torch.randn(1, 16, 2, 8, 8, generator=torch.Generator().manual_seed(0))
+    res = run_patch(PatchPlan((latents,), ranks=2), pool=pool2)
+    full = decode_full(build_vae("tiny", seed=0), latents)
+    _close(res.videos[(0, 1)], full, {k: max(v, GPU_TOL[k]) for k, v in PATCH_TOL.items()})

@@ -133,9 +133,10 @@ def test_fsdp_from_a_bf16_folder_equals_one_device(pools, bf16_folder, layout):
     another way."""
     spec = spec_for(bf16_folder, layout, dtype="bf16", num_steps=2, height=48, width=64,
                     num_frames=9)
-    reference = generate(replace(spec, layout=Layout()), decode_video=False).latent
-    got = generate(spec, decode_video=False, pool=pools(2))
-    torch.testing.assert_close(got.latent, reference, **BF16_TOL)
+    reference = generate(replace(spec, layout=Layout()))
+    got = generate(spec, pool=pools(2))
+    torch.testing.assert_close(got.latent, reference.latent, **BF16_TOL)
+    torch.testing.assert_close(got.video, reference.video, **BF16_TOL)
 
 
 def test_pp_tp_equals_single_device(pools, single_reference):

@@ -119,7 +119,9 @@ class Wire:
     def batch(self, ops: Sequence[tuple[str, torch.Tensor, int]], group=None) -> list:
         """``batch_isend_irecv`` of ("send" | "recv", tensor, peer) triples: NCCL launches them
         as one group, so paired traffic fused this way cannot block itself; under the rules
-        the same. Returns one work per operation, in order."""
+        the same. Returns the works to wait for: one per operation on gloo and under the
+        rules, one for the whole batch on NCCL (wait for every one). NCCL runs a batch on the
+        group's collective communicator, not the pairs' (``nccl_rules``)."""
         if self.rules is not None:
             return self.rules.batch([(kind, t, peer, group) for kind, t, peer in ops])
         way = {"send": dist.isend, "recv": dist.irecv}
