@@ -95,14 +95,16 @@ def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
                         vae_preset: str = "tiny", scheduler: str = "unipc",
                         stored: torch.dtype = torch.float32) -> Path:
     """Write a tiny random Wan 2.1 T2V pipeline folder to ``out`` and return its path.
-    ``stored``: the dtype of the transformer's and text encoder's weights on disk (Wan's
-    releases store bf16; the VAE stays fp32, as theirs does)."""
+    ``stored``: the dtype of the transformer's and text encoder's weights (the VAE's: fp32)."""
     from ppdit.vae.presets import build_vae
 
     tokenizer = word_tokenizer(TINY_VOCAB)
     text_encoder = tiny_text_encoder(get_preset(preset).text_dim, len(tokenizer), seed)
-    return save_pipeline(out, tokenizer=tokenizer, text_encoder=text_encoder.to(stored),
-                         transformer=build_model(preset, seed=seed).to(stored),
+    transformer = build_model(preset, seed=seed)
+    if stored != torch.float32:  # (diffusers warns at any .to(), fp32 included)
+        text_encoder, transformer = text_encoder.to(stored), transformer.to(stored)
+    return save_pipeline(out, tokenizer=tokenizer, text_encoder=text_encoder,
+                         transformer=transformer,
                          vae=build_vae(vae_preset, seed=seed), scheduler=tiny_scheduler(scheduler))
 
 

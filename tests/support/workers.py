@@ -124,3 +124,14 @@ def longer_than_the_bounds(ctx: RankContext, work_s: float, late_s: float) -> di
     dist.all_reduce(torch.ones(1))
     return {"bound_s": ctx.bound_s,
             "watchdog": __import__("os").environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")}
+
+
+def group_timeouts(ctx: RankContext) -> list[float]:
+    """The timeout of the world and of a group the mesh made after it, in seconds."""
+    import torch.distributed as dist
+
+    from ppdit.runtime.comm.mesh import build_lanes
+
+    lanes = build_lanes()
+    groups = (dist.distributed_c10d._get_default_group(), lanes.up)
+    return [g._get_backend(torch.device("cpu")).options._timeout.total_seconds() for g in groups]

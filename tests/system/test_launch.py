@@ -98,3 +98,9 @@ def test_bounds_follow_the_work_the_ranks_measured(no_orphans):
     out = launch(workers.longer_than_the_bounds, 2, args=(40.0, 12.0), timeout_s=8,
                  pg_timeout_s=8, follow_work=True, echo=False)
     assert out == [{"bound_s": 40.0, "watchdog": "2"}] * 2
+
+
+def test_every_group_takes_the_launchs_timeout(no_orphans):
+    """torch gives a new group its own default timeout (NCCL 10 min, gloo 30): the mesh's
+    groups take the world's, so one bound holds for every wait."""
+    assert launch(workers.group_timeouts, 2, pg_timeout_s=77, echo=False) == [[77.0, 77.0]] * 2

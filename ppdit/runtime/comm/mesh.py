@@ -34,7 +34,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import product
 
+import torch
 import torch.distributed as dist
+
+
+def new_group(ranks: Sequence[int]):
+    """``dist.new_group`` with the world group's timeout: torch gives a new group its own
+    default (NCCL's 10 minutes, gloo's 30), so a launch's bound, and NCCL's watchdog with it,
+    would hold on the world alone. Collective: every rank calls it, in one order."""
+    world = dist.distributed_c10d._get_default_group()
+    device = torch.device("cuda" if dist.get_backend() == "nccl" else "cpu")
+    return dist.new_group(list(ranks), timeout=world._get_backend(device).options._timeout)
 
 
 @dataclass(frozen=True)
@@ -124,12 +134,12 @@ class Mesh:
         for axes in [(a,) for a in self.names] + list(self.joint):
             for line in self.lines(axes):
                 if len(line) > 1 and tuple(line) not in made:
-                    made[tuple(line)] = dist.new_group(line)
+                    made[tuple(line)] = new_group(line)
                 groups[(axes, line[0])] = made.get(tuple(line))
         back = {}
         if self.pipeline is not None and self.size(self.pipeline) > 1:
             for line in self.lines((self.pipeline,)):
-                back[line[0]] = dist.new_group([line[0], line[-1]])
+                back[line[0]] = new_group([line[0], line[-1]])
         nodes = _node_groups(self, rank)
         coords = self.coords(rank)
         if coords is None:
@@ -152,8 +162,8 @@ def _node_groups(mesh: Mesh, rank: int) -> tuple[object, object] | None:
         n = len(line) // per_node
         nodes = [line[m * per_node:(m + 1) * per_node] for m in range(n)]
         rails = [[nodes[m][p] for m in range(n)] for p in range(per_node)]
-        intra = [dist.new_group(r) if len(r) > 1 else None for r in nodes]
-        inter = [dist.new_group(r) if len(r) > 1 else None for r in rails]
+        intra = [new_group(r) if len(r) > 1 else None for r in nodes]
+        inter = [new_group(r) if len(r) > 1 else None for r in rails]
         if rank in line:
             node, local = divmod(line.index(rank), per_node)
             mine = (intra[node], inter[local])
@@ -263,4 +273,4 @@ def build_lanes(ranks: list[int] | None = None) -> Lanes:
     """Create the two lanes over ``ranks`` (default: the world). Collective: every rank of
     the world calls it, in the same order as every other group."""
     ranks = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
-    return Lanes(dist.new_group(ranks), dist.new_group(ranks))
+    return Lanes(new_group(ranks), new_group(ranks))

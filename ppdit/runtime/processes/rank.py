@@ -158,16 +158,15 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
                               Tracer(rank, placement), prepared, events_q, boot, rules,
                               job.follow_work, spec.pg_timeout_s)
             result = job.worker(ctx, *job.args)
-            aborted = communicator_aborted()
-            if aborted is None:
-                dist.barrier()  # nobody moves on while a peer still receives from it
+            aborted = communicator_aborted() or _closing_barrier()
             # After a P2P timeout NCCL has aborted the group: no closing barrier (it would
-            # fail), and this rank serves no further job ("ok-last" stops the pool).
+            # fail), and this rank serves no further job ("ok-last" stops the pool). A barrier
+            # broken by a peer that failed leaves this rank's own work done: the peer is named.
             results_q.put(("ok" if aborted is None else "ok-last", rank, job.job_id, dumps(result)))
             if aborted is not None:
                 break
             job = prepared = None
-        if communicator_aborted() is None:
+        if communicator_aborted() is None and not _ABANDONED:
             dist.destroy_process_group()
     except BaseException:
         # The time lets the caller tell the first failure from the peers it dragged down.
@@ -198,6 +197,20 @@ def _next_job(jobs_q) -> RankJob | None:
     path, payload = message
     sys.path.extend(p for p in path if p not in sys.path)
     return pickle.loads(payload)
+
+
+_ABANDONED: list[str] = []  # the closing barrier broke: this process's groups are unusable
+
+
+def _closing_barrier() -> str | None:
+    """Nobody moves on while a peer still receives from it; None, or why the barrier broke
+    (a peer failed or left: its own report names it)."""
+    try:
+        dist.barrier()
+    except RuntimeError as err:
+        _ABANDONED.append(str(err))
+        return f"the closing barrier broke: {err}"
+    return None
 
 
 def name_failures() -> None:
