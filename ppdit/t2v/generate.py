@@ -185,7 +185,7 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
     text encoder and the VAE run there too (under torchrun, on the local rank's device).
     ``streaming_decode``: see ``decode``. ``on_text`` hears where the prompts were encoded, on
     every rank. ``None`` on torchrun ranks other than 0."""
-    prepared = prepare(spec)
+    prepared = prepare(spec, device=device)
     spec = prepared.spec
     launch_kwargs = {**bounds(spec.timeout_s), **launch_kwargs}
     if spec.vae_ranks > 1 and in_torchrun():
