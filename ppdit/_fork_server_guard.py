@@ -9,11 +9,14 @@ command line, ``main(listener_fd, alive_r, ...)``) and the server's parent, and 
 within ``POLL_S`` of the caller's end, imports or not (measured: 0.05-0.3 s, where the server
 alone took 3-9 s). Forked ranks do not inherit the thread (a fork copies only the forking
 thread); each rank watches its caller itself (``_spawn_entry``, whose loop this shares).
-Standard library only.
+It also ignores SIGINT from the start, as multiprocessing's server does once its imports end:
+Jupyter's interrupt reaches the kernel's whole process group, and a server still importing
+printed a ``KeyboardInterrupt`` traceback at every restart. Standard library only.
 """
 
 import os
 import re
+import signal
 import threading
 from pathlib import Path
 
@@ -39,3 +42,4 @@ def _watch(caller: int, alive: int | None) -> None:
 
 threading.Thread(target=_watch, args=(os.getppid(), _alive_fd()), name="ppdit-server-watch",
                  daemon=True).start()
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides (see the module)

@@ -39,5 +39,10 @@ def test_lab_settings_name_real_jupyterlab_settings():
         package, _, name = plugin.partition(":")
         schema = json.loads(schemas.joinpath(package, f"{name}.json").read_text())
         for key, value in values.items():
-            allowed = [o["const"] for o in schema["properties"][key].get("oneOf", [])]
-            assert value in allowed, (plugin, key, value, allowed)
+            spec = schema["properties"][key]
+            if "oneOf" in spec:
+                allowed = [o["const"] for o in spec["oneOf"]]
+                assert value in allowed, (plugin, key, value, allowed)
+            else:
+                kinds = {"boolean": bool, "string": str, "number": (int, float)}
+                assert isinstance(value, kinds[spec["type"]]), (plugin, key, value, spec)

@@ -100,3 +100,34 @@ def test_a_script_that_imports_the_runtime_at_the_top_launches(tmp_path):
                          timeout=180, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "6.0"  # 1 + 2 on each of the two ranks
+
+
+PROBE = """
+import importlib, torch
+asked = []
+for name in ("is_available", "device_count", "_lazy_init", "init", "set_device"):
+    setattr(torch.cuda, name, lambda *a, _n=name, **k: asked.append(_n) or 0)
+from ppdit._fork_server import PRELOAD
+for module in PRELOAD[1:]:  # the guard watches a caller this probe does not have
+    importlib.import_module(module)
+print(sorted(set(asked)) or "none")
+"""
+
+
+def test_the_fork_servers_imports_never_touch_cuda():
+    """A rank forked from a server that asked CUDA anything (even ``is_available()``, which
+    registers PyTorch's fork poisoning on a CUDA build) fails with "Cannot re-initialize CUDA
+    in forked subprocess": none of the server's preloaded imports may ask."""
+    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                         timeout=300, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert run.stdout.strip().splitlines()[-1] == "none", run.stdout + run.stderr
+
+
+def test_the_fork_server_ignores_an_interrupt_while_it_imports():
+    """Jupyter's interrupt reaches the whole process group: a server still importing (its
+    first import is the guard) goes on quietly; the caller decides what stops."""
+    code = ("import os, signal, time; import ppdit._fork_server_guard; "
+            "os.kill(os.getpid(), signal.SIGINT); time.sleep(0.2); print('still importing')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert run.stdout.strip() == "still importing" and "KeyboardInterrupt" not in run.stderr
