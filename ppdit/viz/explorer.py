@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable
 from functools import cache
 
+REPR_CHARS = 110  # ipywidgets cuts a widget's text/plain there (what a kernel-less view shows)
+
 
 @cache
 def _explorer_class():
@@ -32,9 +34,13 @@ def _explorer_class():
         def __init__(self, *args, summary: str = "", **kwargs):
             super().__init__(*args, **kwargs)
             self._summary = summary
+            if len(repr(self)) > REPR_CHARS:  # a viewer would cut the instruction off
+                raise ValueError(f"explorer summary {summary!r}: {len(repr(self))} characters "
+                                 f"with its instruction, more than ipywidgets shows "
+                                 f"({REPR_CHARS})")
 
         def __repr__(self) -> str:
-            return f"{self._summary} (a live widget: run the notebook's cells to use it)"
+            return f"{self._summary}: run the cells above to use it"
 
     return Explorer
 

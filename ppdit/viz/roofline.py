@@ -270,5 +270,5 @@ def make_explorer():
         return explorer_figure(link=None if link == FASTEST else link, **kwargs)
 
     return explorer.make_explorer(controls, draw, rows=(5, 4),
-                                  summary="Roofline explorer: model, resolution, frames, dtype, "
-                                          "GPU, TP, PP, split and link")
+                                  summary="Roofline explorer (model, size, dtype, GPU, TP/PP, "
+                                          "link)")

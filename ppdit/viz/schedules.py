@@ -112,5 +112,5 @@ def make_explorer():
                 "last_stage_slowdown": w.FloatSlider(value=0.0, min=0.0, max=1.0, step=0.05,
                                                      description="last slower")}
     return explorer.make_explorer(controls, schedule_figure, rows=(3, 3),
-                                  summary="Schedule explorer: sliders for P, M, V, steps, wrap "
-                                          "and a slower last stage")
+                                  summary="Schedule explorer (P, M, V, steps, wrap, a slower last "
+                                          "stage)")

@@ -158,6 +158,8 @@ def test_explorer_redraws_one_picture_even_when_changes_race():
         t.join()
     assert len(out.outputs) == 1 and "image/png" in out.outputs[0]["data"]
     assert "Schedule explorer" in repr(box) and "VBox(" not in repr(box)
+    # a viewer without a kernel shows 110 characters: the instruction must fit in them
+    assert repr(box).endswith("run the cells above to use it") and len(repr(box)) <= 110
 
     def draw(n):
         if n > 2:
@@ -170,3 +172,5 @@ def test_explorer_redraws_one_picture_even_when_changes_race():
     small = explorer.make_explorer({"n": n}, draw, rows=(1,), summary="test")
     n.value = 3
     assert small.children[-1].outputs == (explorer.text_output("not possible: n=3 is too big"),)
+    with pytest.raises(ValueError, match="more than ipywidgets shows"):
+        explorer.make_explorer({"n": n}, draw, rows=(1,), summary="x" * 100)
