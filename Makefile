@@ -31,12 +31,12 @@ test:
 		$(PY) -m pytest tests/unit tests/ranks tests/system tests/gpu tests/book notebooks \
 		$(NBVAL) --durations=60
 
-# On a GPU machine: the GPU tests, then the GPU measurements (about 8 minutes on one H100); writes
-# gpu_runs/<gpu>-<date>.json. Needs a CUDA build of torch (TORCH_SPEC, see scripts/bootstrap.sh);
-# without CUDA it says so and fails, writing nothing.
+# On a GPU machine: the GPU tests, then the GPU measurements, in stages within 8 minutes on one
+# H100; writes gpu_runs/<gpu>-<date>.json. Runs on the interpreter whose torch sees a GPU, with
+# no package index (scripts/gpu_check.sh: $$PYTHON, $$WHEELS); without CUDA it says so within
+# seconds and writes nothing. ARGS=--dry-run lists the stages and their budgets.
 gpu-check:
-	scripts/bootstrap.sh test
-	$(PY) -m ppdit gpu-check
+	scripts/gpu_check.sh $(ARGS)
 
 # The quick inner loop: the unit lane (tests/unit/: nothing starts a process; about half a
 # minute here), then ruff. The other lanes: tests/ranks, tests/system, tests/book, tests/gpu.

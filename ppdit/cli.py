@@ -86,8 +86,9 @@ def parser() -> argparse.ArgumentParser:
     gpu.add_argument("--out", type=Path, default=Path("gpu_runs"), help="folder for the report")
     gpu.add_argument("--skip-tests", action="store_true", help="measurements only")
     gpu.add_argument("--tests-timeout", type=float, default=None, metavar="S",
-                     help="stop the GPU test suite after S seconds (default: 120 s plus 45 s "
-                          "per GPU test selected)")
+                     help="stop the GPU test suite after S seconds (default: its stage's budget)")
+    gpu.add_argument("--dry-run", action="store_true",
+                     help="list the stages with their budgets; run nothing")
     gpu.add_argument("--skip", action="append", default=[], metavar="SECTION",
                      choices=GPU_CHECK_SECTIONS, help="leave a measurement out (repeatable): "
                      + ", ".join(GPU_CHECK_SECTIONS))
@@ -171,8 +172,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "info":
         return jobs.info()
     if args.command == "gpu-check":  # see ppdit.gpu_check; without CUDA it says so, exit 1
-        from ppdit.gpu_check.run import gpu_check
+        from ppdit.gpu_check.run import dry_run, gpu_check
 
+        if args.dry_run:
+            return dry_run()
         return gpu_check(args.out, tests=not args.skip_tests, tests_timeout_s=args.tests_timeout,
                          skip=args.skip)
     rules = args.nccl_rules or None  # None leaves the choice to $PPDIT_NCCL_RULES

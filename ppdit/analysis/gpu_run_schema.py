@@ -78,6 +78,11 @@ FORWARDS = {**_SECTION, "rows": [{
     "activation_peak_gb": "num?", "activation_model_gb": "num?", "activation_ratio": "num?"}]}
 MEASUREMENTS = {"launch": LAUNCH, "layouts": LAYOUTS, "device": DEVICE,
                 "cuda_graphs": CUDA_GRAPHS, "vae": VAE, "forwards": FORWARDS}
+# The check's stages in order, each with the seconds it may take on one H100, 480 in all: a
+# GPU rented for ten minutes (machine start included). The GPU tests come first (every layout
+# on ranks sharing the GPU: the runs nobody has made yet), the numbers on record last.
+STAGE_BUDGETS_S = {"tests": 200, "launch": 40, "layouts": 60, "device": 30, "cuda_graphs": 30,
+                   "vae": 40, "forwards": 80}
 REPORT = {"schema": "str", "provenance": PROVENANCE, "tests": TESTS,
           "measurements": MEASUREMENTS}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from ppdit.analysis import gpu_run_schema as schema
 from ppdit.analysis.gpu_run_schema import MEASUREMENTS, SCHEMA, TESTS, check_report, empty_section
 from ppdit.gpu_check.env import gpu_slug, provenance, report_path
 from ppdit.gpu_check.sections import cuda_placement, run_section
@@ -26,7 +27,7 @@ from ppdit.gpu_check.suite import run_gpu_tests
 # imported where they are used, so that a machine without CUDA gets its answer at once.
 
 SECTIONS = tuple(MEASUREMENTS)  # launch, layouts, device, cuda_graphs, vae, forwards
-BUDGET_S = 8 * 60  # the issue's bound for one H100
+BUDGET_S = sum(schema.STAGE_BUDGETS_S.values())  # 8 minutes on one H100
 
 
 def gpu_check(out: Path = Path("gpu_runs"), *, tests: bool = True,
@@ -52,9 +53,10 @@ def gpu_check(out: Path = Path("gpu_runs"), *, tests: bool = True,
     print(f"gpu-check on {torch.cuda.get_device_name(0)}: the GPU tests, then the "
           f"measurements ({', '.join(s for s in SECTIONS if s not in skip)}); about "
           f"{BUDGET_S // 60} minutes on one H100", flush=True)
+    tests_timeout_s = tests_timeout_s or schema.STAGE_BUDGETS_S["tests"]
     tests_section = (run_section("tests", TESTS, run_gpu_tests, timeout_s=tests_timeout_s)
                      if tests else empty_section(TESTS, "skipped", "--skip-tests was given"))
-    report = build_report(tests_section, measure(skip), command=command,
+    report = build_report(tests_section, measure(skip, start), command=command,
                           duration_s=time.perf_counter() - start)
     path = write_report(report, out)
     print("\n" + format_report(GpuRun(path, report)))
@@ -83,9 +85,27 @@ def write_report(report: dict, out: Path) -> Path:
     return path
 
 
-def measure(skip: Sequence[str] = ()) -> dict:
+def dry_run() -> int:
+    """The stages in order with their budgets (no CUDA needed, nothing run or written)."""
+    for name, seconds in schema.STAGE_BUDGETS_S.items():
+        print(f"{name:12s} {seconds:4d} s")
+    print(f"{'in all':12s} {BUDGET_S:4d} s: a stage that would overrun what is left is "
+          "skipped, and the report says why")
+    return 0
+
+
+def _time_left(name: str, start: float) -> str | None:
+    """Why stage ``name`` is skipped (its budget exceeds the time left), or None."""
+    left = BUDGET_S - (time.perf_counter() - start)
+    need = schema.STAGE_BUDGETS_S[name]
+    return None if left >= need else f"{left:.0f} s of the {BUDGET_S} s left; it needs {need} s"
+
+
+def measure(skip: Sequence[str] = (), start: float | None = None) -> dict:
     """Every measurement section in order: ranks first (before this process holds GPU memory),
-    then the ceilings, which the forwards' second bound needs, the largest models last."""
+    then the ceilings, which the forwards' second bound needs, the largest models last. From
+    ``start`` on, a section that would overrun the check's budget is skipped with the reason."""
+    start = time.perf_counter() if start is None else start
     from ppdit.gpu_check import forwards, kernels, ranks, streaming_vae
 
     gpu = cuda_placement()
@@ -97,8 +117,11 @@ def measure(skip: Sequence[str] = ()) -> dict:
         fn, *args = plan[name]
         if name == "forwards":  # the second bound needs the ceilings, where they were measured
             args.append(out["device"] if out["device"]["status"] == "ok" else None)
+        late = None if name in skip else _time_left(name, start)
         out[name] = (empty_section(MEASUREMENTS[name], "skipped", f"--skip {name}")
-                     if name in skip else run_section(name, MEASUREMENTS[name], fn, *args))
+                     if name in skip else
+                     empty_section(MEASUREMENTS[name], "skipped", late) if late else
+                     run_section(name, MEASUREMENTS[name], fn, *args))
     return out
 
 

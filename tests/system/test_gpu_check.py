@@ -110,3 +110,23 @@ def test_the_tests_budget_follows_the_tests_selected(tmp_path):
     assert tests_budget_s(3) == FLOOR_S + 3 * PER_TEST_S
     with pytest.raises(ValueError, match="n_tests=-1"):
         tests_budget_s(-1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the check runs")
+def test_make_gpu_check_without_cuda_answers_at_once_and_writes_nothing(tmp_path):
+    """Where no interpreter's torch sees a GPU: one line, exit 1, well under 30 s, no file;
+    the dry run lists the stages, whose budgets fit a GPU rented for ten minutes."""
+    from tests.conftest import ROOT
+
+    before = set(ROOT.joinpath("gpu_runs").iterdir())
+    start = dt.datetime.now()
+    run_ = subprocess.run(["scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (dt.datetime.now() - start).total_seconds() < 30
+    assert run_.returncode == 1 and "nothing was written" in run_.stderr, run_.stderr
+    assert set(ROOT.joinpath("gpu_runs").iterdir()) == before
+    dry = subprocess.run(["scripts/gpu_check.sh", "--dry-run"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    stages = [line.split() for line in dry.splitlines() if line.rstrip().endswith(" s")]
+    assert [s[0] for s in stages] == ["tests", *MEASUREMENTS]
+    assert sum(int(s[1]) for s in stages) == run.BUDGET_S <= 480

@@ -313,3 +313,13 @@ def test_rows_of_ranks_sharing_a_device_are_labelled_time_sliced():
     assert time_sliced(["cuda:0", "cuda:1"]) == ""
     assert time_sliced(["cuda:0", "cuda:0"]) == "(time-sliced: 2 ranks on one GPU)"
     assert time_sliced(["cpu", "cpu"]) == "(time-sliced: 2 ranks on the CPU)"
+
+
+def test_a_stage_that_would_overrun_the_budget_is_skipped_with_the_reason():
+    import time
+
+    from ppdit.gpu_check import run
+
+    now = time.perf_counter()
+    assert run._time_left("tests", now) is None
+    assert run._time_left("forwards", now - 450) == "30 s of the 480 s left; it needs 80 s"
