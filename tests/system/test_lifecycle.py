@@ -116,3 +116,23 @@ def test_pool_keeps_its_ranks_between_jobs():
     assert [r["pid"] for r in first] == [r["pid"] for r in second]
     with pytest.raises(ValueError, match=r"world_size=3 ranks but the pool has 2"):
         launch(hello, 3, pool=pool)
+
+
+def test_an_interrupt_while_a_pool_closes_still_ends_every_rank_and_says_so(no_orphans):
+    """Jupyter's interrupt landing in a fresh launch's closing (its join): every rank still
+    ends, and the cell's last line says so, as for an interrupt mid-job."""
+    pool = ranks(2, echo=False, timeout_s=120)
+    pool.run(hello)
+    procs, join = list(pool._procs), pool._procs[0].join
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return join(*args, **kwargs)
+
+    procs[0].join = interrupted
+    with pytest.raises(KeyboardInterrupt, match="the 2 ranks were stopped, none is left"):
+        pool.close()
+    assert all(p.exitcode is not None for p in procs) and not pool._procs

@@ -134,9 +134,21 @@ class RankPool:
         _guard_sigterm()
 
     def close(self) -> None:
-        """Stop every rank (politely if idle, else terminate, then kill) and reap it."""
+        """Stop every rank (politely if idle, else terminate, then kill) and reap it. An
+        interrupt meanwhile (Jupyter's, into a closing launch) still ends every rank first,
+        then says so in one line, as an interrupted job does."""
         if not self._procs:
             return
+        try:
+            self._goodbye()
+        except KeyboardInterrupt:
+            _stop(self._procs)
+            self._release()
+            raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped, "
+                                    "none is left") from None
+        self._release()
+
+    def _goodbye(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             self._echo_logs()
         for q in self._job_qs:
@@ -146,6 +158,8 @@ class RankPool:
         for p in self._procs:
             p.join(timeout=max(0.0, deadline - time.monotonic()))
         _stop(self._procs)
+
+    def _release(self) -> None:
         for q in (self._results, self._events, *self._job_qs):
             q.cancel_join_thread()
             q.close()
