@@ -18,15 +18,11 @@ ppdit's users run NCCL; its tests run gloo, which forgives what NCCL does not:
   (``device_sync``: a posted receive is a kernel spinning on NCCL's stream).
 
 ``NcclRules`` enforces these on gloo: per (group, peer), and per group for batches, an ordered
-queue of this rank's operations run by a thread of its own; an operation reaches gloo only when
-everything before it in its queue has completed (or belongs to its batch); a rendezvous
-receive tells its sender, on a control group, when it runs. Collectives called through
-``torch.distributed`` first wait for their group's queued batches. A rank whose wait stalls
-publishes its queue heads in the store; when the peer is found waiting for it (both receive, both
-send above the limit, one batched and one not, one in a collective, one building the pair),
-both raise ``P2PDeadlock`` naming the pair and both queues: within seconds, not at the timeout.
-Collectives that bypass ``torch.distributed``'s functions (functional collectives, FSDP2's
-gathers) are not seen; gloo runs them host-synchronously, stricter than NCCL.
+queue run by a thread of its own; a rendezvous receive tells its sender, on a control group,
+when it runs; ``torch.distributed``'s collectives first wait for their group's batches. A rank
+whose wait stalls publishes its queue heads in the store; a peer found waiting for it makes
+both raise ``P2PDeadlock`` naming both queues, within seconds. Functional collectives and
+FSDP2's gathers are not seen (gloo runs them host-synchronously, stricter than NCCL).
 """
 
 from __future__ import annotations
@@ -80,8 +76,7 @@ class Op:
     def __post_init__(self) -> None:
         self.nbytes = self.tensor.numel() * self.tensor.element_size()
 
-    def is_completed(self) -> bool:
-        """Whether the operation completed (never blocks)."""
+    def is_completed(self) -> bool:  # never blocks
         return self.done.is_set()
 
     def wait(self, timeout: timedelta | None = None) -> bool:
@@ -195,12 +190,10 @@ class NcclRules:
 
     # -- posting -----------------------------------------------------------------------------
 
-    def isend(self, tensor: torch.Tensor, dst: int, group=None) -> Op:
-        """Queue an un-batched send to global rank ``dst`` (the pair's queue)."""
+    def isend(self, tensor: torch.Tensor, dst: int, group=None) -> Op:  # the pair's queue
         return self._post([("send", tensor, dst, group)], PAIR)[0]
 
-    def irecv(self, tensor: torch.Tensor, src: int, group=None) -> Op:
-        """Queue an un-batched receive from global rank ``src`` (the pair's queue)."""
+    def irecv(self, tensor: torch.Tensor, src: int, group=None) -> Op:  # the pair's queue
         return self._post([("recv", tensor, src, group)], PAIR)[0]
 
     def batch(self, ops: list[tuple[str, torch.Tensor, int, object]]) -> list[Op]:

@@ -64,16 +64,14 @@ def work_bound(floor_s: float, steps: int, step_s: float) -> float:
     return floor_s + WORK_SLACK * steps * step_s
 
 
-# A job whose bounds follow its work waits this long before the work is measured: spawning,
-# loading (14B in bf16 reads 28.6 GB), compiling, the first steps. It is also torch's default
-# timeout for gloo groups; NCCL's is 10 minutes, too short for 14B's first handoff at 720p.
+# Bounds that follow the work start here (loading 14B, compiling, first steps; gloo's default
+# timeout; NCCL's 10 minutes is too short for 14B's first handoff at 720p)
 START_S = 1800.0
 
 
 @dataclass(frozen=True)
 class WorkBound:
-    """A rank's word to its caller: the job's work takes at most ``seconds`` from now (the
-    caller moves the job's deadline; ``RankContext.expect`` sends it)."""
+    """A rank's word to its caller: the job's work ends within ``seconds`` (``expect``)."""
 
     seconds: float
 

@@ -134,19 +134,18 @@ class RankPool:
         _guard_sigterm()
 
     def close(self) -> None:
-        """Stop every rank (politely if idle, else terminate, then kill) and reap it. An
-        interrupt meanwhile (Jupyter's, into a closing launch) still ends every rank first,
-        then says so in one line, as an interrupted job does."""
+        """Stop every rank (politely if idle, else terminate, then kill) and reap it; an
+        interrupt meanwhile still ends every rank, then says so in one line."""
         if not self._procs:
             return
         try:
             self._goodbye()
         except KeyboardInterrupt:
             _stop(self._procs)
-            self._release()
             raise KeyboardInterrupt(f"interrupted: the {self.world_size} ranks were stopped, "
                                     "none is left") from None
-        self._release()
+        finally:
+            self._release()
 
     def _goodbye(self) -> None:
         with contextlib.suppress(OSError, ValueError):

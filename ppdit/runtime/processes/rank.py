@@ -77,10 +77,9 @@ class RankContext:
         return Wire(self.placement.device, self.placement.staged, self.rules)
 
     def expect(self, seconds: float) -> None:
-        """The work from here takes at most ``seconds`` (``wire.work_bound`` of a measured
-        step): every group's timeout (NCCL's watchdog bounds each operation by it) and the
-        rules' rise to it, and the caller moves the job's deadline. Raised, never lowered: a
-        peer may still be loading. A job with a fixed timeout (``--timeout``) keeps it."""
+        """The work from here takes at most ``seconds`` (``work_bound`` of a measured step):
+        every group's timeout (NCCL's watchdog's bound) and the rules' rise to it, and the
+        caller's deadline moves; never lowered (a peer may still load); a fixed one stays."""
         if not self.follows_work or seconds <= self.bound_s:
             return
         self.bound_s = seconds
@@ -203,8 +202,7 @@ _ABANDONED: list[str] = []  # the closing barrier broke: this process's groups a
 
 
 def _closing_barrier() -> str | None:
-    """Nobody moves on while a peer still receives from it; None, or why the barrier broke
-    (a peer failed or left: its own report names it)."""
+    """Nobody moves on while a peer still receives from it; None, or why it broke."""
     try:
         dist.barrier()
     except RuntimeError as err:
@@ -214,11 +212,9 @@ def _closing_barrier() -> str | None:
 
 
 def name_failures() -> None:
-    """Before the process group exists: on NCCL, a timed-out or failed operation aborts its
-    communicators and raises in the rank (``TORCH_NCCL_ASYNC_ERROR_HANDLING=2``) instead of
-    the watchdog tearing the process down (3, torch's default: the caller would only hear
-    "killed by SIGABRT"). The rank then reports what failed, skips the closing barrier and
-    its pool restarts, as on gloo. A value the user set is kept."""
+    """Before the group exists: on NCCL a failed operation aborts its communicators and raises
+    in the rank (2), which reports it as on gloo, instead of the watchdog killing the process
+    (3, torch's default: the caller would hear "killed by SIGABRT"). A user's value is kept."""
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
 
 
