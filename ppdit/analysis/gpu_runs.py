@@ -96,6 +96,20 @@ def load_runs(folder: str | Path | None = None, *, committed_only: bool = False)
     return sorted(runs, key=lambda r: (r.provenance["date"] or "", r.path.name))
 
 
+def record(runs: list[GpuRun]) -> str:
+    """What has run on GPUs, from the run files: the sentence the README and the book quote
+    (a test keeps their copies equal to it), never a bare claim that the code runs there."""
+    if not runs:
+        return "GPU record (gpu_runs/): nothing has run on a GPU yet."
+    ranks = [r.path.name for r in runs
+             if r.data["measurements"]["layouts"]["status"] in ("ok", "partial")]
+    last, tests = runs[-1], runs[-1].data["tests"]
+    return (f"GPU record (gpu_runs/): latest {last.path.name} [{last.label}]: "
+            f"{tests['passed'] or 0} GPU tests passed ({tests['scope'] or 'the GPU suite'}); "
+            + (f"multi-rank CUDA measured in {', '.join(ranks)}." if ranks else
+               "multi-rank CUDA: not yet run."))
+
+
 def _tracked(folder: Path) -> set[str] | None:
     try:
         out = subprocess.run(["git", "ls-files", "-z", "--", "."], cwd=folder, timeout=10,

@@ -46,3 +46,16 @@ def test_lab_settings_name_real_jupyterlab_settings():
             else:
                 kinds = {"boolean": bool, "string": str, "number": (int, float)}
                 assert isinstance(value, kinds[spec["type"]]), (plugin, key, value, spec)
+
+
+def test_the_readme_and_the_book_quote_the_gpu_record():
+    """What has run on GPUs is said from the committed run files, never as a bare sentence:
+    the README's and the book's block equals ``gpu_runs.record`` (paste it after a new run)."""
+    from ppdit.analysis.gpu_runs import load_runs, record
+
+    said = record(load_runs(committed_only=True))
+    for page in ("README.md", "book/intro.md"):
+        text = ROOT.joinpath(page).read_text()
+        block = re.search(r"<!-- gpu-record:[^>]*-->\n(.*?)\n<!-- /gpu-record -->", text, re.S)
+        assert block is not None and block.group(1) == said, (page, said)
+        assert "the same code uses CUDA" not in text and "runs on GPUs with NCCL" not in text

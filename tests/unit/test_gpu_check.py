@@ -323,3 +323,18 @@ def test_a_stage_that_would_overrun_the_budget_is_skipped_with_the_reason():
     now = time.perf_counter()
     assert run._time_left("tests", now) is None
     assert run._time_left("forwards", now - 450) == "30 s of the 480 s left; it needs 80 s"
+
+
+def test_the_gpu_record_says_what_ran_and_what_did_not():
+    import copy
+
+    from ppdit.analysis.gpu_runs import GpuRun, load_run, record
+    from tests.conftest import ROOT
+
+    assert record([]) == "GPU record (gpu_runs/): nothing has run on a GPU yet."
+    run = load_run(ROOT / "gpu_runs" / "h100-issue14-report.json")
+    assert record([run]).endswith("multi-rank CUDA: not yet run.")
+    data = copy.deepcopy(run.data)
+    data["measurements"]["layouts"]["status"] = "ok"
+    assert record([GpuRun(run.path, data)]).endswith(
+        f"multi-rank CUDA measured in {run.path.name}.")
