@@ -77,10 +77,14 @@ class WorkBound:
 
 
 def communicator_aborted() -> str | None:
-    """Why this rank's communicators are unusable, or None. NCCL aborts the whole process
-    group when a P2P operation times out; a closing barrier would then fail (or hang on
-    gloo), so the rank skips it and reports instead."""
+    """Why this rank's communicators are unusable (``abort``), or None. NCCL aborts the whole
+    group when a P2P operation times out: the rank skips the closing barrier and reports."""
     return _ABORTED[0] if _ABORTED else None
+
+
+def abort(why: str) -> str:
+    _ABORTED.append(why)  # this rank's communicators are unusable, and why
+    return why
 
 
 @dataclass(frozen=True)
@@ -132,14 +136,14 @@ def wait_for(work, timeout_s: float, what: str) -> None:
     try:
         work.wait(timeout=timedelta(seconds=timeout_s))
     except P2PDeadlock:
-        _ABORTED.append(f"{what}: deadlock")
+        abort(f"{what}: deadlock")
         raise
     except TimeoutError:
-        _ABORTED.append(f"{what}: timed out")
+        abort(f"{what}: timed out")
         raise
     except RuntimeError as e:
         if "imed out" in str(e) or "timeout" in str(e).lower():
-            _ABORTED.append(f"{what}: timed out")
+            abort(f"{what}: timed out")
             raise TimeoutError(f"{what}: nothing completed within {timeout_s:g} s "
                                "(is the peer alive, and did it post the matching call?)") from e
         raise

@@ -38,7 +38,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from ppdit._spawn_entry import watch_torchrun_agent
 from ppdit.runtime.comm.nccl_rules import NcclRules
-from ppdit.runtime.comm.wire import Wire, WorkBound, communicator_aborted
+from ppdit.runtime.comm.wire import Wire, WorkBound, abort, communicator_aborted
 from ppdit.runtime.device import Placement, PlacementDecision, decide_placement, local_world_size
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes import hosts
@@ -165,7 +165,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
             if aborted is not None:
                 break
             job = prepared = None
-        if communicator_aborted() is None and not _ABANDONED:
+        if communicator_aborted() is None:
             dist.destroy_process_group()
     except BaseException:
         # The time lets the caller tell the first failure from the peers it dragged down.
@@ -198,16 +198,12 @@ def _next_job(jobs_q) -> RankJob | None:
     return pickle.loads(payload)
 
 
-_ABANDONED: list[str] = []  # the closing barrier broke: this process's groups are unusable
-
-
 def _closing_barrier() -> str | None:
     """Nobody moves on while a peer still receives from it; None, or why it broke."""
     try:
         dist.barrier()
     except RuntimeError as err:
-        _ABANDONED.append(str(err))
-        return f"the closing barrier broke: {err}"
+        return abort(f"the closing barrier broke: {err}")
     return None
 
 
