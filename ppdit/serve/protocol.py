@@ -15,7 +15,7 @@ a hard error naming both versions: the meaning of the header itself may have cha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -139,12 +139,6 @@ def _code(value: int, names: tuple[str, ...], what: str) -> int:
     return value
 
 
-def send_message(msg: Message, dst: int, wire: Wire, *, group=None, timeout_s: float = 60.0,
-                 version: int = VERSION) -> None:
-    """Header, then each payload, to global rank ``dst``; blocks until all were taken."""
-    isend_message(msg, dst, wire, group=group, version=version).wait(timeout_s)
-
-
 def isend_message(msg: Message, dst: int, wire: Wire, *, group=None,
                   version: int = VERSION) -> PendingSend:
     """Post a message without waiting (the overlap phase). Tensors go on the wire's device
@@ -165,8 +159,3 @@ def recv_message(src: int, wire: Wire, *, group=None, timeout_s: float = 60.0) -
     n = int(header[10]) if int(header[0]) == MAGIC else 0
     payloads = [recv_tensor(src, wire, group=group, timeout_s=timeout_s) for _ in range(n)]
     return decode(header, payloads)
-
-
-def with_seq(env: PPEnvelopeV1, seq: int) -> PPEnvelopeV1:
-    """The same envelope under another sequence number (used to replay deliberately)."""
-    return replace(env, seq=seq)
