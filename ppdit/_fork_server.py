@@ -1,6 +1,6 @@
-"""The fork server CPU ranks start from (standard library only).
+"""The fork server ranks start from (standard library only).
 
-A CPU rank is a fork of a server process that imported torch, diffusers and transformers once
+A rank is a fork of a server process that imported torch, diffusers and transformers once
 (``ppdit.runtime.processes.start`` says why). The server's imports take seconds; started only
 when the first rank is needed, they come on top of the caller's own imports. So a caller that
 knows it will launch starts it early (``ppdit.runtime.warm()``; ``python -m ppdit`` does for
@@ -15,7 +15,6 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import sys
-from pathlib import Path
 
 ENV = "PPDIT_START_METHOD"  # "spawn" or "forkserver": overrides processes.start's rule
 
@@ -37,18 +36,17 @@ def context():
 
 
 def start_early() -> None:
-    """Start the server now (``ppdit.runtime.warm``), unless this process will not fork CPU
+    """Start the server now (``ppdit.runtime.warm``), unless this process will not fork
     ranks from it; the first launch or pool starts it otherwise."""
-    if not _may_fork_cpu_ranks():
+    if not _may_fork_ranks():
         return
     context()
-    with contextlib.suppress(RuntimeError):  # a child still starting (see _may_fork_cpu_ranks)
+    with contextlib.suppress(RuntimeError):  # a child still starting (see _may_fork_ranks)
         multiprocessing.forkserver.ensure_running()
 
 
-def _may_fork_cpu_ranks() -> bool:
-    """False for a rank or another child, a torchrun worker, a caller told to spawn, and a
-    machine with a GPU whose ranks would be CUDA ranks (those spawn).
+def _may_fork_ranks() -> bool:
+    """False for a rank or another child, a torchrun worker and a caller told to spawn.
 
     A child can get here before multiprocessing calls it one (``parent_process()`` is still
     None): a script's ranks re-run the script's top-level imports as ``__mp_main__`` while
@@ -59,7 +57,4 @@ def _may_fork_cpu_ranks() -> bool:
     if (multiprocessing.parent_process() is not None
             or multiprocessing.current_process().name != "MainProcess"):
         return False
-    if os.environ.get(ENV, "").strip() == "spawn":
-        return False
-    # $PPDIT_DEVICE as ppdit.runtime.device reads it (not imported here: it imports torch)
-    return os.environ.get("PPDIT_DEVICE", "auto") == "cpu" or not Path("/dev/nvidia0").exists()
+    return os.environ.get(ENV, "").strip() != "spawn"

@@ -12,9 +12,10 @@ Which is used (``start_method_for``):
 * spawn inside a ``with fresh_interpreters():`` block (lesson 01 reproduces a torchrun's
   start-up, so it needs fresh interpreters);
 * ``$PPDIT_START_METHOD`` ("spawn" or "forkserver") when set;
-* otherwise ``forkserver`` for CPU ranks and ``spawn`` for CUDA ranks. A server that touched
-  CUDA before forking would hand its children a broken driver state; importing the preloaded
-  libraries does not, but the spawn path is the one measured on GPU hosts, so it stays there.
+* otherwise ``forkserver``, for CPU and CUDA ranks alike. CUDA does not survive a fork once
+  initialised, so the server must never initialise it: its imports only import (a test fails
+  if one asks CUDA anything, even ``is_available()``), and each CUDA rank initialises CUDA
+  itself after the fork. A spawned CUDA rank paid 10-12 s per launch on an H100 host.
 
 A forked rank's parent is the server: ``ppdit._spawn_entry`` gives the rank its caller's
 environment and watches the caller; the working directory and ``sys.path`` travel with
@@ -36,7 +37,8 @@ _FRESH: list[bool] = []  # one entry per open fresh_interpreters() block
 
 
 def start_method_for(kind: str) -> str:
-    """The start method for ranks of this placement kind ("cpu", "cuda", "cuda-shared")."""
+    """The start method for ranks of this placement kind ("cpu", "cuda", "cuda-shared"): the
+    same for all (the kind stays in the signature: callers say what they start)."""
     if _FRESH:
         return "spawn"
     chosen = os.environ.get(ENV, "").strip()
@@ -44,7 +46,7 @@ def start_method_for(kind: str) -> str:
         if chosen not in METHODS:
             raise ValueError(f"{ENV}={chosen!r}: the start method must be one of {METHODS}")
         return chosen
-    return "forkserver" if kind == "cpu" else "spawn"
+    return "forkserver"
 
 
 def start_context(kind: str):
