@@ -1,31 +1,23 @@
 """One denoising step recorded once as a CUDA graph and replayed; on CPU, the same discipline.
 
-Why: a DiT step is a few hundred to a few thousand small kernels, each launched by Python
-through the dispatcher (~5-10 µs apiece on a GPU host). When the kernels themselves are short —
-small latents, small models, one request — the GPU idles between launches and the step is
-*overhead-bound*. A CUDA graph records the kernels of one step once; ``replay()`` then launches
-all of them with one call, without Python, the dispatcher or the allocator in the loop.
+Why: a DiT step is hundreds to thousands of small kernels, each launched by Python through the
+dispatcher (~5-10 µs apiece). When the kernels are short (small latents, small models, one
+request) the GPU idles between launches: the step is *overhead-bound*. A CUDA graph records one
+step's kernels once; ``replay()`` launches them all in one call, without Python, the dispatcher
+or the allocator in the loop. What a graph fixes for good, ``StepGraph`` enforces everywhere:
 
-What a graph fixes for good, and therefore what ``StepGraph`` enforces on every device:
+* **shapes** — another latent shape needs another graph (``StepGraph`` raises rather than
+  replay the wrong kernels);
+* **addresses** — inputs are *copied into* static buffers (``static_latent``, ``static_step``,
+  ``static_text``); the output is *always* ``static_out``, overwritten by the next step;
+* **no host syncs or decisions** — ``.item()``, ``bool(tensor)`` in the step would fail during
+  capture or be frozen into the graph: the step index is a device tensor, and the schedule
+  lookups (``timesteps[idx]``, ``sigmas[idx]``) happen inside the graph.
 
-* **shapes** — the kernels were chosen for one latent shape; another shape needs another graph
-  (``StepGraph`` raises instead of silently replaying the wrong kernels);
-* **addresses** — the graph reads and writes the same memory on every replay, so inputs are
-  *copied into* static buffers (``static_latent``, ``static_step``, ``static_text``) and the
-  output is *always* ``static_out``, overwritten by the next step (clone it to keep it);
-* **no host syncs, no host decisions** — ``.item()``, ``bool(tensor)``, ``torch.tensor(list)``
-  inside the step would either fail during capture or be frozen into the graph. The step index
-  is therefore a device tensor, and the schedule lookups (``timesteps[idx]``, ``sigmas[idx]``)
-  happen inside the graph.
-
-The captured body is exactly ``Denoiser.step`` without guidance — ``predict_velocity`` then
-``euler_update`` — so eager and replayed steps run the same kernels (bitwise equal on CPU, where
-the body simply runs eagerly; on GPU, equal to the eager step up to kernel choice).
-
-P2P stays *outside* the graph: receive into your own tensor, ``step(...)`` copies it in; send
-from ``static_out`` (or a clone) after. Capturing NCCL sends/receives or collectives is possible
-(see NCCL's "Using NCCL with CUDA Graphs") but ties the graph to a communicator, which is where
-the shutdown hang below comes from.
+The body is ``Denoiser.step`` without guidance (``predict_velocity`` then ``euler_update``): on
+CPU it runs eagerly, bitwise equal; on GPU equal to the eager step up to kernel choice. P2P stays
+*outside* the graph (receive into your tensor, ``step`` copies it in; send from ``static_out``):
+captured NCCL work ties the graph to a communicator, where the shutdown hang below comes from.
 
 Shutdown order (pytorch/pytorch#115388: ``destroy_process_group()`` can hang in
 ``ncclCommDestroy`` while a graph that captured NCCL work is still alive)::
@@ -69,10 +61,8 @@ class StepGraph:
         if warmup < 1:
             raise ValueError(f"warmup={warmup} must be >= 1: the first runs allocate and "
                              "choose kernels, which must not happen during capture")
-        self.model = model
-        self.forward = sampler.model_forward(model)
+        self.model, self.forward, self.sampling = model, sampler.model_forward(model), sampling
         self.preset = get_preset(preset)
-        self.sampling = sampling
         device = next(model.parameters()).device
         self.placement = placement or Placement(device, "gloo")
         if self.placement.device != device:

@@ -1,23 +1,21 @@
 """How many bytes one GPU of a layout holds, term by term, from the model's shapes alone.
 
-``rank_memory_model(preset, layout)`` answers "does this layout fit?" before anything runs; it
-is checked against the live-tensor peaks that ``memory_measure`` records on CPU ranks (within
-15% on the small preset, ``tests/ranks/test_memory_model.py``). Every term is a count of
-tensors that are alive at the same moment, times their shape:
+``rank_memory_model(preset, layout)`` answers "does this layout fit?" before anything runs,
+checked against the live-tensor peaks ``memory_measure`` records on CPU ranks (within 15% on the
+small preset, ``tests/ranks/test_memory_model.py``). Each term counts the tensors alive at the
+same moment, times their shape:
 
-* **weights** — what the rank keeps for the whole run: ``hardware.predict``'s weights per GPU
-  (every linear and conv weight of the blocks and stages it owns, 1/tp of the split layers;
-  biases and norm scales, < 1%, are left out). FSDP: the root and 1/P of the blocks.
-* **gathered** (FSDP only) — blocks whose weights are whole at once: the running block, and
-  the next one's all-gather in flight (its output, a whole block, and its input, 1/P of one).
-  On CPU ranks (gloo) about 3 blocks are measured, 12% above this: not yet explained (a copy
-  in gloo's all-gather is a guess), so the term is the GPU's count, not fitted to the CPU.
-* **activations** — the high point of one forward. Units of u = m x D x (dtype bytes), m = b x s
-  the rows the rank computes (b samples per forward, s = S / sp tokens). Two u are held through
-  every block (the block's input, and the stream's start: the patch embedding's output, held
-  by the caller of the blocks; under SP the whole (b, S, D) embedding plus this rank's slice,
-  sp + 1 u). On top, at each of a block's high points (f = ffn / D, t = tp, r = 4 / dtype
-  bytes: Wan upcasts norms, rope and the residual adds to fp32):
+* **weights** — ``hardware.predict``'s weights per GPU (the linear and conv weights of the blocks
+  and stages the rank owns, 1/tp of the split layers; biases and norm scales, < 1%, left out).
+  FSDP: the root and 1/P of the blocks.
+* **gathered** (FSDP only) — the running block, whole, and the next one's all-gather in flight
+  (its output, a whole block, and its input, 1/P of one). CPU ranks (gloo) measure about 3
+  blocks, 12% above this, not yet explained: the term is the GPU's count, not fitted to the CPU.
+* **activations** — one forward's high point, in u = m x D x (dtype bytes), m = b x s the rows
+  the rank computes (b samples, s = S / sp tokens). Two u are held through every block (its
+  input, and the patch embedding's output held by the caller; under SP the whole (b, S, D)
+  embedding plus this rank's slice, sp + 1 u). On top, a block's high points (f = ffn / D,
+  t = tp, r = 4 / dtype bytes: Wan upcasts norms, rope and the residual adds to fp32):
 
   - rope of q: the norm's output, q, k, v, rope's output and its fp32 halves: 1 + (4 + 1.5 r) / t
   - attention's output projection: norm, q, k, v, output, projection (+ partial sum and
@@ -27,24 +25,21 @@ tensors that are alive at the same moment, times their shape:
     input and output: 3 + 2 f / t; at its down projection: 3 + f / t + (1 or 3)
   - the fp32 residual add (bf16 only): 4 + r (2 + 1)
 
-  plus the conditioning (rope tables of all S tokens in fp32, projected text, timestep
-  projections). Attention is one fused kernel: no S x S scores (CPU and GPU flash kernels
-  keep their tiles in workspace no operator returns, so that is not counted, nor measured).
-  Ring attention's own high point, its fp32 merge, is ``ring_attention_peak_bytes``.
-* **latents** — the sampler's fp32 latents: the state in and out, and a batched step's
-  concatenated input.
-* **handoff** — receive and send buffers: step split, 3 receive frames (2 deep + 1 posted
-  ahead, ``runtime.comm.wire.FrameReceiver``) on a later stage of (1 + solver slots) fp32 latents
-  (``roofline.step_handoff_bytes``); layer split, the last stage 3 frames of h
-  (``roofline.layer_handoff_bytes``: 2 receives posted + 1 copy), the others one frame per
-  micro-batch in flight; CFG-parallel, the two halves' velocities.
-* **solver** — Euler keeps nothing; UniPC keeps 3 fp32 latents per request (2 model outputs
-  and the last sample: with the latent, the 4 latents lesson 13 hands over).
+  plus the conditioning (fp32 rope tables of all S tokens, projected text, timestep
+  projections). Attention is one fused kernel: no S x S scores (flash kernels keep their tiles
+  in workspace no operator returns: not counted, nor measured). Ring attention's own high
+  point, its fp32 merge, is ``ring_attention_peak_bytes``.
+* **latents** — the fp32 state in and out, and a batched step's concatenated input.
+* **handoff** — step split: ``RECEIVE_FRAMES`` frames of (1 + solver slots) fp32 latents on a
+  later stage; layer split: the last stage 3 frames of h (2 receives posted + 1 copy), the
+  others one frame per micro-batch in flight; CFG-parallel: the two halves' velocities.
+* **solver** — Euler keeps nothing; UniPC 3 fp32 latents per request (2 model outputs and the
+  last sample: with the latent, the 4 latents lesson 13 hands over).
 * **text_embeddings** — each request's prompt and negative prompt (L x text_dim), and their
   concatenation when the halves run as one batch.
 * **vae_peak** — decoding the video on one rank (fp32, as Wan runs its VAE; ``vae_peak_bytes``).
-* **text_encoder** — umT5-XXL's weights, only if they stay on the GPU (``ppdit.checkpoint.text``
-  encodes once and drops the encoder, so by default 0).
+* **text_encoder** — umT5-XXL's weights, only if kept on the GPU (``ppdit.checkpoint.text``
+  encodes once and drops it: by default 0).
 
 ``total = weights + text_encoder + max(run_peak, vae_peak)``: the decode runs after the last
 step, when the forward's activations are gone but the DiT's weights are still there."""
@@ -141,12 +136,10 @@ def handoff_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], d
 
 
 def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) -> float:
-    """Peak of decoding one latent video with Wan 2.1's VAE in fp32, one latent frame at a time.
-    Alive throughout: every causal conv's cache of its last 2 input frames. On top, the larger
-    of two moments: the last frame's widest conv (its input padded with the 2 cached frames,
-    its output, and the resnet's residual input) beside the video decoded so far; and the final
-    concatenation, where the old video and the new one are both alive (2 x the output).
-    Checked against the measured peak of the tiny VAE (``tests/ranks/test_memory_model.py``)."""
+    """Peak of decoding one latent video with Wan 2.1's VAE in fp32, a latent frame at a time:
+    every causal conv's cache of 2 frames, plus the larger of the last frame's widest conv (input
+    padded with the cached frames, output, residual) beside the video so far, and the final
+    concatenation (2 x the output). Checked against the tiny VAE (``test_memory_model.py``)."""
     ops = [op for op in vae_decoder_ops(latent_shape, dtype="fp32", config=config)
            if op.kind == "conv"]
     b, _, frames = latent_shape[:3]
@@ -165,20 +158,19 @@ def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) ->
 def ring_attention_peak_bytes(preset: str | ModelPreset, ring: int, resolution: str = "480p",
                               *, frames: int = 81, dtype: str = "bf16", batch: int = 1,
                               scores: bool = False) -> float:
-    """Bytes alive at the high point of one ``ring_attention`` call on one rank of a ring of
-    ``ring`` (``parallel.sequence.ring``). With s = ceil(S / ring) tokens per rank, e = b s D
-    elements in one of q, k, v, n = dtype bytes and lse = b H s log-sum-exps:
+    """Bytes alive at the high point of one ``ring_attention`` call on a rank of a ring of
+    ``ring``. With s = ceil(S / ring) tokens per rank, e = b s D elements in one of q, k, v,
+    n = dtype bytes and lse = b H s log-sum-exps:
 
-    * q, k, v (3 e n), the stacked K/V block in hand (2 e n), and the next block arriving
-      (2 e n) while a hop is in flight: every step but the last, so at the merge only if P > 2;
-    * the merge (steps 1..P-1) is the high point: the running output, the block's, both
-      rescaled and their sum, five fp32 (b, s, H, hd) tensors (20 e), and five fp32 (b, H, s)
-      ones (both log-sum-exps, the new one, the two weights: 20 lse). Step 0 holds instead the
-      kernel's output and its fp32 copy, e (n + 4), which is less for every dtype;
-    * the fused kernel keeps its tiles in on-chip / workspace memory: O(S) in all.
+    * q, k, v (3 e n), the K/V block in hand (2 e n), and the next one arriving (2 e n) while a
+      hop is in flight: every step but the last, so at the merge only if P > 2;
+    * the merge (steps 1..P-1) is the high point: running output, the block's, both rescaled and
+      their sum, five fp32 (b, s, H, hd) tensors (20 e), and five fp32 (b, H, s) ones (20 lse).
+      Step 0's kernel output and its fp32 copy, e (n + 4), are less for every dtype;
+    * the fused kernel keeps its tiles on chip / in workspace: O(S) in all.
 
-    ``scores=True`` gives the path it replaced, fp32 scores formed whole: at softmax's exp the
-    scores, scores - lse and their exp, 3 fp32 (b, H, s, s), beside the held blocks."""
+    ``scores=True``: the path it replaced, fp32 scores formed whole (at softmax's exp: scores,
+    scores - lse and their exp, 3 fp32 (b, H, s, s)), beside the held blocks."""
     if ring < 2:
         raise ValueError(f"ring={ring}: a ring needs 2 ranks or more")
     p, n = get_preset(preset), DTYPE_BYTES[dtype_name(dtype)]
@@ -195,11 +187,10 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
                       requests_in_flight: int = 1, micro_batches: int | None = None,
                       text_encoder: bool = False) -> MemoryBreakdown:
     """Per-GPU bytes of ``layout`` for ``preset`` (the busiest rank), term by term as above.
-    ``cfg``: guidance on (two halves per step), run as one batch (``cfg_mode="batched"``) or as
-    two forwards (``"split"``, WanPipeline's); CFG-parallel runs one half per rank whatever the
-    mode. ``micro_batches`` (layer split): default one per sample (requests x halves).
-    ``requests_in_flight``: requests a rank holds at once (a filled step-split pipeline batches
-    none of them; their latents and solver memory add up)."""
+    ``cfg``: guidance's two halves run as one batch (``cfg_mode="batched"``) or two forwards
+    (``"split"``); CFG-parallel runs one per rank. ``micro_batches`` (layer split): default one
+    per sample. ``requests_in_flight``: requests a rank holds at once (a filled step split
+    batches none: their latents and solver memory add up)."""
     p, dtype = get_preset(preset), dtype_name(dtype)
     if solver not in SOLVER_SLOTS:
         raise ValueError(f"solver={solver!r} is not one of {tuple(SOLVER_SLOTS)}")

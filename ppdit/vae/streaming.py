@@ -1,31 +1,24 @@
 """Streaming causal decode of the Wan 2.1 VAE (``diffusers.AutoencoderKLWan``), and its reference.
 
-Why streaming works: every temporal convolution in Wan's decoder is *causal* (output frame t
-reads frames t-2..t only), so the decoder can run one latent frame at a time if each causal conv
-keeps the last ``CACHE_T = 2`` frames of its input from the call before. diffusers does exactly
-that inside ``AutoencoderKLWan._decode`` — a loop over latent frames with a list of cached
-features (``feat_cache``) and a cursor into it (``feat_idx``) — but it starts from an empty cache
-(``clear_cache``) on every ``decode`` call, so nothing streams *across* calls.
-``StreamingDecoder`` owns its own cache list and feeds the same ``vae.decoder`` with it::
+Why streaming works: every temporal conv in Wan's decoder is *causal* (output frame t reads
+frames t-2..t), so the decoder can run a latent frame at a time if each causal conv keeps its
+last ``CACHE_T = 2`` input frames. ``AutoencoderKLWan._decode`` does that (``feat_cache``, with
+a cursor ``feat_idx``) but clears the cache on every ``decode`` call, so nothing streams
+*across* calls. ``StreamingDecoder`` owns its cache list and feeds ``vae.decoder`` with it::
 
     latent frames   z0 │ z1      z2      z3        (one push per chunk; the first is z0 alone)
     pixel frames    x0 │ x1..x4  x5..x8  x9..x12   1 + 4·(F − 1) frames for F latent frames
     feat_cache      [c_0, c_1, ..., c_{N-1}]      one slot per causal conv: its last 2 inputs
 
-Frame arithmetic: Wan's decoder upsamples time twice by 2 (``temperal_downsample`` reversed), but
-the very first latent frame is an image: the temporal upsamplers skip it (their cache slot is
-marked ``"Rep"``), so it decodes to **one** frame, and every later latent frame to **4**. A first
-chunk of several frames would skip the upsampling for all of them and come out too short — so
-the first push after a start or ``reset()`` must be exactly one latent frame; later pushes may
-carry any number of frames.
+Frame arithmetic: the decoder upsamples time twice by 2, but the first latent frame is an image:
+the temporal upsamplers skip it (cache slot ``"Rep"``), so it decodes to **one** frame, every
+later one to **4**. A first chunk of several frames would skip the upsampling for all of them,
+so the first push after a start or ``reset()`` must be one latent frame; later ones any number.
 
-Equality: pushing one latent frame at a time runs the very kernels ``decode`` runs, on the same
-inputs: bitwise equal to ``decode_full``. A chunk of k > 1 frames runs each conv over k frames at
-once (fewer, larger kernels: faster, on GPUs especially); the math is the same but the summation
-order inside the convolutions is not, so it agrees to rounding (``CHUNKED_TOL`` in the tests).
-
-The VAE presets live in ``ppdit.vae.presets``, measurements in ``ppdit.analysis.vae_decode``,
-pictures in ``ppdit.viz.vae``.
+Equality: one latent frame per push runs ``decode``'s very kernels on the same inputs: bitwise
+equal to ``decode_full``. A chunk of k > 1 frames runs each conv over k frames at once (fewer,
+larger kernels); the summation order differs, so it agrees to rounding (``CHUNKED_TOL``).
+Presets: ``ppdit.vae.presets``; measurements: ``analysis.vae_decode``; pictures: ``viz.vae``.
 """
 
 from __future__ import annotations
@@ -52,11 +45,8 @@ def output_frames(latent_frames: int, factor: int = 4) -> int:
 
 @torch.no_grad()
 def decode_full(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
-    """The reference: diffusers' own ``decode`` of the whole latent at once, (B, 3, T, H, W).
-
-    Nothing comes out before every latent frame exists and is decoded: the first frame costs
-    as much latency as the last. Pixels are clamped to [-1, 1] (diffusers does it).
-    """
+    """The reference: diffusers' own ``decode`` of the whole latent at once, (B, 3, T, H, W),
+    clamped to [-1, 1]; nothing comes out before every latent frame is decoded."""
     if vae.use_tiling:
         raise ValueError("decode_full is the untiled reference: call vae.disable_tiling() first")
     return vae.decode(latents, return_dict=False)[0]
@@ -92,12 +82,9 @@ class _StreamState:
 class StreamingDecoder:
     """Decode a latent video chunk by chunk, keeping Wan's causal feature cache across pushes.
 
-    ``push(chunk)`` returns the pixel frames that chunk completes; concatenated over a stream
-    they equal ``decode_full`` of the concatenated latents (bitwise with one frame per push).
-    ``reset()`` starts a new stream (a hard cut: nothing of the old one leaks into the new);
-    ``close()`` frees the cache and makes later pushes an error. The VAE is only read: several
-    decoders may share one VAE, and ``decode_full`` on it is unaffected.
-    """
+    ``push(chunk)`` returns the pixel frames that chunk completes (over a stream, equal to
+    ``decode_full``; bitwise with one frame per push). ``reset()`` starts a new stream (a hard
+    cut); ``close()`` frees the cache. The VAE is only read: decoders may share one."""
 
     def __init__(self, vae: AutoencoderKLWan):
         if vae.config.patch_size is not None or vae.config.is_residual:
@@ -118,11 +105,8 @@ class StreamingDecoder:
 
     @torch.no_grad()
     def push(self, chunk: torch.Tensor) -> torch.Tensor:
-        """Decode the next latent frames (B, z_dim, F, H, W) -> pixels (B, 3, T, H', W').
-
-        T is 1 for the first push (F must be 1) and ``4·F`` after it. The chunk is moved to the
-        VAE's device and dtype (a chunk that arrived over P2P may live on the CPU).
-        """
+        """Decode the next latent frames (B, z_dim, F, H, W) -> pixels (B, 3, T, H', W'): T is 1
+        for the first push (F must be 1), ``4·F`` after. Moved to the VAE's device and dtype."""
         state = self._check(chunk)
         first = state.latent_frames == 0
         z = chunk.to(device=self.device, dtype=self.dtype)  # as the VAE reads it: denormalized

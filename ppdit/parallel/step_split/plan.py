@@ -13,21 +13,15 @@ One request alone gains nothing: the stages run one after another. The gain is *
 filling*: with R requests in flight, stage 1 works on request r while stage 0 starts r + 1, so
 throughput approaches P times one device, ``R P / (R + P - 1)`` of it for R requests. Two modes:
 
-* ``"filled"``: each stage takes requests in order, ``micro_batch`` at a time (a group moves
-  through the stages as one batch; 1 = one request at a time, ``R`` = everything batched).
-  ``max_in_flight`` caps how many groups may be inside the pipeline (1 = no filling); the
-  last stage returns a credit to stage 0 per finished group.
-* ``"stream_batch"``: a stage holds up to one request per step of its slice and runs them as
-  one batch, each sample at its own timestep (StreamDiffusion's *stream batch*, here per stage).
-  Batching buys arithmetic efficiency; the price is bitwise equality with one-at-a-time.
+* ``"filled"``: each stage takes requests in order, ``micro_batch`` at a time (one group moves
+  as one batch); ``max_in_flight`` caps the groups inside the pipeline (1 = no filling), the
+  last stage returning a credit to stage 0 per finished group.
+* ``"stream_batch"``: a stage runs up to one request per step of its slice as one batch, each at
+  its own timestep (StreamDiffusion's *stream batch*): arithmetic efficiency for bitwise equality.
 
-Splits are contiguous and balanced by step count (``split_steps``) or by per-step cost
-(``weights``: e.g. ``SamplingConfig.step_costs()`` when only early steps use guidance).
-
-PP x the forward axes: ``stage`` (a ``Layout`` of forward axes: tp, cfg, ulysses, ring, fsdp)
-says how each stage's ranks run one forward (``parallel.forward``). With ``stage=Layout(tp=2)``
-each stage is a tensor-parallel group of 2 ranks (``ppdit.runtime.comm.mesh``: rank r is stage
-r // 2, TP rank r % 2). For pp = 2, tp = 2::
+Splits are contiguous, balanced by step count (``split_steps``) or per-step cost (``weights``).
+``stage`` (a ``Layout`` of forward axes) says how a stage's ranks run one forward
+(``parallel.forward``); with ``stage=Layout(tp=2)``, rank r is stage r // 2, TP rank r % 2::
 
                  TP group (all-reduces every block)
     stage 0:   rank 0  ==  rank 1        steps [0, n/2)
@@ -35,16 +29,14 @@ r // 2, TP rank r % 2). For pp = 2, tp = 2::
                  v           v           PP group {0, 2} and PP group {1, 3}
     stage 1:   rank 2  ==  rank 3        steps [n/2, n)
 
-Every rank of a stage ends a step with the same latent (TP's all-reduces hand every rank the
-same sum; the sequence axes gather the tokens; CFG's branches exchange their halves), so each
-sends it to its counterpart; no broadcast inside the stage is needed (a leader that sends and
-broadcasts moves the latent once instead of once per rank, but adds a collective to every
-handoff). The ranks of a stage issue the same collectives in the same order because they run
-the same steps of the same requests, and never touch another stage's groups.
+Every rank of a stage ends a step with the same latent, so each sends it to its counterpart: no
+broadcast inside the stage (which would move the latent once, but add a collective to every
+handoff). A stage's ranks run the same steps of the same requests, so they issue the same
+collectives in the same order, and never touch another stage's groups.
 
 The same plan runs a pipeline folder (``source`` a folder, ``solver="folder"``, ``cfg="split"``,
-``prompts`` its embeddings: what ``ppdit generate --layout step`` runs): the folder's scheduler
-is a multistep solver, and its memory travels in the frame beside the latent (``handoff.py``).
+``prompts`` its embeddings: ``ppdit generate --layout step``): the folder's multistep solver's
+memory travels in the frame beside the latent (``handoff.py``).
 """
 
 from __future__ import annotations

@@ -14,32 +14,23 @@ layers so that the pair needs **one** all-reduce. With the weight of ``y = x W^T
                                                      y = sum_r partial_r + b   (B,S,D), same
                                                          on every rank
 
-A column layer feeds a row layer directly: the slice each rank produced is exactly the slice
-the next layer's weight shard expects. Elementwise work in between (GELU, or attention, which
-is independent per head) runs on the local slice. So Wan's attention (q, k, v column; out row)
-and its FFN (in column; out row) each cost one all-reduce of (B, S, D).
+A column layer feeds a row layer directly: each rank's slice is exactly what the next layer's
+weight shard expects, and elementwise work in between (GELU; attention, independent per head)
+runs on it. So Wan's attention (q, k, v column; out row) and its FFN (in column; out row) each
+cost one all-reduce of (B, S, D). One twist: Wan RMS-normalizes q and k over the *whole* inner
+dim (``qk_norm="rms_norm_across_heads"``), so ``DistributedRMSNorm`` all-reduces the per-token
+sums of squares first.
 
-Wan adds one twist: it RMS-normalizes q and k over the *whole* inner dim (all heads at once,
-``qk_norm="rms_norm_across_heads"``) before splitting into heads. A rank holds only D/tp of
-those features, so its local mean of squares is wrong: ``DistributedRMSNorm`` all-reduces the
-per-token sums of squares first.
+How the all-reduce is issued (``collectives``; ``tensor.comms`` counts each one's graph breaks):
 
-How the all-reduce is issued (``collectives``):
-
-* ``"funcol"``: ``torch.distributed._functional_collectives.all_reduce`` returns a *new* tensor.
-  Eagerly it is an ``AsyncCollectiveTensor`` that waits at its first use; under
-  ``torch.compile`` it becomes two graph nodes, ``all_reduce`` and ``wait_tensor``, which
-  Inductor may schedule around other work. Tracing sees a pure function: no graph break.
-* ``"c10d"``: ``dist.all_reduce(x)`` overwrites ``x`` and returns nothing. While tracing, Dynamo
-  swaps this call for ``x.copy_(funcol.all_reduce(x))`` (``traceable_collective_remaps`` in
-  ``_functional_collectives.py``), so it compiles into the same graph. Eagerly it skips the
-  subclass wrapping and bookkeeping funcol adds per call: the cost pytorch issue #138773
-  measures.
-* ``"c10d_async"``: ``work = dist.all_reduce(x, async_op=True); work.wait()``, the pattern for
-  overlapping communication by hand. ``Work`` is an opaque C++ handle that Dynamo cannot put in
-  a graph, so every such all-reduce splits the graph.
-
-``ppdit.parallel.tensor.comms`` counts what each style costs in graph breaks and bytes.
+* ``"funcol"``: ``_functional_collectives.all_reduce`` returns a *new* tensor: eagerly an
+  ``AsyncCollectiveTensor`` that waits at its first use; compiled, two graph nodes
+  (``all_reduce``, ``wait_tensor``) Inductor may schedule around other work. No graph break.
+* ``"c10d"``: ``dist.all_reduce(x)`` works in place. Dynamo swaps it for
+  ``x.copy_(funcol.all_reduce(x))`` (``traceable_collective_remaps``), so it compiles into the
+  same graph; eagerly it skips funcol's per-call wrapping (the cost pytorch issue #138773 measures).
+* ``"c10d_async"``: ``dist.all_reduce(x, async_op=True).wait()``, the pattern for overlapping by
+  hand: ``Work`` is an opaque C++ handle Dynamo cannot trace, so each one splits the graph.
 """
 
 from __future__ import annotations
@@ -59,11 +50,10 @@ def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
                    staged: bool = False) -> torch.Tensor:
     """Sum ``x`` over ``group`` and return the result, using one of ``COLLECTIVES``.
 
-    ``staged`` (ranks sharing a GPU over gloo, which moves only host memory): whatever the style,
-    the sum runs eagerly on a host copy with c10d and comes back to ``x``'s device.
-    Inside ``collectives_into(tracer)`` an eager call records a ``collective`` span that ends
-    when the sum is there: funcol's wait moves into the span, from the next op that reads the
-    result (eagerly, the very next one), so the step's arithmetic and order are unchanged."""
+    ``staged`` (ranks sharing a GPU over gloo, which moves only host memory): the sum runs
+    eagerly on a host copy with c10d. Inside ``collectives_into(tracer)`` an eager call records
+    a ``collective`` span ending when the sum is there: funcol's wait moves into it from the next
+    op that reads the result, so the step's arithmetic and order are unchanged."""
     tracer = None if torch.compiler.is_compiling() else collective_tracer()
     if tracer is not None:  # eager, and a timeline asked: time it to its result (a wait)
         with tracer.span("collective", "all-reduce", gpu=True):
@@ -116,10 +106,8 @@ class ColumnParallelLinear(nn.Module):
 
 
 class RowParallelLinear(nn.Module):
-    """``y = all_reduce(x_r W_r^T) + b``: input features split, partial sums reduced, bias once.
-
-    The bias is added *after* the all-reduce on every rank; adding it before would count it
-    ``tp`` times. It is therefore replicated (D values), not sharded."""
+    """``y = all_reduce(x_r W_r^T) + b``: input features split, partial sums reduced. The bias is
+    replicated and added *after* the all-reduce: before, it would be counted ``tp`` times."""
 
     def __init__(self, full: nn.Linear, *, rank: int, tp: int, group: dist.ProcessGroup,
                  collectives: str = "funcol", staged: bool = False):
@@ -143,12 +131,9 @@ class RowParallelLinear(nn.Module):
 
 
 class DistributedRMSNorm(nn.Module):
-    """RMSNorm over a feature dim that is split across the TP group.
-
-    ``torch.nn.RMSNorm(D)`` computes ``x / sqrt(mean(x^2) + eps) * w`` with the mean over all D
-    features of a token. Rank r holds features ``[r*D/tp, (r+1)*D/tp)`` only, and the mean of
-    its slice is not the mean of the whole (one head may be loud, another quiet). But a mean is
-    a sum divided by a count, and sums add across ranks::
+    """RMSNorm over a feature dim split across the TP group: ``x / sqrt(mean(x^2) + eps) * w``
+    needs the mean over all D features, which one rank's slice does not give (one head may be
+    loud, another quiet). But a mean is a sum over a count, and sums add across ranks::
 
         ss_r = sum_{i in my slice} x_i^2                  (B, S, 1) on each rank
         ss   = all_reduce_sum(ss_r)                       (B, S, 1), identical everywhere
@@ -182,11 +167,9 @@ class DistributedRMSNorm(nn.Module):
 
 def split_rms_norm(x: torch.Tensor, norm: nn.RMSNorm, tp: int, *, exchange: bool = True
                    ) -> torch.Tensor:
-    """``tp`` ranks' RMSNorm of ``x`` (..., D), simulated in one process, concatenated.
-
-    Each "rank" takes its D/tp slice of ``x`` and of the weight. With ``exchange`` the slices'
-    sums of squares are added first (what ``DistributedRMSNorm``'s all-reduce does); without
-    it each slice is normalized by its own RMS, the mistake a per-rank ``nn.RMSNorm`` makes."""
+    """``tp`` ranks' RMSNorm of ``x`` (..., D), simulated in one process, concatenated: with
+    ``exchange`` the slices' sums of squares are added first (``DistributedRMSNorm``'s
+    all-reduce); without, each slice uses its own RMS, a per-rank ``nn.RMSNorm``'s mistake."""
     xs, ws = x.float().chunk(tp, dim=-1), norm.weight.chunk(tp)
     sums = [xi.pow(2).sum(dim=-1, keepdim=True) for xi in xs]  # (..., 1) per rank
     dim = x.shape[-1]
