@@ -1,10 +1,9 @@
 """A pipeline folder's scheduler as the ``Denoiser``'s update, with its state made explicit.
 
-Euler needs nothing from earlier steps but the latent. ``UniPCMultistepScheduler`` (what Wan
-2.1 ships) is a *multistep* predictor-corrector: step i corrects the sample with the model
-output of step i - 1 and predicts with the outputs of the last ``solver_order`` steps. A diffusers
-scheduler keeps that memory in attributes of one Python object, which cannot cross a step-split
-handoff. ``SchedulerSolver`` therefore keeps it in ``StepState.solver_state`` instead::
+``UniPCMultistepScheduler`` (what Wan 2.1 ships) is a *multistep* predictor-corrector: step i
+corrects with the model output of step i - 1 and predicts with the last ``solver_order`` ones.
+diffusers keeps that memory in one Python object, which cannot cross a step-split handoff, so
+``SchedulerSolver`` keeps it in ``StepState.solver_state``::
 
     solver_state = {"step_index": i,              # where in the timestep list we are
                     "lower_order_nums": k,        # warm-up counter: order grows 1 -> 2
@@ -13,16 +12,14 @@ handoff. ``SchedulerSolver`` therefore keeps it in ``StepState.solver_state`` in
                     "timestep_list": [t_{i-2}, t_{i-1}],
                     "last_sample": x_{i-1}}       # the corrector's input, latent-sized
 
-and loads it into one scheduler object before each ``step`` and reads it back after: the same
-arithmetic as diffusers' own loop (``tests/unit/test_t2v.py`` checks it bit for bit), but the
-state is a value a stage can send. For UniPC of order 2 it is three latents beside the latent
-itself (``state_nbytes``): the handoff grows 4x compared with Euler's. On the wire
-(``to_wire`` / ``from_wire``) the memory is ``wire_tensors`` latent-sized slots (an absent
-one, early in the warm-up, travels as zeros with a flag) and a few integers; the timestep list
-is not sent, every rank rebuilds it from the step index.
+and loads it into one scheduler before each ``step``, reading it back after: diffusers' own
+arithmetic (``tests/unit/test_t2v.py`` checks it bit for bit), as a value a stage can send. For
+order 2 that is three latents beside the latent (``state_nbytes``): 4x Euler's handoff. On the
+wire (``to_wire`` / ``from_wire``): ``wire_tensors`` latent-sized slots (an absent one travels
+as zeros with a flag) and a few integers; every rank rebuilds the timestep list.
 
-``make_denoiser`` builds the ``Denoiser`` a folder runs with: this solver as its update, the
-folder's flow shift, and ``WanPipeline``'s guidance arithmetic (two batch-1 forwards).
+``make_denoiser``: the ``Denoiser`` a folder runs with (this solver, the folder's flow shift,
+``WanPipeline``'s guidance arithmetic: two batch-1 forwards).
 """
 
 from __future__ import annotations

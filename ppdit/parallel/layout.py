@@ -1,7 +1,5 @@
 """One value for how a generation is spread over ranks, ``Layout(cfg=2, ulysses=2, ring=2)``,
-and the one rule for which axes compose.
-
-Each field is the degree of one axis (1: not split along it)::
+and the one rule for which axes compose. Each field is the degree of one axis (1: not split)::
 
     cfg      the conditional and unconditional halves of a guided step on 2 branches
     step     step split: pipeline stages that each run a run of the steps
@@ -11,21 +9,16 @@ Each field is the degree of one axis (1: not split along it)::
     tp       tensor parallelism (the weights split, all-reduces in every block)
     fsdp     the blocks' weights sharded (FSDP2) over the ranks of one forward
 
-The ranks are the product of the others (``fsdp`` adds none: it shards over them). The axes
-split into two kinds, and that is what the one runner (``parallel.runner``) follows:
-
-* the *forward* axes (tp, ring, ulysses, fsdp, cfg) transform one forward: every rank of a
-  forward ends a step holding the same latent, so they compose with each other and with a
-  pipeline, applied in one fixed order (TP, then the sequence axes, then FSDP, then CFG);
-* the *pipeline* axes (step, layer) pick the loop: the step-split stages or layer-split schedule.
-
-The mesh (``mesh()``) puts the axes outermost to innermost as dp, step | layer, cfg, ring,
-ulysses, tp: the innermost talk most (TP every block: NVLink neighbours).
+The ranks are the product of the others (``fsdp`` shards over them). Two kinds of axis, which
+the one runner (``parallel.runner``) follows: the *forward* axes (tp, ring, ulysses, fsdp, cfg)
+transform one forward, every rank of which ends a step with the same latent, so they compose
+with each other and with a pipeline, in one fixed order (TP, sequence axes, FSDP, CFG); the
+*pipeline* axes (step, layer) pick the loop. ``mesh()`` orders the axes outermost to innermost
+as dp, step | layer, cfg, ring, ulysses, tp: the innermost talk most (TP: NVLink neighbours).
 
 The composition rule (``Layout.__post_init__``) is stated once and read by ``ppdit plan``,
 ``ppdit generate`` and every notebook; ``check_model`` adds the rules that depend on the model
-and the request (heads, blocks, steps, tokens). Nothing here imports torch: the CLI parses a
-layout and ``ppdit plan`` answers in a fraction of a second.
+and request. Nothing here imports torch, so ``ppdit plan`` answers in a fraction of a second.
 """
 
 from __future__ import annotations

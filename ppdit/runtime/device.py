@@ -4,24 +4,18 @@ The rule, decided once per launch by ``decide_placement``:
 
 * no CUDA GPU visible (or ``device="cpu"`` / ``PPDIT_DEVICE=cpu``): every rank on the CPU, gloo;
 * a GPU for each local rank: rank r on ``cuda:r``, NCCL;
-* fewer GPUs than local ranks (the common case of a learner with one GPU and a 2-rank lesson):
-  the ranks share the GPUs round-robin (rank r on ``cuda:(r % gpus)``) and talk over gloo.
-  NCCL refuses two ranks on one GPU, and gloo moves only host memory (a CUDA tensor given to
-  gloo fails with "writev ... Bad address"), so in this *shared* mode every message is
-  **staged**: copied to a host buffer before it is sent and back to the GPU after it arrives.
-  ``ppdit.runtime.comm.wire`` and the collectives of ``ppdit.parallel`` do that when the rank's
-  ``Placement.staged`` says so.
-
-Staging can be switched on for CPU ranks too (``stage=True``): the copies are then CPU to CPU,
-which is how the tests check the staged transport on a machine without a GPU.
+* fewer GPUs than local ranks (one GPU, a 2-rank lesson): ranks share them round-robin
+  (``cuda:(r % gpus)``) over gloo. NCCL refuses two ranks on one GPU and gloo moves only host
+  memory (a CUDA tensor fails with "writev ... Bad address"), so in this *shared* mode every
+  message is **staged** through a host buffer (``runtime.comm.wire`` and ``ppdit.parallel``'s
+  collectives do it when ``Placement.staged`` says so). ``stage=True`` stages CPU ranks too:
+  how the tests check the staged transport without a GPU.
 
 NCCL's point-to-point rules can be kept by gloo ranks (``nccl_rules=True``, or
-``$PPDIT_NCCL_RULES``: 1, "strict" (no send is eager) or the eager limit in bytes;
-``ppdit.runtime.comm.nccl_rules``). The test suite turns them on, strict, so an ordering that
-would hang on GPUs hangs, and is named, on the CPU.
-
-Everything else in ppdit asks a ``Placement`` instead of calling ``torch.cuda`` itself, so the
-CPU path used by the tests and the notebooks is the same code a GPU user runs.
+``$PPDIT_NCCL_RULES``: 1, "strict" or the eager limit in bytes; ``runtime.comm.nccl_rules``):
+the test suite turns them on, strict, so an ordering that would hang on GPUs hangs on the CPU.
+Everything else asks a ``Placement`` instead of calling ``torch.cuda``, so the CPU path of the
+tests and notebooks is the same code a GPU user runs.
 """
 
 from __future__ import annotations

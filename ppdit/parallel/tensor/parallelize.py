@@ -18,12 +18,10 @@
              net[2]             row-parallel        all-reduce (B,S,D)
 
 Everything outside the blocks (patch embedding, condition embedder, output head) stays
-replicated: it is a few percent of the work and keeps every rank's ``h`` identical, which is
-what lets the same diffusers block code run unchanged around the swapped-in layers (diffusers'
-attention processor only needs ``attn.heads`` to say how many heads this rank holds).
-
-The single-device model code is not touched (torchtitan's rule: parallelize from outside), and
-the group is an argument (no hidden global): a PP x TP mesh passes each stage its own group.
+replicated: a few percent of the work, and it keeps every rank's ``h`` identical, so diffusers'
+block code runs unchanged around the swapped-in layers (its attention processor only needs
+``attn.heads``). The single-device model code is not touched (torchtitan's rule: parallelize
+from outside), and the group is an argument: a PP x TP mesh passes each stage its own.
 """
 
 from __future__ import annotations

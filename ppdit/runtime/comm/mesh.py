@@ -1,8 +1,7 @@
 """The one mesh: ranks on a grid of named axes, and every process group any axis needs.
 
-A layout (``ppdit.parallel.layout.Layout``) says how many ranks each axis has; the mesh lays
-them out, outermost axis first, after ``first_rank`` ranks that stand outside it (the bring-up
-system's controller, rank 0). For ``dp x step x cfg x ring x ulysses x tp``::
+A ``Layout`` says how many ranks each axis has; the mesh lays them out, outermost axis first,
+after ``first_rank`` ranks outside it (the bring-up system's controller, rank 0)::
 
     rank = first_rank + ((((dp_i * step + step_i) * cfg + cfg_i) * ring + ring_i)
                          * ulysses + ulysses_i) * tp + tp_i
@@ -12,19 +11,17 @@ system's controller, rank 0). For ``dp x step x cfg x ring x ulysses x tp``::
                      |           |        step groups {0, 2} and {1, 3}: each TP rank hands
         stage 1:   rank 2  ==  rank 3     the latent to its counterpart in the next stage
 
-The innermost axes get the closest ranks (on a GPU node, NVLink neighbours) because they talk
-most: TP every block, Ulysses four all-to-alls a block, a ring one K/V block a hop (fine across
-nodes), CFG once a step, a pipeline once a handoff; ``dp`` (independent replicas) never.
+The innermost axes get the closest ranks (NVLink neighbours) because they talk most: TP every
+block, Ulysses four all-to-alls a block, a ring one K/V block a hop, CFG once a step, a pipeline
+once a handoff; ``dp`` (independent replicas) never.
 
-``dist.new_group`` is itself a collective over the whole world, so ``Mesh.build`` makes *every*
-group of *every* axis on *every* rank, in one fixed order (groups it is not a member of
-included), then keeps its own: picotron's one grid and xDiT's one call, without their module
-globals. A rank reaches a group by axis name, ``mesh.group("tp")``, or by several axes at once,
-``mesh.group("ring", "ulysses")`` (the ranks that share one forward's tokens). Groups with the
-same ranks are one group, except the pipeline's *back* group (credits from the last stage to
-the first), which is a communicator of its own on purpose (``RankMesh.back_group``), as are
-the two ``Lanes``. This module is the only place ppdit creates groups (a test checks it; the
-NCCL rules' control group is the one exception, ``nccl_rules``).
+``dist.new_group`` is a collective over the whole world, so ``Mesh.build`` makes *every* group
+of *every* axis on *every* rank in one fixed order, then keeps its own: picotron's one grid and
+xDiT's one call, without their module globals. A rank reaches a group by axis name,
+``mesh.group("tp")``, or several, ``mesh.group("ring", "ulysses")``. Groups with the same ranks
+are one group, except the pipeline's *back* group (credits from the last stage to the first,
+``RankMesh.back_group``) and the two ``Lanes``, communicators of their own on purpose. Only this
+module creates groups (a test checks it; the one exception is ``nccl_rules``' control group).
 """
 
 from __future__ import annotations

@@ -2,27 +2,25 @@
 
 ppdit's users run NCCL; its tests run gloo, which forgives what NCCL does not:
 
-* **One queue per pair.** NCCL runs the un-batched sends and receives between two ranks of a
-  group on a 2-rank communicator and stream of their own, in the order they were issued, each
-  to its end before the next starts. A receive posted ahead therefore holds every later
-  operation to that peer, a send the peer is waiting for included: a deadlock.
+* **One queue per pair.** NCCL runs un-batched sends and receives between two ranks on a 2-rank
+  communicator and stream of their own, in issue order, each to its end before the next: a
+  receive posted ahead holds every later operation to that peer, an awaited send included.
 * **Batches and collectives share the group's stream.** ``batch_isend_irecv`` runs on the
-  group's *collective* communicator, the one its all-reduces and all-to-alls use, in posting
-  order: a batch posted before a collective on one rank and after it on another hangs.
+  communicator the group's collectives use, in posting order: a batch posted before a
+  collective on one rank and after it on another hangs.
 * **A pair's first operation blocks its poster** until the peer posts its own first
   operation on that pair (the communicator is built then, through the store).
-* **Every send may wait for its receive.** Small sends are often copied into the peer's
-  buffer (eager), but NCCL guarantees none: the limit is ``$PPDIT_NCCL_RULES`` ("strict": 0).
-* **The watchdog.** The process group's timeout bounds every operation from its posting,
-  whatever a ``wait`` allows, and a device-wide sync waits for every posted operation
-  (``device_sync``: a posted receive is a kernel spinning on NCCL's stream).
+* **Every send may wait for its receive.** Small sends are often eager, but NCCL guarantees
+  none: the limit is ``$PPDIT_NCCL_RULES`` ("strict": 0).
+* **The watchdog.** The group's timeout bounds every operation from its posting, whatever a
+  ``wait`` allows, and a device-wide sync waits for every posted operation (``device_sync``).
 
-``NcclRules`` enforces these on gloo: per (group, peer), and per group for batches, an ordered
-queue run by a thread of its own; a rendezvous receive tells its sender, on a control group,
-when it runs; ``torch.distributed``'s collectives first wait for their group's batches. A rank
-whose wait stalls publishes its queue heads in the store; a peer found waiting for it makes
-both raise ``P2PDeadlock`` naming both queues, within seconds. Functional collectives and
-FSDP2's gathers are not seen (gloo runs them host-synchronously, stricter than NCCL).
+``NcclRules`` enforces these on gloo: an ordered queue per (group, peer), and per group for
+batches, each run by its own thread; a rendezvous receive tells its sender when it runs, on a
+control group; collectives first wait for their group's batches. A stalled rank publishes its
+queue heads in the store; a peer found waiting for it makes both raise ``P2PDeadlock`` naming
+both queues. Functional collectives and FSDP2's gathers are not seen (gloo runs them
+host-synchronously, stricter than NCCL).
 """
 
 from __future__ import annotations

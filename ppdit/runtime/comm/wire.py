@@ -1,30 +1,25 @@
 """Point-to-point messages between ranks: self-describing tensors and fixed-size frames.
 
-Two rules from experience, enforced here so no caller has to remember them:
+Two rules from experience, enforced here so no caller has to remember them: a tensor on the wire
+is contiguous (gloo fails on the sender for a strided one while the receiver waits forever) and
+described by a header; every blocking wait has a timeout, so a send that never comes is an
+error, not a hang.
 
-* a tensor on the wire is contiguous (gloo fails on the sender for a strided one while the
-  receiver waits forever), and the receiver learns its shape and dtype from a header;
-* every blocking wait has a timeout, so a send that never comes is an error, not a hang.
+``send_tensor`` / ``recv_tensor`` carry any tensor as two messages: a 12-int64 header (magic,
+dtype, ndim, shape) and the payload. A pipeline hands off the *same* shape thousands of times,
+so ``FrameSender`` / ``FrameReceiver`` agree on a ``FrameSpec`` once (checked by the receiver)
+and then send each handoff as **one** message, the payload plus a few int64 metadata slots
+(request id, step index, ...). With ``FrameSender.claim`` the producing step writes straight
+into the outgoing frame: a handoff costs what a bare ``dist.send`` of the latent costs.
 
-``send_tensor`` / ``recv_tensor`` carry any tensor as two messages: a fixed 12-int64 header
-(magic, dtype, ndim, shape) and the payload. A pipeline hands off the *same* shape thousands of
-times, so paying a second message each time is waste: ``FrameSender`` / ``FrameReceiver`` agree
-on a ``FrameSpec`` once (the first message is its header, checked by the receiver) and then send
-each handoff as **one** message, the payload with a few int64 metadata slots appended (request id,
-step index, ...). With ``FrameSender.claim`` the producing step writes straight into the outgoing
-frame, so a handoff costs what a bare ``dist.send`` of the latent costs.
-
-Every operation is posted through a ``Wire``, the one object a rank's algorithm code holds
+Every operation goes through a ``Wire``, the one object a rank's algorithm code holds
 (``ctx.wire``): plain gloo / NCCL, or, for a gloo rank keeping NCCL's point-to-point rules
-(``ppdit.runtime.comm.nccl_rules``), queued per peer as NCCL would run it. Nothing in a layout
-names the rules; a call that needs a wire cannot be made without one, and a rule test
-(``tests/unit/test_wire_rule.py``) allows ``dist.send``-style calls only in the baselines that
-measure the bare transport.
+(``runtime.comm.nccl_rules``), queued per peer as NCCL would run it. A rule test
+(``tests/unit/test_wire_rule.py``) allows bare ``dist.send``-style calls only in the baselines.
 
-Staging (``staged=True``: ``ppdit.runtime.device`` says when and why): a sender copies the
-device tensor into a (pinned) host buffer before sending; a receiver copies the arrived bytes
-back to its device and hands out that copy. Every entry point checks that the tensors it is
-given live on the rank's device and says which tensor, where it was expected and where it is.
+Staging (``staged=True``, see ``runtime.device``): a sender copies the device tensor into a
+(pinned) host buffer before sending; a receiver copies the bytes back to its device. Every entry
+point checks that its tensors live on the rank's device, and says which one is where.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """A pool of live ranks: start-up paid once, jobs run many times, nothing left behind.
 
-Starting a rank costs time: a process, its imports, a process group. A spawned rank imports
-torch and diffusers itself (10-12 s per launch on a GPU host that initialises CUDA); a CPU rank
-forked from a server that imported them once (``ppdit.runtime.processes.start``) still pays
-ppdit's imports and the group. A lesson that launches dozens of times pays that dozens of
-times. ``ranks(n)`` keeps n initialised ranks across calls and notebook cells instead::
+Starting a rank costs a process, its imports and a process group: 10-12 s for a spawned rank on
+a GPU host; a CPU rank forked from a server that imported torch once (``processes.start``) still
+pays ppdit's imports and the group. A lesson launching dozens of times pays that dozens of
+times; ``ranks(n)`` keeps n initialised ranks across calls and notebook cells instead::
 
     with ranks(2) as pool:
         a = pool.run(worker, args=(plan_a,))
@@ -13,19 +12,16 @@ times. ``ranks(n)`` keeps n initialised ranks across calls and notebook cells in
 Results equal fresh launches: each job builds what it needs (``setup``), with the same seeds.
 What a pool guarantees, on every path:
 
-* a rank that raises or dies -> ``RankError`` naming it, with its traceback or last output;
-  the pool is then stopped (its peers may be stuck talking to the dead rank), and the next
-  ``run`` starts fresh ranks;
+* a rank raises or dies -> ``RankError`` naming it, with its traceback or last output; the pool
+  stops (its peers may be stuck talking to the dead rank) and the next ``run`` starts afresh;
 * no result within ``timeout_s`` -> ``LaunchTimeout`` naming the ranks still running;
-* an interrupt (Ctrl-C, Jupyter's interrupt) -> every rank ends, ``KeyboardInterrupt`` is
-  re-raised in the caller;
-* SIGTERM to the caller (a kernel being shut down) -> every rank ends, then the signal takes
-  its usual course; SIGKILL to the caller -> each rank notices its caller is gone and exits
-  (``ppdit._spawn_entry.watch_parent``);
+* an interrupt (Ctrl-C, Jupyter's) -> every rank ends, ``KeyboardInterrupt`` is re-raised;
+* SIGTERM to the caller -> every rank ends, then the signal takes its course; SIGKILL -> each
+  rank sees its caller gone and exits (``_spawn_entry.watch_parent``);
 * the interpreter's exit closes every pool still open.
 
-Each rank's stdout/stderr goes to a log file that the caller echoes, prefixed ``[rank r]``, so
-child output shows up in the notebook cell (a spawned child's fd 1 is not the cell's stream).
+Each rank's stdout/stderr goes to a log file the caller echoes, prefixed ``[rank r]``, so child
+output shows up in the notebook cell (a spawned child's fd 1 is not the cell's stream).
 """
 
 from __future__ import annotations
