@@ -1,21 +1,18 @@
 """The Wan 2.1 video DiT, built through ``diffusers.WanTransformer3DModel``, and its stage view.
 
-Why a stage view: every parallel layout in ppdit cuts the same forward pass in a different place.
-``WanTransformer3DModel.forward`` is
+Why a stage view: every parallel layout cuts the same forward pass in a different place::
 
     latent (B,C,F,H,W) ─ rope ─────────────────────────────┐
                        ─ patch_embedding → tokens h (B,S,D) ┼─ blocks[0..N) ─ epilogue ─ (B,C,F,H,W)
     timestep, text ──── condition_embedder → temb, timestep_proj, text' ┘
 
-and only ``h`` depends on the latent *and* on earlier blocks. The conditioning (rope tables,
-timestep projection, projected text) is cheap and every rank can compute it itself, so a layer
-stage only needs ``h`` from its neighbour, and a step stage only the latent. Running the pieces
-below in order is bitwise equal to ``model(...)`` (``tests/unit/test_model.py`` checks it).
+Only ``h`` depends on the latent *and* on earlier blocks; the conditioning is cheap for every
+rank to compute, so a layer stage needs only ``h`` from its neighbour, a step stage only the
+latent. Running the pieces below in order is bitwise equal to ``model(...)`` (``test_model.py``).
 
 Weights: ``build_model(preset, seed=...)`` draws every parameter from one seeded generator, so
-every rank that builds the same preset with the same seed holds identical weights without any
-communication. ``build_model(checkpoint=...)`` loads a local diffusers folder instead (no
-downloads: GPU users point it at a snapshot of ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``).
+ranks agree without communicating; ``build_model(checkpoint=...)`` loads a local diffusers folder
+(no downloads: e.g. a snapshot of ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``).
 """
 
 from __future__ import annotations

@@ -1,24 +1,20 @@
 """Each layout's per-rank memory, measured on live ranks while they run: what ``memory_model``
 predicts, and what the earlier report's claim about step split gets wrong.
 
-Per rank and plan, ``RankMemory`` holds the model the rank keeps (``weight_bytes``, counted by
-``runtime.observe.memory.held_bytes``: its shards under TP and FSDP, its blocks under layer
-split, the whole model otherwise) and the most tensor bytes allocated at once *inside* a round
-above it (activations, received frames, ring buffers, gathered FSDP blocks): the allocator's
-peak on a GPU, a live-tensor count on the CPU (``runtime.observe.memory``).
+Per rank and plan, ``RankMemory`` holds the model the rank keeps (``weight_bytes``: its shards
+under TP and FSDP, its blocks under layer split, else the whole model) and the most tensor bytes
+allocated at once *inside* a round above it: the allocator's peak on a GPU, a live-tensor count
+on the CPU (``runtime.observe.memory``).
 
-The report ran *step split* for memory: "each GPU only holds activations for its assigned
-steps ... peak memory per GPU is reduced by ~N". In inference no activation outlives its step,
-so a rank that runs 4 steps peaks as high as one that runs 28, and every step-split rank holds
-the whole model; a *layer split* divides the weights. Why not the process's peak RSS: it
-cannot be reset between plans, counts the interpreter and torch's libraries, keeps freed pages,
-and a layer-split rank builds the whole seeded model before dropping the blocks it does not own
-(so its weights equal one device's bit for bit). Tensor bytes are what
-``torch.cuda.max_memory_allocated`` reports, and what decides an out-of-memory error.
+The report ran *step split* for memory ("peak memory per GPU is reduced by ~N"). In inference no
+activation outlives its step, so a rank running 4 steps peaks as high as one running 28, and
+every step-split rank holds the whole model; a *layer split* divides the weights. Not the
+process's peak RSS: it cannot be reset between plans, counts the interpreter and libraries,
+keeps freed pages, and sees a layer-split rank build the whole seeded model before dropping
+blocks. Tensor bytes are what ``max_memory_allocated`` reports, and what decides an OOM.
 
-Any plan runs here with its own runner (``measure_memory``); the layouts the memory model covers
-run in ``measure_layouts``, with ``memory_model``'s defaults: one request, guidance on every
-step, Euler, the preset's latent, fp32 (the CPU's dtype)."""
+``measure_memory`` runs any plan with its own runner; ``measure_layouts`` the layouts the memory
+model covers, with its defaults (one request, guidance on every step, Euler, fp32)."""
 
 from __future__ import annotations
 

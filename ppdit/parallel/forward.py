@@ -1,8 +1,8 @@
 """The forward axes, applied to one rank's model in one fixed order: what every loop runs.
 
-A layout's forward axes (``Layout.forward``: tp, ring, ulysses, fsdp, cfg) each transform how a
-rank computes one denoising forward, and every rank of a forward ends it holding the same
-velocity. ``ForwardStack`` applies them in torchtitan's order, each on its mesh axis::
+Each forward axis (``Layout.forward``: tp, ring, ulysses, fsdp, cfg) transforms how a rank
+computes one forward; every rank of a forward ends it with the same velocity. ``ForwardStack``
+applies them in torchtitan's order, each on its mesh axis::
 
     weights   the whole model (built once per rank), or only this rank's shards read from a
               folder (TP: ``tensor.load``; FSDP: ``fsdp.load``): no rank holds the whole model
@@ -15,12 +15,9 @@ velocity. ``ForwardStack`` applies them in torchtitan's order, each on its mesh 
     4. CFG    this branch's half of each guided step, the velocities exchanged
               (``cfg.halves.CFGHalves``, the ``Denoiser``'s policy)
 
-A pipeline axis then picks the loop around the result (``parallel.runner``). With every
-degree 1 the stack is the model itself: the single device is the same code.
-
-``ForwardOptions`` are the knobs of the transforms (V-first, the two-phase all-to-all,
-V-Major, how TP's all-reduces are issued, compiled blocks), a mixin of every plan that runs
-forward axes, checked once against its layout.
+A pipeline axis picks the loop around it (``parallel.runner``); with every degree 1 the stack is
+the model itself. ``ForwardOptions``, the transforms' knobs (V-first, two-phase all-to-all,
+V-Major, TP's collectives, compiled blocks), is a mixin of every plan, checked against its layout.
 """
 
 from __future__ import annotations

@@ -1,23 +1,19 @@
 """Where ``torch.compile`` keeps compiled kernels: a project-local folder per machine kind.
 
-TorchInductor caches generated code and compiled kernels on disk (``TORCHINDUCTOR_CACHE_DIR``,
-by default a per-user folder under ``/tmp``). A warm cache turns a compile of many seconds into
-a load of a fraction of one, which is what keeps a notebook that compiles inside its time
-budget on a re-run. Keeping the cache inside the checkout (``.cache/inductor``, git-ignored)
-makes it survive ``/tmp`` clean-ups and keeps one project's kernels apart from another's.
+A warm TorchInductor cache (``TORCHINDUCTOR_CACHE_DIR``, by default under ``/tmp``) turns a
+compile of many seconds into a fraction of one, which keeps a compiling notebook inside its
+time budget. Inside the checkout (``.cache/inductor``, git-ignored) it survives ``/tmp``
+clean-ups and keeps one project's kernels apart from another's.
 
-Why one sub-folder per key: a checkout outlives the machine it was made on (a home directory
-shared by the nodes of a cluster; the same clone on a laptop and a GPU box), and Inductor
-compiles CPU kernels for *this* CPU (``-march=native``, the vector ISA that
-``ATEN_CPU_CAPABILITY`` selects) without naming either in its cache key. Served another CPU's
-kernels, compiled tensor parallelism gave wrong answers (the two TP ranks even disagreed).
-``cache_key()`` names everything that makes kernels differ: the torch build, the CPU
+One sub-folder per key, because a checkout outlives its machine (a shared home directory, one
+clone on a laptop and a GPU box) and Inductor compiles CPU kernels for *this* CPU
+(``-march=native``, ``ATEN_CPU_CAPABILITY``) without naming either in its key: served another
+CPU's kernels, compiled TP gave wrong answers. ``cache_key()`` names the torch build, the CPU
 architecture, capability and model, the CUDA version and the GPUs' architecture.
 
-Call ``use_project_compile_cache()`` before the first ``torch.compile`` in a process. Inductor
-reads the variable whenever it needs the folder, and the first time writes its own default
-into the environment; a value equal to that default, or one of ppdit's own folders (chosen for
-another key, inherited from a parent), is therefore treated as "not chosen".
+Call ``use_project_compile_cache()`` before the first ``torch.compile``. Inductor writes its own
+default into the environment the first time it needs the folder, so a value equal to that
+default, or one of ppdit's folders for another key (inherited from a parent), is "not chosen".
 """
 
 from __future__ import annotations

@@ -1,22 +1,20 @@
 """The toy pipeline's components: a small ``AutoencoderKLWan``, a small ``WanTransformer3DModel``,
 the frozen tiny random umT5 with a word-level tokenizer, and the block-causal attention the DiT
-is trained with.
+is trained with. Shapes: 32 x 32 x 13 pixel frames -> the VAE (4x space, 4x time, ``Z_DIM``
+channels) -> latents (8, 4, 8, 8) -> (1, 2, 2) patches -> 16 tokens per latent frame, 64 a clip.
 
-Shapes: 32 x 32 x 13 pixel frames -> the VAE (4x space, 4x time, ``Z_DIM`` channels) -> latents
-(8, 4, 8, 8) -> the DiT's (1, 2, 2) patches -> 16 tokens per latent frame, 64 per clip.
-
-Block-causal training (why: the demo streams chunks with a rolling KV cache, CausVid style;
-``ppdit.serve.causal``). A chunk of ``CHUNK_FRAMES`` latent frames is denoised while attending
-to the *clean* earlier chunks, whose keys/values came from a t = 0 forward that itself saw only
-earlier clean chunks. Teacher forcing trains exactly that in one forward per clip::
+Block-causal training (the demo streams chunks with a rolling KV cache, CausVid style,
+``ppdit.serve.causal``): a chunk of ``CHUNK_FRAMES`` latent frames is denoised attending to the
+*clean* earlier chunks, whose keys/values came from a t = 0 forward that saw only earlier clean
+chunks. Teacher forcing trains exactly that in one forward per clip::
 
     tokens   [clean c0 | clean c1 | noisy c0 | noisy c1]
     t        [   0     |    0     |   t0     |   t1    ]
     rope     frames 0..3             frames 0..3 again (same positions)
     clean ci attends clean c0..ci;  noisy cj attends clean c0..c(j-1) and noisy cj
 
-The same model is also trained with ordinary full attention on whole clips (no mask, one t),
-which is what ``WanPipeline`` and every parallel layout run: one set of weights serves both.
+It is also trained with full attention on whole clips (what ``WanPipeline`` and every parallel
+layout run): one set of weights serves both.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """Decode overlapped with generation: one rank makes latent chunks, another streams them to pixels.
 
 The pattern the bring-up system (rank 0 = controller with the VAE, ranks 1.. = generator mesh)
-reuses. Here the mesh is a single generator rank::
+reuses; here the mesh is a single generator rank::
 
     rank 1 (generator)  [gen c0][gen c1][gen c2][gen c3]
                               │ send  │       │       │
     rank 0 (decoder)          [dec c0] [dec c1] [dec c2] [dec c3]   (first frame: after gen c0)
 
-While rank 0 decodes chunk k, rank 1 already generates chunk k + 1, so the video's frames come
-out at the generator's pace and the first one after *one* chunk, not after the whole video.
-``max_ahead`` bounds how far the generator may run ahead of the decoder (the bounded output
-queue of the design: a credit flows back per decoded chunk); ``max_ahead=0`` is the serial
-baseline, generate - decode - generate - ...
-
-Chunks are generated independently (request ``first_seed + k`` per chunk), so consecutive
-chunks are not a coherent video: what matters here is the data flow and the timeline. Every
-chunk has the same shape, so the handoff is a fixed ``FrameSpec``; the decoder pushes chunk 0's
-first latent frame alone (the streaming decoder's rule) and the rest after it.
+Frames come out at the generator's pace, the first after *one* chunk. ``max_ahead`` bounds how
+far the generator may run ahead (a credit flows back per decoded chunk); ``max_ahead=0`` is the
+serial baseline. Chunks are generated independently (seed ``first_seed + k``): not a coherent
+video, the data flow is the point. The handoff is a fixed ``FrameSpec``; the decoder pushes
+chunk 0's first latent frame alone (the streaming decoder's rule), then the rest.
 """
 
 from __future__ import annotations

@@ -1,27 +1,22 @@
 """Layer-split PP, the pure part: which rank holds which blocks, and in which order it works.
+Nothing here talks to another rank: the same code drives the real ranks (``ranks.py``) and a
+simulated clock (``simulate``: the bubble formulas' check).
 
-Nothing here talks to another rank, so all of it is unit-testable and the same code drives both
-the real ranks (``ranks.py``) and a simulated clock (``simulate``: the bubble formulas' check).
-
-Vocabulary
-----------
 * **P** stages (ranks), each holding **V** chunks of contiguous blocks (*virtual stages*,
   Megatron's interleaving). Chunk c of rank r is virtual stage ``c * P + r``: a micro-batch
   visits rank 0, 1, ..., P-1, then rank 0 again for its chunk 1, and so on.
-* **M** micro-batches per denoising step, cut from the *samples*: each request is one sample,
-  or two with classifier-free guidance (conditional and unconditional halves may land in
-  different micro-batches, which is how a single guided request can fill a 2-stage pipeline).
+* **M** micro-batches per denoising step, cut from the *samples*: one per request, or two with
+  CFG (the halves may land in different micro-batches: how one guided request fills 2 stages).
 * A **task** ``(step, micro, chunk)`` runs one chunk on one micro-batch. The first virtual stage
-  also patchifies the latent (prologue); the last one also projects back (epilogue) and yields
-  velocities; a request's Euler update happens on the last rank once all its halves are in.
+  also patchifies (prologue), the last projects back (epilogue) and yields velocities; a
+  request's Euler update happens on the last rank once all its halves are in.
 * The updated latent goes back to rank 0 for the next step: the **wrap**. With ``wrap=True`` a
   micro-batch re-enters as soon as its requests are updated, so the pipeline never drains
   between steps (StreamDiffusionV2's block ring); with ``wrap=False`` every step flushes.
 
-Task order on every rank: step, then chunk, then micro-batch (breadth first: chunk 0 of every
-micro-batch before chunk 1 of any). For forward-only work this reaches Megatron's interleaved
-bubble for any M >= P, not only multiples of P. Each rank can compute every other rank's order,
-hence the exact order of the messages it will receive.
+Task order on every rank: step, chunk, micro-batch (breadth first). For forward-only work this
+reaches Megatron's interleaved bubble for any M >= P, not only multiples of P. Each rank can
+compute every other rank's order, hence the exact order of the messages it will receive.
 """
 
 from __future__ import annotations

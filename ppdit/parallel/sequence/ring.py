@@ -1,22 +1,17 @@
 """Ring attention: sequence parallelism that shards the attention itself, for any head count.
 
-Ulysses (``ulysses.py``) trades the token split for a head split, so its degree must divide the
-heads (Wan 1.3B has 12: no 8-way Ulysses). Ring attention keeps the token split all the way:
-each rank's queries stay put while the key/value blocks travel around the ring, one hop per
-step, and each rank folds every block it sees into its running output with the online-softmax
-(log-sum-exp) merge that FlashAttention uses inside one device::
+Ulysses trades the token split for a head split, so its degree must divide the heads (Wan 1.3B
+has 12: no 8-way Ulysses). Ring attention keeps the token split: queries stay put while the
+key/value blocks travel around the ring, one hop a step, each folded into the running output
+with FlashAttention's online-softmax (log-sum-exp) merge::
 
     lse  = logaddexp(lse_a, lse_b)
     out  = out_a * exp(lse_a - lse) + out_b * exp(lse_b - lse)
 
-After P - 1 hops every query has met every key once. The hop of the next block is posted
-before the current block's attention is computed, so the transfer overlaps that compute; a hop
-is one fused send + receive (``Wire.batch``), which NCCL launches as a group and which
-therefore cannot block itself (``runtime.comm.nccl_rules``).
-
-Why not bitwise: each rank merges the blocks in its own order (its own block first), and the
-merge rescales partial sums: the same terms summed in another order and scale. ``RING_TOL`` is
-the bound, and the tests measure the error against one device.
+After P - 1 hops every query has met every key once. The next hop is posted before the current
+block's attention runs, so transfer overlaps compute; a hop is one fused send + receive
+(``Wire.batch``), which NCCL launches as a group, so it cannot block itself. Not bitwise: each
+rank merges in its own order, rescaling partial sums; ``RING_TOL`` bounds the error.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A topology-aware all-to-all (CoCoDiff's Tile-Aware Parallel All-to-all, in its simplest form).
 
-A flat all-to-all over N nodes of L ranks sends every rank's chunk straight to every other
-rank: (N - 1) x L of each rank's messages cross the slow inter-node links, each 1/(N L) of its
-data. The hierarchical one splits it in two phases over a (node x local) mesh::
+A flat all-to-all over N nodes of L ranks sends (N - 1) x L of each rank's messages, each
+1/(N L) of its data, over the slow inter-node links. The hierarchical one uses two phases over
+a (node x local) mesh::
 
     rank = node * L + local
 
@@ -11,14 +11,10 @@ data. The hierarchical one splits it in two phases over a (node x local) mesh::
     phase 2 (across nodes, one peer per node): to (node m, my local index), everything my
              node's ranks have for it, in one message
 
-The same bytes leave the node (nothing is compressed), but in N - 1 messages per rank of L
-times the size instead of (N - 1) x L small ones: fewer latency terms (the α of α-β) on the
-slow link, and on a real cluster each rank's inter-node traffic on its own NIC (rail). It only
-moves values, so the result equals the flat all-to-all bit for bit; the cost is a second
-pass over the intra-node links and a copy per phase.
-
-``sizes[i][j]`` is the number of rows rank i sends rank j (every rank knows the whole matrix:
-Ulysses' splits are a function of the token split).
+The same bytes leave the node, but in N - 1 messages per rank of L times the size: fewer latency
+terms (α) on the slow link, and on a cluster each rank's inter-node traffic on its own NIC. It
+only moves values, so it equals the flat all-to-all bit for bit; the cost is a second pass over
+the intra-node links. ``sizes[i][j]``: rows rank i sends rank j (known to every rank).
 """
 
 from __future__ import annotations

@@ -6,20 +6,13 @@ Computed (``tp_comm_per_block``): per block, Wan under TP issues
     4 all-reduces of per-token sums (fp32)   q and k norms: (B,S,1) x 3 and (B,L,1) for text k
 
 so 7 all-reduces and ``3 B S D b + 4 (3 B S + B L)`` payload bytes, ``b`` bytes per activation.
-A ring all-reduce over ``tp`` ranks sends ``2 (tp - 1) / tp`` times the payload from every rank
-(a reduce-scatter, then an all-gather), so the wire bytes per rank grow towards twice the payload
+A ring all-reduce sends ``2 (tp - 1) / tp`` times the payload from every rank, towards twice it
 as tp grows, while each rank's compute shrinks as 1/tp: the reason TP stays inside a node.
 
-Measured, two ways:
-
-* ``CollectiveCounter``: a ``TorchDispatchMode`` that sees every collective op dispatched while
-  it is active (functional ``_c10d_functional.all_reduce``, in-place ``c10d.allreduce_``, and
-  the ones DTensor issues), with the bytes of its input. Eager only: a compiled graph runs its
-  collectives inside Inductor's code. (``torch.distributed.tensor.debug.CommDebugMode`` is
-  PyTorch's fuller version of the same idea.)
-* ``trace_report``: ``torch._dynamo.explain`` traces a function and reports its graph breaks;
-  a second trace through AOTAutograd (no Inductor) yields the ATen graphs, whose all-reduce
-  nodes are what a compiled run issues.
+Measured: ``CollectiveCounter``, a ``TorchDispatchMode`` that sees every collective dispatched
+while active (functional, in-place, DTensor's) with its input's bytes, eagerly only (PyTorch's
+fuller ``CommDebugMode`` does the same); ``trace_report``, ``torch._dynamo.explain``'s graph
+breaks, plus a trace through AOTAutograd whose ATen all-reduce nodes a compiled run issues.
 """
 
 from __future__ import annotations

@@ -2,22 +2,18 @@
 
 Going through ``WanDecoder3d`` layer by layer (diffusers' ``autoencoder_kl_wan.py``):
 
-* ``WanRMS_norm``: ``F.normalize(x, dim=1)`` — over the channels of one position. No statistic
-  spans positions, so nothing to all-reduce (a ``GroupNorm`` would need one; ``check_decoder``
-  refuses any layer it does not know to be local).
-* SiLU, dropout (eval), the 1x1x1 ``conv_shortcut``, ``post_quant_conv``, the (3, 1, 1)
-  ``time_conv`` of a temporal upsample, nearest 2x upsampling: per position (or per row) —
-  local.
+* ``WanRMS_norm`` (``F.normalize(x, dim=1)``, over one position's channels), SiLU, dropout, the
+  1x1x1 convs, a temporal upsample's (3, 1, 1) ``time_conv``, nearest 2x upsampling: local, no
+  statistic spans positions (``check_decoder`` refuses any layer it does not know to be local).
 * ``WanCausalConv3d`` 3x3x3 and the ``Conv2d`` 3x3 after each upsample: read one row above and
-  below — **halo** (``halo.fill_halos``). The causal cache each conv keeps is a slice of its own
-  input, so each rank keeps the cache of its own rows; the halo is exchanged on the input *after*
-  the cached frames are concatenated in time, so the neighbour's rows of those frames come too.
+  below — **halo** (``halo.fill_halos``). Each rank keeps the causal cache of its own rows; the
+  halo is exchanged *after* the cached frames are concatenated, so those frames' rows come too.
 * ``WanAttentionBlock`` (mid block): one head over all H x W positions of a frame — global. A
   rank computes q, k, v for its positions (1x1 convs), gathers all k and v, attends with its q.
 
-Nothing else changes: the wrappers replace layers in a *copy* of the decoder that shares the
-VAE's weights, and ``StreamingDecoder`` drives that copy exactly as it drives the original — so
-the patch-parallel decode streams chunk by chunk for free, and ``vae`` itself is never touched.
+The wrappers replace layers in a *copy* of the decoder sharing the VAE's weights, which
+``StreamingDecoder`` drives as it drives the original: the decode streams chunk by chunk for
+free, and ``vae`` itself is never touched.
 """
 
 from __future__ import annotations

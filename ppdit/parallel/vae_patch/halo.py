@@ -1,10 +1,9 @@
 """What travels between the ranks of a patch-parallel decode: halo rows and the gathered rows.
 
 Rank r holds rows ``[start_r, stop_r)`` of every activation (the latent's row split, scaled by
-each 2x upsample). A 3x3 convolution's output row i reads input rows i - 1 .. i + 1, so before
-it each rank needs ``width = kernel // 2`` rows from each neighbour: the *halo*. The convolution
-pads its input with zero rows anyway; here the padded rows that face a neighbour are overwritten
-with that neighbour's edge rows, and the zero rows stay only at the true image border::
+each 2x upsample). A 3x3 conv's output row i reads input rows i - 1 .. i + 1, so each rank needs
+``width = kernel // 2`` rows from each neighbour, the *halo*: of the conv's zero padding, the
+rows facing a neighbour are overwritten with its edge rows, only the image border stays zero::
 
     rank 0   [ 0 0 0 ]  <- zero padding: the image's top border
              [ own rows of rank 0 ]
@@ -13,9 +12,9 @@ with that neighbour's edge rows, and the zero rows stay only at the true image b
              [ own rows of rank 1 ]
              [ 0 0 0 ]  <- the bottom border
 
-Every exchange is one ``batch_isend_irecv`` (``ppdit.runtime.comm.wire.Wire.batch``): a rank both
-sends to and receives from each neighbour, and under NCCL a receive posted ahead of the send
-its peer waits for would block; fused, it cannot. Every wait has a timeout (``wait_for``).
+Every exchange is one fused ``Wire.batch``: a rank sends to and receives from each neighbour,
+and under NCCL a receive posted ahead of the send its peer waits for would block. Every wait
+has a timeout (``wait_for``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,19 @@
 """Ranks on several hosts (``torchrun --nnodes N``): who is where, a join that says why it
 waits, and a lost peer named by rank and host.
 
-What goes wrong across hosts is rarely ppdit's arithmetic; it is the network between the agents, and
-the messages the layers below give are poor: a rank whose hostname resolves to a loopback address
-makes gloo dial 127.0.0.1 and everyone waits silently for the group timeout (minutes); a node that
-dies shows up as ``Connection reset by peer [192.168.77.2]`` with no rank in it. So:
+What goes wrong across hosts is rarely ppdit's arithmetic but the network, and the layers below
+say it poorly: a hostname resolving to loopback makes gloo dial 127.0.0.1 and everyone waits
+silently for the group timeout; a dead node shows up as ``Connection reset by peer
+[192.168.77.2]`` with no rank in it. So:
 
 * ``agree_on_backend`` checks, before the group forms, that every node chose the same backend;
-* ``joining`` prints, after ``JOIN_HINT_S`` of waiting to form the group, what this rank is
-  waiting for and the usual fixes (``join_hint``);
-* ``who_is_where`` gathers every rank's host and address once the group exists;
+* ``joining`` prints, after ``JOIN_HINT_S`` of waiting, what this rank waits for and the usual
+  fixes (``join_hint``); ``who_is_where`` gathers every rank's host and address;
 * ``lost_peer`` turns a communication error into "lost rank 1 on host h (192.168.77.2)";
-* ``watch_peers`` notices a host that died while this rank had nothing to say to it (a step
-  split stage computing its own steps would otherwise run on for minutes): every rank bumps a
-  counter in the rendezvous store each ``BEAT_S``; a peer whose counter stands still for
-  ``LOST_AFTER_S`` (or a store that stops answering: host 0 is gone) is named, and this rank
-  exits. Counters, not clocks: the hosts' clocks need not agree.
+* ``watch_peers`` notices a host that died while this rank had nothing to say to it: every rank
+  bumps a counter in the rendezvous store each ``BEAT_S``; a peer whose counter stands still
+  for ``LOST_AFTER_S`` (or a store that stops answering) is named, and this rank exits.
+  Counters, not clocks: the hosts' clocks need not agree.
 """
 
 from __future__ import annotations
