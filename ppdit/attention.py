@@ -1,11 +1,10 @@
 """Wan's self-attention in pieces, for the attention processors ppdit writes itself.
 
 Three layouts replace a block's self-attention (``attn1``) and nothing else: the causal chunk
-generator (attends to a KV cache: ``ppdit.serve.causal``), Ulysses sequence parallelism
-(all-to-alls around the attention: ``ppdit.parallel.sequence``) and the toy's block-causal
-training (a mask and a rope override: ``ppdit.toy.models``). Each is diffusers'
-``WanAttnProcessor`` with one thing changed, so the pieces here are its arithmetic, step for
-step, and a processor built from them computes the same bits where it changes nothing::
+generator (a KV cache: ``serve.causal``), Ulysses (all-to-alls around it: ``parallel.sequence``)
+and the toy's block-causal training (a mask and a rope override: ``toy.models``). Each is
+diffusers' ``WanAttnProcessor`` with one thing changed, so these pieces are its arithmetic, step
+for step, and a processor built from them computes the same bits where it changes nothing::
 
     v = project_v(attn, h)                      (B, S, heads, hd)
     q, k = project_qk(attn, h, rope)            RMS norm over all heads, then rope
@@ -13,7 +12,7 @@ step, and a processor built from them computes the same bits where it changes no
     attention_out(attn, out, q)                 the output projection, back to (B, S, D)
 
 ``install`` routes every block's self-attention through a processor per layer;
-``use_diffusers_attention`` puts diffusers' own back (the model runs as shipped again).
+``use_diffusers_attention`` puts diffusers' own back.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """Flow-matching sampling for Wan: the shifted sigma schedule, the Euler update, and what a
 handoff between step stages must carry.
 
-Flow matching (rectified flow) writes a noisy latent as ``x_sigma = (1 - sigma) x_0 + sigma eps``
-and trains the DiT to predict the velocity ``v = eps - x_0 = dx/dsigma``. Sampling integrates
-from sigma = 1 (pure noise) to sigma = 0 (the clean latent); Euler's method does it in
-``num_steps`` straight moves ``x <- x + (sigma_next - sigma) v``. Wan shifts the schedule towards
-high noise, ``sigma' = shift sigma / (1 + (shift - 1) sigma)`` (shift 3.0 at 480p, 5.0 at 720p),
-so more steps are spent where the coarse layout of the video is decided.
+Flow matching writes a noisy latent as ``x_sigma = (1 - sigma) x_0 + sigma eps`` and trains the
+DiT to predict the velocity ``v = eps - x_0 = dx/dsigma``. Sampling integrates from sigma = 1
+(noise) to 0 (the clean latent); Euler does it in ``num_steps`` moves
+``x <- x + (sigma_next - sigma) v``. Wan shifts the schedule towards high noise,
+``sigma' = shift sigma / (1 + (shift - 1) sigma)`` (3.0 at 480p, 5.0 at 720p), spending more
+steps where the video's coarse layout is decided.
 
-What state a step needs from earlier steps (the *handoff*): Euler is a one-step method, so step
-``i`` needs only the latent ``x`` at ``sigmas[i]`` and the index ``i``. The sigmas follow from
-``(num_steps, shift)`` and the conditioning from the request, both of which every rank knows.
-That is ``StepState``. A multistep solver (UniPC, which Wan's diffusers pipeline uses by
-default) adds its memory in ``StepState.solver_state``: its last 2 model outputs and the last
-sample, 3 more latents (``ppdit.checkpoint.solver``, plugged in as the ``Denoiser``'s update).
+The *handoff*: Euler is one-step, so step ``i`` needs only the latent at ``sigmas[i]`` and
+``i`` (sigmas and conditioning every rank knows): ``StepState``. A multistep solver (UniPC, Wan
+pipeline's default) adds its memory in ``StepState.solver_state``: 3 more latents
+(``ppdit.checkpoint.solver``, plugged in as the ``Denoiser``'s update).
 """
 
 from __future__ import annotations
@@ -144,13 +142,9 @@ def conditioning_for(request: Request, preset: str | ModelPreset, sampling: Samp
 
 
 def model_forward(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
-    """``forward(latent, timestep, text) -> velocity`` for a model: the stage view run end to
-    end (== ``model(...)`` bitwise), or the dummy model's own call.
-
-    A bf16 / fp16 model gets its inputs cast to its dtype, as diffusers' ``WanPipeline`` does
-    (the latent itself stays fp32 between steps: the solver's update runs in fp32); the
-    velocity comes back in the model's dtype.
-    """
+    """``forward(latent, timestep, text) -> velocity``: the stage view run end to end
+    (== ``model(...)`` bitwise), or the dummy model's own call. A bf16 / fp16 model gets its
+    inputs cast, as ``WanPipeline`` does (the latent stays fp32 between steps)."""
     if isinstance(model, DummyDiT):
         return model
     if model.dtype == torch.float32:
@@ -167,11 +161,10 @@ def predict_velocity(forward: Callable[..., torch.Tensor], latent: torch.Tensor,
                      timestep: torch.Tensor, cond: Conditioning, guidance_scale: float,
                      guided: torch.Tensor | None = None,
                      cfg: str | Callable[..., torch.Tensor] = "batched") -> torch.Tensor:
-    """The velocity for a batch (B, C, F, H, W).
-
-    ``timestep`` is (B,): every sample may sit at its own step (StreamDiffusion's stream batch).
-    ``guided`` (B,) bool marks the samples that get classifier-free guidance,
-    ``v = v_u + g (v_c - v_u)``. ``cfg`` says how their unconditional halves run:
+    """The velocity for a batch (B, C, F, H, W); ``timestep`` (B,): each sample may sit at its
+    own step (StreamDiffusion's stream batch). ``guided`` (B,) bool marks the samples that get
+    classifier-free guidance, ``v = v_u + g (v_c - v_u)``; ``cfg``, how their unconditional
+    halves run:
 
     * ``"batched"``: appended to the same batch, one call of ``forward`` (GEMM efficiency;
       other shapes than one request alone, so other bits);
@@ -221,24 +214,18 @@ def guide(v_cond: torch.Tensor, v_uncond: torch.Tensor, guidance_scale: float) -
 def euler_update(latent: torch.Tensor, velocity: torch.Tensor, sigma: torch.Tensor,
                  sigma_next: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``x <- x + (sigma_next - sigma) v``; sigma tensors are (B,) so samples may differ.
-
-    ``out`` lets the result land in a preallocated buffer (an outgoing P2P frame) with the
-    same kernel, hence the same bits, as without it.
-    """
+    ``out``: a preallocated buffer (an outgoing P2P frame), same kernel, same bits."""
     dt = (sigma_next - sigma).to(latent.dtype).view(-1, *([1] * (latent.ndim - 1)))
     return torch.add(latent, dt * velocity, out=out)
 
 
 class Denoiser:
-    """Runs denoising steps for one model and sampling config: the one sampling loop every
-    layout drives.
+    """The one sampling loop every layout drives, for one model and sampling config.
 
-    Single-device ``generate``, every step-split stage and the stream batch call ``step`` /
-    ``step_batch``; layouts that spread one forward over ranks plug their forward in
-    (``forward=``: sequence parallel, a causal chunk at an offset) or compute the velocity
-    themselves and call ``update`` (layer split's last stage, the torch pipelining baseline).
-    All of them therefore run the same update arithmetic, which is why their outputs equal one
-    device bitwise wherever the forward is the same.
+    ``generate``, every step-split stage and the stream batch call ``step`` / ``step_batch``;
+    layouts that spread a forward over ranks plug it in (``forward=``) or compute the velocity
+    themselves and call ``update`` (layer split's last stage). All run the same update
+    arithmetic: their outputs equal one device bitwise wherever the forward is the same.
     """
 
     def __init__(self, model: torch.nn.Module, preset: str | ModelPreset | None,
@@ -406,15 +393,12 @@ def measure_step_costs(model: torch.nn.Module, preset: str | ModelPreset, sampli
                        latent_shape: Sequence[int] | None = None, repeats: int = 3,
                        timer: Callable[[], AbstractContextManager] | None = None) -> list[float]:
     """Median seconds of each step for one request on this device: weights for a cost-balanced
-    step split (``ppdit.parallel.step_split.split_steps(..., weights=...)``).
-
-    Measured, not assumed: a guided step runs one forward on a batch of 2, which costs less than
-    two forwards, so "2 units" would overweight it.
+    ``split_steps(..., weights=...)``. Measured, not assumed: a guided step's batch of 2 costs
+    less than two forwards, so "2 units" would overweight it.
 
     ``timer()`` times one step: a context manager whose value holds ``seconds`` once it exits,
-    e.g. ``partial(ppdit.runtime.observe.timing.timed, placement)``, the runtime's one timing rule
-    (this layer cannot import it). Without one the model must be on the CPU, where a clock
-    around a step is its cost; on a GPU that clock would read the launch of its kernels.
+    e.g. ``partial(ppdit.runtime.observe.timing.timed, placement)`` (this layer cannot import
+    it). Without one the model must be on the CPU: on a GPU a clock reads only the launches.
     """
     if timer is None:
         timer = _cpu_clock

@@ -1,21 +1,18 @@
 """The report's "memory optimisations give modest improvements", taken apart term by term.
 
-The report (``002``) turned on three things before it split its model over GPUs: a fused
-("flash") attention, half precision, and gradient checkpointing, and found they helped a little
-but did not make the model fit one 24 GB GPU. For a video DiT each does something different:
+The report (``002``) turned on fused ("flash") attention, half precision and gradient
+checkpointing before splitting its model, and found they helped a little but did not make it
+fit one 24 GB GPU. For a video DiT each does something different:
 
-* **fused attention** removes the S x S matrices an unfused attention keeps per head: the
-  scores and softmax's output, ``2 b H S^2`` elements at softmax's high point
-  (``scores_bytes``). At Wan 14B 480p (S = 32,760 tokens, 40 heads, both guidance halves) that
-  is 343 GB in bf16 at each attention: without it nothing runs, so its gain is not modest.
+* **fused attention** removes the per-head S x S scores and softmax output, ``2 b H S^2``
+  elements at softmax's high point (``scores_bytes``): 343 GB in bf16 at Wan 14B 480p
+  (S = 32,760, 40 heads, both halves). Without it nothing runs: its gain is not modest.
 * **half precision** halves the weights and the activations (bf16 or fp16 against fp32).
-* **gradient checkpointing** keeps fewer activations *for the backward pass*. Inference runs
-  under ``torch.no_grad`` and keeps none, so it saves nothing here (and costs a recompute only
-  in training).
+* **gradient checkpointing** keeps fewer activations *for the backward pass*; inference under
+  ``torch.no_grad`` keeps none, so it saves nothing here.
 
-``optimisation_ladder`` adds them one at a time to ``rank_memory_model``'s one-GPU total, so a
-lesson can print what each buys against a card's memory; ``measure_scores`` checks the scores
-term on live tensors."""
+``optimisation_ladder`` adds them one at a time to ``rank_memory_model``'s one-GPU total, to set
+against a card's memory; ``measure_scores`` checks the scores term on live tensors."""
 
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
 """Streaming vs full VAE decode, measured: time to first frame, total time, peak memory.
 
-What the numbers mean:
-
-* **time to first frame (TTFF)** — from the decode's start until the first pixel frame can be
-  shown. Full decode returns everything at once, so its TTFF *is* its total time; streaming
-  returns frame 0 after decoding latent frame 0 alone, about 1/F of the work (less: the first
-  latent frame decodes to one pixel frame, later ones to four).
-* **total** — until the last frame is out. Streaming does the same convolutions as full decode
-  (diffusers decodes frame by frame internally too), so it should cost about the same; bigger
-  chunks run fewer, larger kernels.
-* **peak memory** — most bytes allocated at once during the decode (see
-  ``runtime.observe.memory``). Full decode holds the whole output, plus the copies its repeated
-  ``torch.cat`` makes; a streaming consumer holds one chunk's frames at a time and the cache,
-  so its peak does not grow with the video's length.
+* **time to first frame (TTFF)** — until the first pixel frame can be shown: for a full decode,
+  its total time; streaming returns frame 0 after decoding latent frame 0 alone, under 1/F of
+  the work (it decodes to one pixel frame, later ones to four).
+* **total** — until the last frame is out: streaming does the same convolutions (diffusers
+  decodes frame by frame internally too); bigger chunks run fewer, larger kernels.
+* **peak memory** — most bytes allocated at once (``runtime.observe.memory``): full decode holds
+  the whole output plus its repeated ``torch.cat``'s copies; a streaming consumer one chunk's
+  frames and the cache, so its peak does not grow with the video's length.
 
 Modes are interleaved repeat by repeat, so a slow moment of a shared machine hits all of them."""
 

@@ -6,14 +6,11 @@ Two answers, and every layout, the serving system and the toy ask this one value
                                                  (the DiT's, and the VAE preset's)
     ModelSource(folder="models/toy_shapes")      a diffusers Wan 2.1 pipeline folder on disk
 
-Every rank that holds an equal ``ModelSource`` builds identical weights without talking (the
-same seed, or the same files), so sources are compared, not models: two plans run side by
-side must have equal sources (``ppdit.runtime.rounds``). The value is frozen and tiny, so it
-travels with every plan to every rank; the weights never do.
-
-``spec`` describes the transformer's sizes (a ``ModelPreset``: layers, heads, text width, a
-default latent) without loading weights; for a folder it is read from its config. ``dit()``,
-``vae()`` and ``prompts()`` build what a rank needs; a folder also gives its ``scheduler()``.
+Ranks holding equal ``ModelSource``s build identical weights without talking, so sources are
+compared, not models (plans run side by side must have equal ones: ``runtime.rounds``). The value
+is frozen and tiny: it travels with every plan; the weights never do. ``spec`` gives the
+transformer's sizes (a ``ModelPreset``) without loading weights; ``dit()``, ``vae()`` and
+``prompts()`` build what a rank needs; a folder also gives its ``scheduler()``.
 """
 
 from __future__ import annotations

@@ -10,10 +10,9 @@ is the same three moves whatever the axes (torchtitan's ``parallelize`` then the
         step    the step-split stage loop (``step_split``: a stage's ranks run the forward axes)
         layer   the layer-split schedule (``layer_split``: it stands alone)
 
-The single device is the same plan with every degree 1 (``run_local``: in this process, the
-stack is the model itself), which is what ``ppdit generate`` compares every layout with.
-Adding a forward axis means a step in ``ForwardStack``; adding a loop, a branch in
-``loop_plan`` and ``run_plan``: no runner per combination.
+The single device is the same plan with every degree 1 (``run_local``), what ``ppdit generate``
+compares every layout with. A new forward axis is a step in ``ForwardStack``; a new loop, a
+branch in ``loop_plan`` and ``run_plan``: no runner per combination.
 """
 
 from __future__ import annotations

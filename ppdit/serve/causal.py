@@ -1,20 +1,17 @@
 """Causal chunked generation with a rolling KV cache (CausVid style), on diffusers' Wan model.
 
-A stream is generated chunk by chunk (a few latent frames at a time). Each new chunk is denoised
-while its self-attention also sees the keys and values of earlier, already *clean* chunks::
+A stream is generated a chunk (a few latent frames) at a time; each chunk is denoised while its
+self-attention also sees the keys and values of earlier, already *clean* chunks::
 
     chunk 0: [denoise, no context]  -> clean 0 -> record K/V of clean 0 (one t=0 forward)
     chunk 1: [denoise, attends to K/V(0)] -> clean 1 -> record K/V of clean 1 (sees K/V(0))
     chunk 2: [denoise, attends to K/V(0), K/V(1)] ...
 
-Only ``attn1`` (self-attention) changes: ``CausalAttnProcessor`` prepends the cached K/V of the
-same layer. Everything else in a block works per token. Rope positions stay absolute: chunk k's
-frames are rotated as frames ``k F .. (k+1) F - 1`` of the whole video.
-
-``context_frames_override`` rebuilds the cache from given clean latent frames (recompute): the
-same record forwards over the same chunks, hence the same bits as the cache built while
-generating. ``full_sequence_reference`` computes a chunk the other way — one forward over the
-whole sequence with a block-causal mask and per-token timesteps — which the tests compare with.
+Only ``attn1`` changes (``CausalAttnProcessor`` prepends the layer's cached K/V); rope positions
+stay absolute (chunk k's frames are frames ``k F .. (k+1) F - 1`` of the video).
+``context_frames_override`` rebuilds the cache from given clean frames by the same record
+forwards, hence the same bits. ``full_sequence_reference`` computes a chunk the other way, one
+forward with a block-causal mask and per-token timesteps, for the tests to compare with.
 """
 
 from __future__ import annotations

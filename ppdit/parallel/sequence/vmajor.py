@@ -1,20 +1,16 @@
 """V-Major selective communication (CoCoDiff's third mechanism): send only the V that changed.
 
-From one denoising step to the next a token's value vector changes little late in sampling.
-Each rank remembers, per layer and per conditioning, what every receiver holds of its V (the
-rows it last sent), and sends only the token rows whose relative change since *then* exceeds
-a threshold τ::
+Late in sampling a token's value vector changes little from step to step. Each rank remembers,
+per layer and conditioning, what every receiver holds of its V (the rows it last sent), and
+sends only the rows whose relative change since *then* exceeds a threshold τ::
 
     send row t to rank j  iff  ||v_t - held_j(t)|| > τ ||held_j(t)||
 
-The receiver patches its copy with the rows that came and attends with the rest as they were.
-Comparing against what was last *sent* (not the previous step) bounds every row's error by τ
-for good: small changes cannot pile up unseen. τ = 0 sends every row that changed at all
-(exact); the first step of a request sends everything.
-
-On the wire, per V all-to-all: one byte per row (which rows come: a mask, in an all-to-all of
-its own), then the chosen rows. The paper reports the speed-up (3.6x average) but no quality
-ablation; ``ppdit.toy.vmajor`` measures both.
+The receiver patches its copy with the rows that came. Comparing against what was last *sent*
+bounds every row's error by τ for good: small changes cannot pile up unseen. τ = 0 is exact; a
+request's first step sends everything. On the wire, per V all-to-all: a one-byte-per-row mask
+(an all-to-all of its own), then the chosen rows. The paper reports the speed-up (3.6x average)
+but no quality ablation; ``ppdit.toy.vmajor`` measures both.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """Peak tensor memory of a piece of code, on the GPU and on the CPU, measured the same way.
 
-On a GPU the caching allocator keeps the answer: ``torch.cuda.max_memory_allocated`` after
-``reset_peak_memory_stats``. The CPU has no such counter, and the usual stand-ins mislead:
-``tracemalloc`` sees only Python's own allocator (torch tensors are invisible to it), and the
-process's peak RSS cannot be reset and includes whatever malloc keeps cached. So on the CPU
-ppdit counts *live tensor bytes* itself: a ``TorchDispatchMode`` sees every tensor an operator
-returns, adds its storage's size, and a ``weakref.finalize`` on the storage subtracts it when
-the storage is freed; a storage resized in place (``UntypedStorage.resize_``, which no
-operator sees: FSDP2 frees and regrows gathered weights that way) counts its change in size.
-The peak of that running sum is the CPU analogue of ``max_memory_allocated`` (minus
-kernel-internal workspaces, which no operator returns). Wrapper subclasses (``DTensor``,
-functional collectives' ``AsyncCollectiveTensor``) own no storage: their inner tensors count.
+On a GPU, ``max_memory_allocated`` after ``reset_peak_memory_stats``. The CPU has no such
+counter, and the stand-ins mislead (``tracemalloc`` cannot see torch tensors; peak RSS cannot be
+reset and includes malloc's cache), so ppdit counts *live tensor bytes*: a ``TorchDispatchMode``
+adds the storage size of every tensor an operator returns, and a ``weakref.finalize`` subtracts
+it when the storage is freed; a storage resized in place (``UntypedStorage.resize_``, as FSDP2
+frees and regrows gathered weights) counts its change. The running sum's peak is the CPU analogue
+of ``max_memory_allocated`` (minus kernel workspaces). Wrapper subclasses (``DTensor``,
+``AsyncCollectiveTensor``) own no storage: their inner tensors count.
 
-Both count only what is allocated *inside* the block: weights and inputs made before it are
-the baseline, not part of the peak; ``held_bytes`` counts those weights.
+Both count only what is allocated *inside* the block; ``held_bytes`` counts the weights.
 """
 
 from __future__ import annotations
