@@ -5,13 +5,11 @@ The folder is what ``WanPipeline.save_pretrained`` writes, or a snapshot of
 
     model_index.json  transformer/  vae/  text_encoder/  tokenizer/  scheduler/
 
-Why not ``WanPipeline.from_pretrained``: ranks need different parts (only the caller needs the
-VAE, only the encoding rank the umT5 encoder, every rank the transformer), and ppdit runs the
-transformer through its stage view. Each part is loaded with ``local_files_only=True``:
-nothing is ever downloaded. Dtypes follow Wan: the transformer and text encoder in the chosen
-dtype, the VAE in fp32 (its decode is where low precision shows as banding).
-``check_folder`` reads every config and safetensors header (never a tensor): a cut-off
-download is refused in one line naming the file, not minutes into a launch by a loader.
+Not ``WanPipeline.from_pretrained``: ranks need different parts (the caller the VAE, the
+encoding rank umT5, every rank the transformer, run through its stage view). Each part loads
+with ``local_files_only=True``; the transformer and encoder in the chosen dtype, the VAE in fp32
+(low precision shows as banding). ``check_folder`` reads every config and safetensors header
+(never a tensor): a cut-off download is refused in one line naming the file.
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """Prompt -> umT5 embeddings, exactly as ``WanPipeline.encode_prompt`` computes them.
 
 Tokenize to ``max_sequence_length`` (512 for Wan), run the encoder with the attention mask, keep
-each prompt's real tokens and zero the padding rows. With guidance (scale > 1) the negative
-prompt ("" by default, as diffusers) is encoded the same way.
+each prompt's real tokens and zero the padding rows; with guidance the negative prompt ("" by
+default, as diffusers) too.
 
-Where it runs: once, in the process that launches the ranks (``ppdit.t2v.generate``), and
-the two (1, 512, 4096) embeddings travel to every rank with the job: 4 MB each in bf16. The
-alternative, encoding on every rank, sends nothing but puts umT5-XXL (5.7 B parameters: 11.4 GB
-in bf16, 23 GB in fp32) beside the DiT on every GPU, for a computation that runs once per video.
-The encoder is dropped as soon as the embeddings exist, so it never shares memory with the
-denoising.
-(Under ``torchrun`` there is no launching process: each rank is a caller and encodes itself —
-the every-rank choice, paid only there.)
+It runs once, in the process that launches the ranks (``t2v.generate``); the (1, 512, 4096)
+embeddings travel with the job (4 MB each in bf16). Encoding on every rank would send nothing
+but put umT5-XXL (5.7 B parameters, 11.4 GB in bf16) beside the DiT on every GPU, for work done
+once per video. The encoder is dropped as soon as the embeddings exist. (Under ``torchrun``
+each rank is a caller and encodes itself.)
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
 """CFG-parallel: each guided step's two forwards run at once, one per rank.
 
-With guidance every step runs the DiT twice, on the prompt and on the negative prompt, and the
-two forwards share nothing but the latent and the timestep::
+With guidance every step runs the DiT twice, on the prompt and the negative prompt, two
+forwards that share nothing but the latent and the timestep::
 
     rank 0:  v_c = DiT(x, t, prompt)    ─┐ all-gather (one latent-sized tensor each way)
     rank 1:  v_u = DiT(x, t, negative)  ─┴─> both: v = v_u + g (v_c - v_u); x <- step(x, v)
 
-Both ranks then run the same solver update on the same inputs, so they hold the same latent
-(and solver memory) for the next step without sending it: the only traffic is the exchange of
-the two velocities, ``2 x latent bytes`` per step. Each rank's forward has exactly the shapes
-of the single-device forward (batch 1), so the result equals one device bit for bit; the step
-takes about one forward instead of two (the all-gather and the update are small).
-Compare: batching both halves on one device (ppdit's ``predict_velocity``) buys GEMM
-efficiency, not latency, and changes the bits.
+Both ranks run the same update on the same inputs, so they hold the same latent (and solver
+memory) without sending it: the only traffic is ``2 x latent bytes`` per step. Each forward has
+the single device's shapes (batch 1), so the result equals it bit for bit, at about one
+forward's time instead of two. Batching both halves on one device (``predict_velocity``) buys
+GEMM efficiency, not latency, and changes the bits.
 """
 
 from __future__ import annotations

@@ -6,13 +6,11 @@
        ^                                                                            |
        +------------------------ next step (the wrap) ------------------------------+
 
-Only the tokens ``h`` (n, S, D) of a micro-batch cross a stage boundary. The conditioning every
-block also needs (rope tables, timestep modulation, projected text) is *recomputed* on each
-rank from the step index and the request seeds, instead of being sent: it costs one small MLP
-and a text projection per micro-batch and step, against sending (n, 6, D) + (n, L, D) with every
-hop. For Wan 2.1-14B (L = 512 text tokens) that is 1.6% more bytes than ``h`` at 480p (32,760
-tokens) but half as much again for a 1,000-token preview. The price is memory: every rank keeps
-the condition embedder's weights.
+Only a micro-batch's tokens ``h`` (n, S, D) cross a stage boundary. The conditioning every block
+needs (rope, timestep modulation, projected text) is *recomputed* on each rank from the step
+index and seeds: one small MLP and a text projection, against sending (n, 6, D) + (n, L, D) with
+every hop (for Wan 14B, 1.6% more bytes than ``h`` at 480p, half as much again for a 1,000-token
+preview). The price: every rank keeps the condition embedder's weights.
 """
 
 from __future__ import annotations

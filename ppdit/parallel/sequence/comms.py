@@ -1,17 +1,13 @@
 """The two all-to-alls of Ulysses sequence parallelism, and what they move.
 
 With P ranks each holding a slice of the S tokens (sizes ``split``, uneven allowed), attention
-needs the opposite layout: every token, but only H/P heads. ``seq_to_heads`` goes there,
-``heads_to_seq`` comes back::
+needs every token but only H/P heads. ``seq_to_heads`` goes there, ``heads_to_seq`` comes back::
 
     (B, S_r, H, hd) on rank r --seq_to_heads--> (B, S, H/P, hd) --heads_to_seq--> (B, S_r, H, hd)
 
-Each is one ``all_to_all_single`` with split sizes (functional collectives: the result is a
-tensor, so ``torch.compile`` can trace it, and waiting is deferred until it is used — which is
-what lets V's all-to-all run while Q and K are still being computed).
-
-``staged`` (ranks sharing a GPU over gloo, which moves only host memory): each all-to-all runs
-on a host copy and its result returns to the device when it is waited for.
+Each is one ``all_to_all_single`` (a functional collective: it traces, and its wait is deferred
+to first use, which lets V's all-to-all run while Q and K are computed). ``staged`` (ranks
+sharing a GPU over gloo): it runs on a host copy, back on the device when waited for.
 """
 
 from __future__ import annotations

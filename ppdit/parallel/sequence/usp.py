@@ -1,18 +1,14 @@
 """USP (xDiT's unified sequence parallelism): Ulysses inside, ring attention across.
 
-Ulysses stops at the head count (``ring.py``); ring attention has no such limit but sends every
-K/V block P - 1 hops. USP arranges the ranks of one forward as ``ring x ulysses``
-(``runtime.comm.mesh``): a Ulysses group of U ranks first trades its token slices for a head
-split (each rank then holds the group's whole run of tokens for H/U heads), the R Ulysses groups
-then pass those runs around a ring, one rank per group and head slice, and the output comes
-back to the token split::
+Ulysses stops at the head count; ring attention has no such limit but sends every K/V block
+P - 1 hops. USP arranges a forward's ranks as ``ring x ulysses``: a Ulysses group of U ranks
+trades its token slices for a head split (each rank then holds the group's tokens for H/U
+heads), the R groups pass those runs around a ring, and the output goes back to the token split::
 
     (B, S_i, H, hd) --Ulysses a2a--> (B, S_group, H/U, hd) --ring over R--> same --a2a back-->
 
-On 8 ranks and 12 heads: U = 4 (divides 12), R = 2. The all-to-alls stay among the U closest
-ranks (one node), and only K/V blocks cross the slower ring links.
-
-Tolerance: ``ring.RING_TOL`` (the ring's merge reorders softmax sums; all-to-alls only move values).
+On 8 ranks and 12 heads: U = 4 (divides 12), R = 2: the all-to-alls stay among the U closest
+ranks (one node), only K/V blocks cross the ring. Tolerance: ``ring.RING_TOL``.
 """
 
 from __future__ import annotations

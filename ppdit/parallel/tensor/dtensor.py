@@ -1,17 +1,15 @@
 """The same Megatron split through DTensor's ``parallelize_module``, for comparison.
 
 PyTorch's own TP API (https://docs.pytorch.org/tutorials/intermediate/TP_tutorial.html) states
-the split declaratively: ``ColwiseParallel`` shards a linear's weight by output features
-(``Shard(0)``) and hands on a local (B, S, F/tp) tensor, ``RowwiseParallel`` shards by input
-features (``Shard(1)``) and turns its partial result into a replicated one, an all-reduce
-issued inside DTensor (as a functional collective, so it also traces). The layers are plain
-``nn.Linear`` modules whose parameters became ``DTensor`` s; every call goes through DTensor's
-sharding propagation, which is what costs eager time (and what ``torch.compile`` traces away).
+the split declaratively: ``ColwiseParallel`` shards a linear by output features (``Shard(0)``)
+and hands on a local (B, S, F/tp) tensor, ``RowwiseParallel`` by input features (``Shard(1)``),
+turning its partial result into a replicated one with an all-reduce inside DTensor (a functional
+collective: it traces). Every call goes through DTensor's sharding propagation: the eager cost
+``torch.compile`` traces away.
 
-What DTensor does not express here is Wan's q/k RMSNorm across heads: its sharding rule for
-RMSNorm needs the normalized dim whole, so a DTensor q sharded over heads would be gathered.
-This variant therefore reuses ``DistributedRMSNorm`` (one (B, S, 1) all-reduce) for q and k,
-which keeps both variants' communication identical and the comparison about the machinery.
+DTensor's RMSNorm rule needs the normalized dim whole (a head-sharded q would be gathered), so
+this variant reuses ``DistributedRMSNorm`` for q and k: both variants' communication is then
+identical, and the comparison is about the machinery.
 """
 
 from __future__ import annotations

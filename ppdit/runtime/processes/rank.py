@@ -1,18 +1,15 @@
 """The rank's side: the ordered life of one spawned (or torchrun-started) process.
 
-A spawned rank (``child_main``) lives as long as its pool (``processes.pool``): it starts,
-joins the process group once, then runs jobs from its queue until told to stop::
+A spawned rank (``child_main``) lives as long as its pool: it starts, joins the process group
+once, then runs jobs from its queue until told to stop::
 
     redirect output -> threads -> import diffusers -> [first job's setup]
     -> init_process_group -> { job: setup -> worker -> barrier -> result } ... -> destroy
 
-Importing diffusers (which imports ``torch._dynamo``) *after* the process group exists made
-gloo teardown leave threads behind and occasionally abort at exit on this machine, so it
-happens first; the first job's ``setup`` (building the model) also runs before the group exists.
-
-A rank never outlives its caller: its entry (``ppdit._spawn_entry``) ties it to the caller
-before any heavy import. SIGINT is ignored here: an interrupt is the caller's decision, and
-the caller then ends every rank itself.
+Importing diffusers (and ``torch._dynamo``) *after* the group exists made gloo's teardown leave
+threads behind and sometimes abort at exit, so it happens first, as does the first job's
+``setup``. A rank never outlives its caller (``_spawn_entry`` ties it to the caller before any
+heavy import) and ignores SIGINT: an interrupt is the caller's to decide, and it ends every rank.
 """
 
 from __future__ import annotations
