@@ -1,18 +1,16 @@
 """The α-β cost of one all-to-all over N nodes of L ranks, flat or in two phases (CoCoDiff's TAPA).
 
-Each rank holds one chunk of ``m`` bytes for every rank. A message costs ``α + bytes / β`` on
+Each rank holds one chunk of ``m`` bytes for every rank; a message costs ``α + bytes / β`` on
 its link, a rank's messages on one link going one after another.
 
-* **Flat**: L - 1 messages of m inside the node, (N - 1) L of m across; the two links work at
-  the same time, so the slower side sets the time.
-* **Two-phase** (``parallel.sequence.topology``): phase 1 sends L - 1 messages of N m inside the
-  node, then phase 2 sends N - 1 messages of L m across, one per node.
+* **Flat**: L - 1 messages of m inside the node, (N - 1) L of m across, the two links at once.
+* **Two-phase** (``parallel.sequence.topology``): L - 1 messages of N m inside the node, then
+  N - 1 of L m across, one per node.
 
-The same bytes cross the nodes either way; the two-phase one trades (N - 1)(L - 1) inter-node
-latencies for a second pass over the fast links. So it wins where messages are small
-(latency-bound) and loses where they are large, unless something this model leaves out
-dominates: many ranks sharing one NIC, switch congestion from many flows, or each rank's
-phase 2 on its own NIC (rails), which CoCoDiff's Aurora measurements exercise."""
+The same bytes cross the nodes; the two-phase one trades (N - 1)(L - 1) inter-node latencies for
+a second pass over the fast links: it wins for small (latency-bound) messages and loses for
+large ones, unless what this model leaves out dominates (ranks sharing a NIC, congestion, or
+each rank's phase 2 on its own NIC, which CoCoDiff's Aurora measurements exercise)."""
 
 from __future__ import annotations
 

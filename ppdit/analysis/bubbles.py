@@ -1,17 +1,14 @@
 """Pipeline arithmetic: ideal schedules, speedups and bubble fractions, from first principles.
 
-A pipeline of P equal stages processing M work items (requests or micro-batches) one after
-another finishes after (M + P - 1) stage-times: P - 1 to fill, M to stream through. One device
-needs M * P of them. Hence
+A pipeline of P equal stages processing M work items finishes after (M + P - 1) stage-times
+(P - 1 to fill, M to stream through); one device needs M * P. Hence the GPipe bubble
 
     speedup = M P / (M + P - 1)        bubble = idle share = (P - 1) / (M + P - 1)
 
-(the GPipe bubble). Step-split PP with pipeline filling is exactly this with M = requests.
-
-Layer-split PP repeats it every denoising step. With V virtual chunks per rank (each 1/V of a
-stage-time) and N steps, one flushed step takes max(M, P) + (min(M, P) - 1) / V stage-times
-(for M >= P: M + (P - 1)/V, Megatron's interleaving), and wrapping micro-batches from the last
-stage straight back to the first removes every drain but the last:
+Step-split PP with pipeline filling is exactly this with M = requests. Layer-split PP repeats it
+every step: with V virtual chunks per rank and N steps, one flushed step takes
+max(M, P) + (min(M, P) - 1) / V stage-times (M >= P: M + (P - 1)/V, Megatron's interleaving);
+wrapping micro-batches straight back to the first stage removes every drain but the last:
 N max(M, P) + (min(M, P) - 1) / V in all. The bubble is 1 - N M / (that time)."""
 
 from __future__ import annotations

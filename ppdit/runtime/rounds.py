@@ -1,16 +1,15 @@
 """Several plans side by side in one launch, interleaved round by round: the one harness every
 layout's comparisons use.
 
-Why interleave: the speed of a shared machine drifts by tens of percent within a minute (two
-busy ranks on two cores slow each other; a GPU node has neighbours). Plan A measured now and
-plan B a minute later compare the machine's moods, not the plans. Running every plan in the
-same processes, round k starting at plan k mod n (A B, B A, ...), makes a slow minute slow all
-of them, so per-round ratios mean something and the spread over rounds says how much.
+Why interleave: a shared machine's speed drifts by tens of percent within a minute, so plan A now
+and plan B a minute later compare the machine's moods. Running every plan in the same processes,
+round k starting at plan k mod n (A B, B A, ...), makes a slow minute slow all of them: per-round
+ratios mean something, and the spread over rounds says how much.
 
-A ``Runner`` subclass says what one layout does on one rank; ``rounds_worker`` is every rank's loop
-(a barrier, then plan i where the rank takes part, its output and trace kept); ``run_side_by_side``
-is the caller's side: one launch (one thread per rank unless told otherwise: a speedup measured with
-more threads than cores measures the OS scheduler), then each plan's traces merged round by round.
+A ``Runner`` subclass says what one layout does on one rank; ``rounds_worker`` is every rank's
+loop (a barrier, then plan i where the rank takes part); ``run_side_by_side`` the caller's side:
+one launch (one thread per rank unless told otherwise: more threads than cores measures the OS
+scheduler), then each plan's traces merged round by round.
 """
 
 from __future__ import annotations

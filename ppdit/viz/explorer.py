@@ -3,14 +3,12 @@
 Two things a plain ``interactive_output`` gets wrong in JupyterLab, and this gets right:
 
 * **Races.** JupyterLab 4.4+ with ipykernel 7 delivers widget messages on kernel *subshells*
-  (threads), so two quick changes run two redraws at once: both clear the output, both append
-  a figure, and a stale picture stays stacked under the new one (matplotlib's pyplot state is
-  not thread-safe either). Here a redraw renders the figure to PNG bytes under a lock, always
-  from the controls' *current* values, and replaces the output in one assignment; a change that
-  arrives while another redraw runs is folded into the next one.
-* **The first open.** A saved notebook opened without a live kernel (or untrusted) shows the
-  text a widget stores beside its view, normally ``VBox(children=(HBox(...``. The explorer's
-  text says what it is and how to use it instead."""
+  (threads): two quick changes redraw at once and a stale picture stays stacked under the new
+  one (pyplot is not thread-safe either). Here a redraw renders PNG bytes under a lock, from
+  the controls' *current* values, and replaces the output in one assignment; a change arriving
+  during a redraw is folded into the next one.
+* **The first open.** Without a live kernel a notebook shows the text a widget stores beside its
+  view (normally ``VBox(children=(HBox(...``); the explorer's text says what it is instead."""
 
 from __future__ import annotations
 

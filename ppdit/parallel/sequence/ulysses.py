@@ -1,16 +1,14 @@
 """Ulysses sequence parallelism for the Wan DiT: split the tokens, not the weights.
 
-Every rank holds the whole model and a slice of the S tokens. Everything in a block except
-self-attention works token by token — norms, modulation, the FFN, and cross-attention (queries
-from my tokens, keys and values from the text, which every rank has) — so it runs on the slice
-with no communication. Even Wan's q/k RMSNorm "across heads" is per token: unlike tensor
-parallelism (lesson 04) it needs no extra all-reduce here. Self-attention needs every token, so
-it swaps layouts twice (``comms.py``): Q, K, V to a head split, attention over all tokens
-for H/P heads, the output back to a token split.
+Every rank holds the whole model and a slice of the S tokens. All of a block but self-attention
+works token by token (norms, modulation, FFN, cross-attention against the text every rank has;
+even Wan's q/k RMSNorm "across heads" is per token: no all-reduce, unlike TP), so it runs on the
+slice without talking. Self-attention needs every token, so it swaps layouts twice
+(``comms.py``): Q, K, V to a head split, attention over all tokens for H/P heads, back.
 
-V-first (the CoCoDiff paper's scheduling): V needs only its projection, while Q and K also need
-their norm and rope. So V's all-to-all is issued first and waited for only just before
-attention, hiding it behind the Q/K work; without V-first each all-to-all is waited for at once.
+V-first (CoCoDiff's scheduling): V needs only its projection, Q and K also their norm and rope,
+so V's all-to-all is issued first and waited for just before attention, hidden behind the Q/K
+work; without V-first each all-to-all is waited for at once.
 """
 
 from __future__ import annotations

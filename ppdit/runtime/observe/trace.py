@@ -1,16 +1,14 @@
 """Per-rank spans on a common clock, merged into one timeline and exported for Perfetto.
 
-Each rank owns a ``Tracer`` and wraps what it does in ``with tracer.span(kind, name, **meta)``.
-Kinds used across ppdit: ``compute`` (model work), ``send``/``recv`` (P2P), ``wait`` (blocked on a
-peer or a queue), ``decode`` (VAE), ``collective`` (a TP all-reduce inside a compute span, recorded
-where ``collectives_into`` names the tracer: the layers hold no tracer). The clock is
-``time.perf_counter_ns`` — on Linux that is CLOCK_MONOTONIC, one clock for every process on a host,
-so spans of different ranks on one machine line up exactly. Ranks on different hosts are aligned by
-a barrier (``Tracer.align``); the error is then the barrier's release skew.
+Each rank owns a ``Tracer`` and wraps its work in ``with tracer.span(kind, name, **meta)``.
+Kinds: ``compute``, ``send``/``recv`` (P2P), ``wait`` (blocked on a peer or a queue), ``decode``
+(VAE), ``collective`` (a TP all-reduce inside a compute span, where ``collectives_into`` names
+the tracer). The clock is ``time.perf_counter_ns`` (CLOCK_MONOTONIC on Linux, one clock for every
+process on a host, so ranks on one machine line up exactly); ranks on different hosts are
+aligned by a barrier (``Tracer.align``), within its release skew.
 
-On a GPU a compute span's wall time measures only the *launch* of asynchronous kernels; with
-``gpu=True`` the span also records CUDA events and reports the kernels' own start and end
-(resolved once, in ``finish``, so tracing adds no synchronisation to the hot path).
+On a GPU a span's wall time measures only the *launch* of asynchronous kernels; with ``gpu=True``
+it also records CUDA events, resolved once in ``finish``: no synchronisation on the hot path.
 """
 
 from __future__ import annotations
