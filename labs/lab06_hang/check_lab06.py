@@ -1,8 +1,9 @@
 """Checker for lab 06: run it with ``pytest labs/lab06_hang``.
 
-One launch of 2 real gloo ranks keeping NCCL's point-to-point rules (16 KiB eager limit, so the
-20 KiB frames rendezvous as real frames do). On the ranks, ``relay_cases`` runs each part of
-your file for every (n, max_in_flight) in ``CASES``, and watches the wire:
+One launch of 2 real gloo ranks keeping NCCL's point-to-point rules, strictly: every send
+waits for its receive (all NCCL promises; a small send finishing early is an optimisation).
+On the ranks, ``relay_cases`` runs each part of your file for every (n, max_in_flight) in
+``CASES``, and watches the wire:
 
 * every send and receive must go through the rules (``ctx.wire``, which keeps them): a
   ``dist.isend`` behind their back would run on plain gloo, which forgives every hang;
@@ -27,8 +28,8 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).parent
-LIMIT = 16 << 10  # the eager limit the ranks keep (bytes); the test suite's too
-FRAME_NBYTES = 80 * 64 * 4  # a frame's payload (the lab's SPEC): above LIMIT, a rendezvous
+LIMIT = 0  # the eager limit the ranks keep (bytes): none, as in the test suite
+FRAME_NBYTES = 80 * 64 * 4  # a frame's payload (the lab's SPEC): tells frames from acks
 CASES = ((6, 1), (6, 2), (5, 3), (3, 5))  # (n, max_in_flight); the last never waits for an ack
 PARTS = (("part 1", "relay_worker"), ("part 2", "relay_one_communicator"))
 NOT_DONE = "not implemented"

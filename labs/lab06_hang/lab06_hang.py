@@ -8,10 +8,9 @@ import torch.distributed as dist
 from ppdit.runtime.comm.mesh import build_lanes
 from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, wait_for
 
-# 80 x 64 float32 = 20 KiB: above the checker's 16 KiB eager limit, so every frame is a
-# rendezvous, as real (megabyte) frames are under NCCL's 4 MiB buffer.
-SPEC = FrameSpec((80, 64), torch.float32, meta_slots=1)
-ACK = FrameSpec((1,), torch.int64, meta_slots=0)  # 8 bytes: an acknowledgement is always eager
+# The checker makes every send wait for its receive (all NCCL promises), whatever its size.
+SPEC = FrameSpec((80, 64), torch.float32, meta_slots=1)  # 80 x 64 float32 = 20 KiB
+ACK = FrameSpec((1,), torch.int64, meta_slots=0)  # 8 bytes
 TIMEOUT_S = 20.0  # for every wait: a hang the rules do not recognise ends here, named
 
 

@@ -1,10 +1,10 @@
 """Reference solution of lab 06.
 
 Part 1 gives the acknowledgements a communicator of their own (what step split does with
-``RankGroups.back_group``). Part 2 keeps one communicator and orders each rank's queue so that
-no operation the peer waits for is ever queued behind one that waits for the peer: rank 1 sends
-the acknowledgement *before* posting the next frame's receive, and rank 0 posts an
-acknowledgement's receive only when it is about to wait for it.
+``RankGroups.back_group``). Part 2 keeps one communicator, where every send may wait for its
+receive, so both ranks post their operations to each other in one and the same order: rank 0
+receives the acknowledgement of frame k - max_in_flight just before it sends frame k, so rank 1
+sends that acknowledgement just before it posts the receive of frame k (and no earlier).
 """
 
 from __future__ import annotations
@@ -66,10 +66,9 @@ def relay_worker(ctx, n: int, max_in_flight: int) -> list:
 
 def relay_one_communicator(ctx, n: int, max_in_flight: int) -> list:
     """Part 2: one communicator, each rank's queue in an order that cannot block the peer."""
-    needed = max(0, n - max_in_flight)
     if ctx.rank == 0:
         # no header (rank 1 receives raw frames), and no acknowledgement posted ahead: that
-        # receive would stand in front of the next frame, which rank 1 needs to acknowledge
+        # receive would stand in front of frames rank 1 must receive before it acknowledges
         frames = FrameSender(SPEC, 1, ctx.wire, announce=False, timeout_s=TIMEOUT_S)
         acks = FrameReceiver(ACK, 1, ctx.wire, timeout_s=TIMEOUT_S)  # no count: on demand
         return _send_in_window(frames, acks, n, max_in_flight)
@@ -79,10 +78,10 @@ def relay_one_communicator(ctx, n: int, max_in_flight: int) -> list:
     sums = []
     for k in range(n):
         wait_for(posted, TIMEOUT_S, f"receiving frame {k} from rank 0")
-        if k < needed:  # first the acknowledgement: nothing may queue in front of it ...
-            outbox.send(torch.ones(1, dtype=torch.int64), [])
-        if k + 1 < n:  # ... then the next receive, still posted before the work on this frame
-            posted = ctx.wire.recv(ring[(k + 1) % 2].buf, 0)
+        if k + 1 < n:  # rank 0's order: the ack of frame k + 1 - max_in_flight, then frame k + 1
+            if k + 1 >= max_in_flight:
+                outbox.send(torch.ones(1, dtype=torch.int64), [])
+            posted = ctx.wire.recv(ring[(k + 1) % 2].buf, 0)  # before the work on frame k
         sums.append(consume(ring[k % 2].payload))
     outbox.flush()
     return sums

@@ -17,7 +17,7 @@ CASES = [("lab01_split_steps", "check_lab01"), ("lab02_handoff", "check_lab02"),
          ("lab09_envelope", "check_lab09")]
 CHECKERS = dict(CASES)
 # Labs whose checkers run on the suite's live ranks. Lab 06 starts its own: NCCL's rules and
-# their eager limit are fixed when a rank starts, and its checker needs them at 16 KiB.
+# their eager limit are fixed when a rank starts, and its checker needs them strict.
 RANKS = {"lab01_split_steps": 2, "lab02_handoff": 2, "lab04_tp_linear": 2, "lab05_ulysses": 3}
 # (lab, broken variant, what the checker must say about it)
 BROKEN = [

@@ -139,3 +139,33 @@ def test_under_torchrun_each_local_rank_encodes_on_its_own_device(monkeypatch):
     assert process_placement().device == torch.device("cuda", 0)
     assert process_placement("cpu").device == torch.device("cpu")
     assert chosen == [torch.device("cuda", i) for i in (0, 2, 0)]
+
+
+def test_a_lesson_keeps_its_ranks_on_the_cpu_unless_asked_and_says_so(gpus, capsys):
+    """On a GPU box a lesson's ranks stay on the CPU (its committed outputs' placement), and
+    its first line says where they compute."""
+    from ppdit.teaching.placement import SWITCH, where_ranks_compute
+
+    gpus(2)
+    where_ranks_compute()
+    out = capsys.readouterr().out
+    assert out.startswith("Ranks compute on the CPU") and SWITCH in out
+
+
+def test_a_rank_result_is_never_compared_with_a_reference_from_another_device(gpus, monkeypatch,
+                                                                              capsys):
+    """The learner asked for GPUs: a reference computed in the kernel on the CPU is refused,
+    named, instead of a bitwise check printing False; on one placement it passes through."""
+    from ppdit.teaching.placement import PlacementMismatch, same_placement, where_ranks_compute
+
+    gpus(1)
+    monkeypatch.setenv(DEVICE_ENV, "cuda")
+    where_ranks_compute()
+    with pytest.raises(PlacementMismatch, match="ranks compute on cuda but this reference "
+                                                "was computed on cpu"):
+        same_placement({0: torch.zeros(2), 1: [torch.ones(1)]})
+    assert "Ranks compute on GPUs" in capsys.readouterr().out
+    assert same_placement(3.0) == 3.0  # no tensor, nothing computed on a device
+    monkeypatch.setenv(DEVICE_ENV, "cpu")
+    refs = {0: torch.zeros(2)}
+    assert same_placement(refs) is refs

@@ -1,7 +1,8 @@
 """Lab 06 gone wrong: the hang is gone because the flow control is.
 
 Acknowledgements on their own group, as in part 1's fix, but rank 0 never waits for one before
-sending: it streams every frame, then collects the acknowledgements. Nothing hangs, and nothing
+sending: it streams every frame, then collects the acknowledgements (which rank 1 sends once
+every frame is in: every send may wait for its receive). Nothing hangs, and nothing
 bounds the frames in flight either (on a real pipeline: the buffers, and the memory, of a
 stage that falls behind).
 """
@@ -41,10 +42,10 @@ def relay_worker(ctx, n: int, max_in_flight: int) -> list:
     inbox = FrameReceiver(SPEC, 0, ctx.wire, count=n, timeout_s=TIMEOUT_S)
     outbox = FrameSender(ACK, 0, ctx.wire, group=back, timeout_s=TIMEOUT_S)
     sums = []
-    for k in range(n):
+    for _ in range(n):
         frame, _ = inbox.recv()
         sums.append(consume(frame))
-        if k < needed:
-            outbox.send(torch.ones(1, dtype=torch.int64), [])
+    for _ in range(needed):  # rank 0 reads them only after its last frame
+        outbox.send(torch.ones(1, dtype=torch.int64), [])
     outbox.flush()
     return sums

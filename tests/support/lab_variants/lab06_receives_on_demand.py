@@ -26,7 +26,6 @@ def consume(frame: torch.Tensor) -> float:
 
 
 def relay_one_communicator(ctx, n: int, max_in_flight: int) -> list:
-    needed = max(0, n - max_in_flight)
     if ctx.rank == 0:
         frames = FrameSender(SPEC, 1, ctx.wire, announce=False, timeout_s=TIMEOUT_S)
         acks = FrameReceiver(ACK, 1, ctx.wire, timeout_s=TIMEOUT_S)
@@ -35,9 +34,9 @@ def relay_one_communicator(ctx, n: int, max_in_flight: int) -> list:
     frame = SPEC.new_frame(ctx.wire)
     sums = []
     for k in range(n):
+        if k >= max_in_flight:  # rank 0's order: the ack of frame k - max_in_flight, frame k
+            outbox.send(torch.ones(1, dtype=torch.int64), [])
         wait_for(ctx.wire.recv(frame.buf, 0), TIMEOUT_S, f"frame {k}")
         sums.append(consume(frame.payload))
-        if k < needed:
-            outbox.send(torch.ones(1, dtype=torch.int64), [])
     outbox.flush()
     return sums
