@@ -6,8 +6,8 @@ here: it returns its fields, or it fails and the section records the status and 
 "skipped" for too little GPU memory, "error" for anything else (with the traceback printed).
 Interrupts still end the check.
 
-The few CUDA-only calls of the check (its placement, free memory, emptying the cache) live here
-too, each behind ``torch.cuda.is_available()``.
+The few CUDA-only calls of the check (its placement, free memory, emptying the cache, a rank's
+peak) live here too, each behind ``torch.cuda.is_available()`` or the rank's placement.
 """
 
 from __future__ import annotations
@@ -42,6 +42,16 @@ def release() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def rank_peak_gb(ctx) -> float | None:
+    """A pool job: this rank's allocator peak (GB) since the last call, reset for the next
+    (None off CUDA: no allocator keeps one)."""
+    if not ctx.placement.is_cuda:
+        return None
+    peak = torch.cuda.max_memory_allocated(ctx.device)
+    torch.cuda.reset_peak_memory_stats(ctx.device)
+    return sig(peak / 1e9, 3)
 
 
 def sig(x: float, digits: int = 4) -> float:
