@@ -5,12 +5,12 @@ Why a schema at all: these files are evidence. A notebook prints their numbers n
 ones, so a misspelt field (silently missing from a table) or a string where a number belongs
 (``"617 ms"``) must stop the reader with the file, the field and the rule, not print nonsense.
 
-The shape, version ``ppdit.gpu_run/1`` (every field present; ``null`` where unknown), is
+The shape, version ``ppdit.gpu_run/2`` (every field present; ``null`` where unknown), is
 ``REPORT`` below: ``schema``, ``provenance`` (where the numbers come from: source, a sentence;
 origin, its short form for labels; ``unknown``, the dotted names of the fields left null), the
-GPU ``tests``, and one ``measurements`` section each for launch, layouts, device, cuda_graphs,
-vae and forwards. Every section has a status, a reason (why, when not "ok"), the seconds it
-took, and notes.
+GPU ``tests``, and one ``measurements`` section each for sync_probe, ring_memory, real_generate
+(/2 added these three), launch, layouts, device, cuda_graphs, vae and forwards. Every section
+has a status, a reason (why, when not "ok"), the seconds it took, and notes.
 
 Units are fixed by the field name, as the figures are quoted: ``*_ms`` milliseconds, ``*_s``
 seconds, ``*_gb`` decimal gigabytes (1e9 bytes), ``*_tflops`` TFLOP/s, ``*_tb_s`` TB/s,
@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-SCHEMA = "ppdit.gpu_run/1"
+SCHEMA = "ppdit.gpu_run/2"
 STATUSES = ("ok", "partial", "skipped", "error", "not_measured")
 
 # Leaf types: name -> (test, the rule a wrong value breaks). A trailing "?" allows null.
@@ -45,6 +45,8 @@ _LEAVES = {
         and v[0] <= v[1], "[low, high] with 0 <= low <= high"),
     "strlist": (lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
                 "a list of strings"),
+    "numlist": (lambda v: isinstance(v, list) and all(_LEAVES["num"][0](n) for n in v),
+                "a list of finite numbers >= 0 (one per rank)"),
 }
 
 _SECTION = {"status": "status", "reason": "str?", "seconds": "num?", "notes": "str?"}
@@ -76,13 +78,27 @@ FORWARDS = {**_SECTION, "rows": [{
     "bound_hardware": "str?", "ratio": "num?", "ceiling_bound_ms": "num?",
     "compiled_ms": "num?", "compile_s": "num?", "compiled_speedup": "num?",
     "activation_peak_gb": "num?", "activation_model_gb": "num?", "activation_ratio": "num?"}]}
-MEASUREMENTS = {"launch": LAUNCH, "layouts": LAYOUTS, "device": DEVICE,
-                "cuda_graphs": CUDA_GRAPHS, "vae": VAE, "forwards": FORWARDS}
+SYNC_PROBE = {**_SECTION, "world_size": "int?", "devices": "strlist?", "backend": "str?",
+              "delay_s": "num?", "stream_sync_s": "num?", "device_sync_s": "num?",
+              "as_modelled": "bool?"}
+RING_MEMORY = {**_SECTION, "ring": "int?", "rows": [{
+    "model": "str", "dtype": "str", "tokens": "int?", "heads": "int?", "head_dim": "int?",
+    "peak_gb": "num?", "model_gb": "num?", "ratio": "num?", "max_abs_diff": "num?"}]}
+REAL_GENERATE = {**_SECTION, "model": "str?", "latent_shape": "shape?", "steps": "int?",
+                 "devices": "strlist?", "backend": "str?", "folder_s": "num?", "rows": [{
+                     "layout": "str", "status": "status", "reason": "str?", "seconds": "num?",
+                     "peak_gb": "numlist?", "bitwise_equal": "bool?", "max_abs_diff": "num?",
+                     "rel_diff": "num?", "within_tol": "bool?"}]}
+MEASUREMENTS = {"sync_probe": SYNC_PROBE, "ring_memory": RING_MEMORY,
+                "real_generate": REAL_GENERATE, "launch": LAUNCH, "layouts": LAYOUTS,
+                "device": DEVICE, "cuda_graphs": CUDA_GRAPHS, "vae": VAE, "forwards": FORWARDS}
 # The check's stages in order, each with the seconds it may take on one H100, 480 in all: a
-# GPU rented for ten minutes (machine start included). The GPU tests come first (every layout
-# on ranks sharing the GPU: the runs nobody has made yet), the numbers on record last.
-STAGE_BUDGETS_S = {"tests": 200, "launch": 40, "layouts": 60, "device": 30, "cuda_graphs": 30,
-                   "vae": 40, "forwards": 80}
+# GPU rented for ten minutes (machine start included). Most unknown first: the GPU tests (every
+# layout on CUDA ranks), then what no run has measured (``gpu_check.unknowns``), the numbers
+# on record last, where a stage that would overrun is skipped.
+STAGE_BUDGETS_S = {"tests": 170, "sync_probe": 25, "ring_memory": 20, "real_generate": 100,
+                   "launch": 25, "layouts": 40, "device": 15, "cuda_graphs": 20, "vae": 25,
+                   "forwards": 40}
 REPORT = {"schema": "str", "provenance": PROVENANCE, "tests": TESTS,
           "measurements": MEASUREMENTS}
 
@@ -140,11 +156,13 @@ def _check(value: Any, spec: Any, path: str, problems: list[str]) -> None:
 
 
 def _check_statuses(data: dict, problems: list[str]) -> None:
-    """A section (or forward row) that is not "ok" must say why."""
+    """A section (or a row with a status of its own) that is not "ok" must say why."""
     places = {"tests": data["tests"], **{f"measurements.{k}": v
                                          for k, v in data["measurements"].items()}}
-    for i, row in enumerate(data["measurements"]["forwards"]["rows"]):
-        places[f"measurements.forwards.rows[{i}]"] = row
+    for name, part in data["measurements"].items():
+        for i, row in enumerate(part.get("rows", [])):
+            if "status" in row:
+                places[f"measurements.{name}.rows[{i}]"] = row
     for path, part in places.items():
         if part["status"] != "ok" and not part["reason"]:
             problems.append(f"{path}.reason is empty while status is {part['status']!r}: rule: "

@@ -96,13 +96,15 @@ def load_runs(folder: str | Path | None = None, *, committed_only: bool = False)
     return sorted(runs, key=lambda r: (r.provenance["date"] or "", r.path.name))
 
 
+MULTI_RANK = ("sync_probe", "real_generate", "layouts")  # the sections that run CUDA ranks
+
+
 def record(runs: list[GpuRun]) -> str:
     """What has run on GPUs, from the run files: the sentence the README and the book quote
     (a test keeps their copies equal to it), never a bare claim that the code runs there."""
     if not runs:
         return "GPU record (gpu_runs/): nothing has run on a GPU yet."
-    ranks = [r.path.name for r in runs
-             if r.data["measurements"]["layouts"]["status"] in ("ok", "partial")]
+    ranks = [r.path.name for r in runs if any(r.section(name) for name in MULTI_RANK)]
     last, tests = runs[-1], runs[-1].data["tests"]
     return (f"GPU record (gpu_runs/): latest {last.path.name} [{last.label}]: "
             f"{tests['passed'] or 0} GPU tests passed ({tests['scope'] or 'the GPU suite'}); "
@@ -212,6 +214,28 @@ def _tests(t: dict) -> list[str]:
     return [f"GPU tests ({where}): {counts or 'no counts'}{why}"]
 
 
+def _sync_probe(s: dict) -> list[str]:
+    return [] if s["stream_sync_s"] is None else [
+        f"a posted receive ({s['backend']}), its send {fmt(s['delay_s'])} s later: stream sync "
+        f"{fmt(s['stream_sync_s'])} s, device-wide sync {fmt(s['device_sync_s'])} s ("
+        + ("as" if s["as_modelled"] else "NOT as") + " ppdit assumes)"]
+
+
+def _ring_memory(s: dict) -> list[str]:
+    return [f"ring attention over {s['ring']} ranks at {r['model']}'s shape ({r['tokens']:,} "
+            f"tokens, {r['heads']} x {r['head_dim']}, {r['dtype']}): peak {fmt(r['peak_gb'])} GB "
+            f"vs the model's {fmt(r['model_gb'])} GB ({fmt(r['ratio'])}x); max |diff| vs plain "
+            f"attention {fmt(r['max_abs_diff'])}" for r in s["rows"]]
+
+
+def _real_generate(s: dict) -> list[str]:
+    head = f"{s['model']} generate, latent {tuple(s['latent_shape'] or ())}, {s['steps']} steps"
+    return [f"{head}, {r['layout']}: {r['status']}, {fmt(r['seconds'])} s, peak "
+            f"{' / '.join(fmt(g) for g in r['peak_gb'] or []) or '?'} GB per rank"
+            + (f"; vs one device: bitwise {r['bitwise_equal']}, |diff| / |ref| "
+               f"{fmt(r['rel_diff'])}" if r["rel_diff"] is not None else "") for r in s["rows"]]
+
+
 def _launch(s: dict) -> list[str]:
     n, out = s["world_size"] or "n", []
     if s["fresh_s"] is not None:
@@ -292,6 +316,7 @@ def _forwards(s: dict) -> list[str]:
     return out
 
 
-_SENTENCES: dict[str, Any] = {"tests": _tests, "launch": _launch, "layouts": _layouts,
-                              "device": _device, "cuda_graphs": _graphs, "vae": _vae,
-                              "forwards": _forwards}
+_SENTENCES: dict[str, Any] = {"tests": _tests, "sync_probe": _sync_probe,
+                              "ring_memory": _ring_memory, "real_generate": _real_generate,
+                              "launch": _launch, "layouts": _layouts, "device": _device,
+                              "cuda_graphs": _graphs, "vae": _vae, "forwards": _forwards}

@@ -26,7 +26,7 @@ from ppdit.gpu_check.suite import run_gpu_tests
 # The measurement modules and ppdit.analysis.gpu_runs import diffusers (seconds): they are
 # imported where they are used, so that a machine without CUDA gets its answer at once.
 
-SECTIONS = tuple(MEASUREMENTS)  # launch, layouts, device, cuda_graphs, vae, forwards
+SECTIONS = tuple(MEASUREMENTS)  # the unknowns, then launch, layouts, ... forwards
 BUDGET_S = sum(schema.STAGE_BUDGETS_S.values())  # 8 minutes on one H100
 
 
@@ -88,8 +88,8 @@ def write_report(report: dict, out: Path) -> Path:
 def dry_run() -> int:
     """The stages in order with their budgets (no CUDA needed, nothing run or written)."""
     for name, seconds in schema.STAGE_BUDGETS_S.items():
-        print(f"{name:12s} {seconds:4d} s")
-    print(f"{'in all':12s} {BUDGET_S:4d} s: a stage that would overrun what is left is "
+        print(f"{name:14s} {seconds:4d} s")
+    print(f"{'in all':14s} {BUDGET_S:4d} s: a stage that would overrun what is left is "
           "skipped, and the report says why")
     return 0
 
@@ -102,16 +102,19 @@ def _time_left(name: str, start: float) -> str | None:
 
 
 def measure(skip: Sequence[str] = (), start: float | None = None) -> dict:
-    """Every measurement section in order: ranks first (before this process holds GPU memory),
-    then the ceilings, which the forwards' second bound needs, the largest models last. From
-    ``start`` on, a section that would overrun the check's budget is skipped with the reason."""
+    """Every measurement section in order: what no run has measured first (``unknowns``), then
+    those on record: ranks (before this process holds much GPU memory), the ceilings, which the
+    forwards' second bound needs, the largest models last. From ``start`` on, a section that
+    would overrun the check's budget is skipped with the reason."""
     start = time.perf_counter() if start is None else start
-    from ppdit.gpu_check import forwards, kernels, ranks, streaming_vae
+    from ppdit.gpu_check import forwards, kernels, ranks, streaming_vae, unknowns
 
     gpu = cuda_placement()
-    plan = {"launch": (ranks.launch_cost,), "layouts": (ranks.layout_step_times,),
-            "device": (kernels.device_ceilings, gpu), "cuda_graphs": (kernels.graph_replay, gpu),
-            "vae": (streaming_vae.streaming_vae, gpu), "forwards": (forwards.wan_forwards, gpu)}
+    plan = {"sync_probe": (unknowns.sync_probe,), "ring_memory": (unknowns.ring_memory, gpu),
+            "real_generate": (unknowns.real_generate,), "launch": (ranks.launch_cost,),
+            "layouts": (ranks.layout_step_times,), "device": (kernels.device_ceilings, gpu),
+            "cuda_graphs": (kernels.graph_replay, gpu), "vae": (streaming_vae.streaming_vae, gpu),
+            "forwards": (forwards.wan_forwards, gpu)}
     out = {}
     for name in SECTIONS:
         fn, *args = plan[name]

@@ -1,6 +1,7 @@
 """``make gpu-check``'s plumbing that starts processes: git decides which runs a notebook sees,
-the pytest suite it runs on a GPU box, the command line; the checks without a process are in
-tests/unit/test_gpu_check.py, the measurements in tests/gpu (CUDA only)."""
+the pytest suite it runs on a GPU box, the command line, and the unknowns' sections on CPU
+ranks; the checks without a process are in tests/unit/test_gpu_check.py, the measurements in
+tests/gpu (CUDA only)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import torch
 
 from ppdit.analysis.gpu_run_schema import (
     MEASUREMENTS,
+    REAL_GENERATE,
+    SYNC_PROBE,
     TESTS,
     empty_section,
 )
@@ -22,7 +25,9 @@ from ppdit.analysis.gpu_runs import (
     load_runs,
 )
 from ppdit.gpu_check import env, run
+from ppdit.gpu_check.sections import run_section
 from ppdit.gpu_check.suite import run_gpu_tests
+from ppdit.gpu_check.unknowns import REL_TOL, real_generate, sync_probe
 from tests.support.gpu import COMMITTED
 
 
@@ -111,3 +116,31 @@ def test_make_gpu_check_without_cuda_answers_at_once_and_writes_nothing(tmp_path
     stages = [line.split() for line in dry.splitlines() if line.rstrip().endswith(" s")]
     assert [s[0] for s in stages] == ["tests", *MEASUREMENTS]
     assert sum(int(s[1]) for s in stages) == run.BUDGET_S <= 480
+
+
+def test_the_sync_probe_on_cpu_ranks_keeping_nccls_rules_finds_the_model():
+    """The probe's code on gloo ranks keeping NCCL's rules: the stream sync returns at once,
+    the device-wide one waits for the late send (``nccl_rules.device_sync``): what a GPU box
+    with 2 GPUs checks against the hardware."""
+    got = run_section("sync_probe", SYNC_PROBE, sync_probe, "cpu", delay_s=1.0)
+    assert got["status"] == "ok" and got["as_modelled"] is True, got
+    assert got["devices"] == ["cpu", "cpu"] and got["backend"] == "gloo"
+    assert got["stream_sync_s"] < 0.25 and 0.5 < got["device_sync_s"] < 5
+    assert "the model" in got["notes"]
+
+
+def test_real_generate_runs_tiny_on_cpu_ranks():
+    """The real_generate section's code with the tiny presets: a random bf16 folder, one
+    device, then step, layer and ring split on 2 ranks of a pool. Step and layer split run
+    one device's arithmetic (bitwise); ring merges bf16 blocks (within ``REL_TOL``). CPU
+    ranks keep no allocator peak: null, where a GPU box records GB."""
+    got = run_section("real_generate", REAL_GENERATE, real_generate, "cpu", preset="tiny",
+                      vae="tiny", video=(5, 32, 32))
+    assert got["status"] == "ok", got["reason"]
+    assert got["latent_shape"] == [1, 16, 2, 8, 8] and got["devices"] == ["cpu", "cpu"]
+    one, step, layer, ring = got["rows"]
+    assert (one["layout"], step["layout"], layer["layout"], ring["layout"]) == (
+        "one device", "step-split P=2", "layer-split P=2", "ring=2")
+    assert one["peak_gb"][0] > 0 and step["peak_gb"] is None
+    assert step["bitwise_equal"] and layer["bitwise_equal"] and step["max_abs_diff"] == 0
+    assert 0 < ring["rel_diff"] <= REL_TOL and ring["within_tol"]

@@ -13,6 +13,9 @@ import torch
 from ppdit.analysis.gpu_run_schema import (
     LAYOUTS,
     MEASUREMENTS,
+    REAL_GENERATE,
+    RING_MEMORY,
+    SYNC_PROBE,
     GpuRunError,
     empty_section,
 )
@@ -322,7 +325,7 @@ def test_a_stage_that_would_overrun_the_budget_is_skipped_with_the_reason():
 
     now = time.perf_counter()
     assert run._time_left("tests", now) is None
-    assert run._time_left("forwards", now - 450) == "30 s of the 480 s left; it needs 80 s"
+    assert run._time_left("forwards", now - 450) == "30 s of the 480 s left; it needs 40 s"
 
 
 def test_the_gpu_record_says_what_ran_and_what_did_not():
@@ -338,3 +341,112 @@ def test_the_gpu_record_says_what_ran_and_what_did_not():
     data["measurements"]["layouts"]["status"] = "ok"
     assert record([GpuRun(run.path, data)]).endswith(
         f"multi-rank CUDA measured in {run.path.name}.")
+
+
+# -- the unknowns (gpu_check.unknowns): their code on the CPU, tiny ---------------------------
+
+
+def test_ring_memory_runs_every_ranks_ring_and_meets_the_model_and_plain_attention():
+    """Every rank's real ring loop, its hops served from memory: together they equal plain
+    attention over the whole sequence (a block served wrong would not), and each rank's peak
+    is the memory model's, here counted as live tensor bytes."""
+    from ppdit.gpu_check.unknowns import ring_memory
+    from ppdit.parallel.sequence.ring import RING_TOL
+    from tests.conftest import MODEL_TOL
+
+    got = run_section("ring_memory", RING_MEMORY, ring_memory, CPU, ("tiny",), ring=3, frames=1,
+                      dtype="fp32")
+    [row] = got["rows"]
+    assert got["status"] == "ok" and (row["tokens"], row["heads"], got["ring"]) == (1560, 4, 3)
+    assert abs(row["ratio"] - 1) < MODEL_TOL and row["max_abs_diff"] < RING_TOL["atol"]
+    bf16 = ring_memory(CPU, ("tiny",), frames=1)["rows"][0]
+    assert abs(bf16["ratio"] - 1) < MODEL_TOL and bf16["max_abs_diff"] < 2e-2  # bf16's 2^-8
+
+
+def test_the_random_folder_is_stored_in_bf16(tmp_path):
+    from ppdit.gpu_check.unknowns import build_random_folder
+    from ppdit.t2v.spec import stored_dtype
+
+    folder = build_random_folder(tmp_path / "f", "tiny", "tiny", torch.device("cpu"))
+    assert stored_dtype(str(folder)) == "bf16"
+    assert {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"} <= {
+        p.name for p in folder.iterdir()}
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 GPUs the probe runs")
+def test_the_sync_probe_needs_two_gpus_and_says_so():
+    from ppdit.gpu_check.unknowns import sync_probe
+
+    got = run_section("sync_probe", SYNC_PROBE, sync_probe)
+    assert got["status"] == "skipped" and got["reason"].startswith("needs 2 GPUs (NCCL)")
+
+
+def test_a_rank_off_cuda_has_no_allocator_peak():
+    from types import SimpleNamespace
+
+    from ppdit.gpu_check.sections import rank_peak_gb
+
+    assert rank_peak_gb(SimpleNamespace(placement=CPU, device=CPU.device)) is None
+
+
+def _with_unknowns() -> dict:
+    """The committed run with the three unknowns measured (made-up numbers)."""
+    data = copy.deepcopy(json.loads(COMMITTED.read_text()))
+    row = dict.fromkeys(REAL_GENERATE["rows"][0])
+    data["measurements"].update(
+        sync_probe=empty_section(SYNC_PROBE, "ok", world_size=2, devices=["cuda:0", "cuda:1"],
+                                 backend="nccl", delay_s=2.0, stream_sync_s=0.00012,
+                                 device_sync_s=2.01, as_modelled=True),
+        ring_memory=empty_section(RING_MEMORY, "ok", ring=2, rows=[{
+            "model": "wan2.1-1.3b", "dtype": "bf16", "tokens": 32760, "heads": 12,
+            "head_dim": 128, "peak_gb": 1.2, "model_gb": 1.1, "ratio": 1.09,
+            "max_abs_diff": 0.0039}]),
+        real_generate=empty_section(
+            REAL_GENERATE, "partial", "ring=2: RuntimeError: boom", model="wan2.1-1.3b",
+            latent_shape=[1, 16, 21, 60, 104], steps=2, rows=[
+                {**row, "layout": "one device", "status": "ok", "seconds": 9.5,
+                 "peak_gb": [7.1]},
+                {**row, "layout": "step-split P=2", "status": "ok", "seconds": 21.0,
+                 "peak_gb": [5.2, 5.3], "bitwise_equal": True, "max_abs_diff": 0.0,
+                 "rel_diff": 0.0, "within_tol": True},
+                {**row, "layout": "ring=2", "status": "error",
+                 "reason": "RuntimeError: boom"}]))
+    return data
+
+
+def test_the_unknowns_read_back_as_sentences_and_count_as_multi_rank_cuda():
+    from ppdit.analysis.gpu_run_schema import check_report
+    from ppdit.analysis.gpu_runs import GpuRun, record
+
+    data = _with_unknowns()
+    check_report(data)
+    run_ = GpuRun(COMMITTED, data)
+    text = format_report(run_)
+    for quoted in ("stream sync 0.00012 s, device-wide sync 2.01 s (as ppdit assumes)",
+                   "wan2.1-1.3b's shape (32,760 tokens, 12 x 128, bf16): peak 1.2 GB vs the "
+                   "model's 1.1 GB (1.09x)",
+                   "step-split P=2: ok, 21.0 s, peak 5.2 / 5.3 GB per rank; vs one device: "
+                   "bitwise True", "ring=2: error, ? s, peak ? GB per rank",
+                   "real_generate: partial: ring=2: RuntimeError: boom"):
+        assert quoted in text, quoted
+    assert record([run_]).endswith(f"multi-rank CUDA measured in {COMMITTED.name}.")
+    data["measurements"]["sync_probe"]["as_modelled"] = False
+    assert "(NOT as ppdit assumes)" in format_report(GpuRun(COMMITTED, data))
+
+
+@pytest.mark.parametrize("change, names", [
+    (lambda m: m["real_generate"]["rows"][2].update(reason=None),
+     ["measurements.real_generate.rows[2].reason is empty while status is 'error'"]),
+    (lambda m: m["real_generate"]["rows"][1].update(peak_gb=["5.2 GB"]),
+     ["rows[1].peak_gb", "a list of finite numbers >= 0 (one per rank)"]),
+    (lambda m: m["sync_probe"].update(as_modelled="yes"), ["as_modelled", "true or false"]),
+])
+def test_a_bad_unknowns_section_names_the_field_and_the_rule(change, names):
+    from ppdit.analysis.gpu_run_schema import check_report
+
+    data = _with_unknowns()
+    change(data["measurements"])
+    with pytest.raises(GpuRunError) as err:
+        check_report(data)
+    for name in names:
+        assert name in str(err.value)
