@@ -162,3 +162,33 @@ def test_patch_vae_on_cuda(pool2):
     res = run_patch(PatchPlan((latents,), ranks=2), pool=pool2)
     full = decode_full(build_vae("tiny", seed=0), latents)
     _close(res.videos[(0, 1)], full, {k: max(v, GPU_TOL[k]) for k, v in PATCH_TOL.items()})
+
+
+@pytest.fixture(scope="module")
+def bf16_folder(tmp_path_factory):
+    """A tiny folder stored in bf16, as Wan's releases are (its fp32-kept modules included)."""
+    from ppdit.checkpoint.tiny import build_tiny_pipeline
+
+    return build_tiny_pipeline(tmp_path_factory.mktemp("bf16"), seed=3, stored=torch.bfloat16)
+
+
+@pytest.mark.parametrize("layout", ["ulysses=2,fsdp=2", "cfg=2,fsdp=2"])
+def test_fsdp_from_a_bf16_folder_on_cuda(pool2, bf16_folder, layout):
+    """tests/ranks/test_t2v.py's FSDP-from-bf16 check on CUDA ranks: with a GPU each (NCCL),
+    equal to one GPU within ``BF16_TOL``, as on the CPU; ranks sharing one GPU are refused
+    with the reason (FSDP gathers over the ranks' backend, and gloo moves no CUDA tensor)."""
+    from dataclasses import replace
+
+    from ppdit.t2v.generate import generate as generate_video
+    from tests.support.pipelines import BF16_TOL, spec_for
+
+    spec = spec_for(bf16_folder, layout, dtype="bf16", num_steps=2, height=48, width=64,
+                    num_frames=9)
+    if pool2.placement.staged:
+        with pytest.raises(RankError, match="FSDP gathers weights"):
+            generate_video(spec, pool=pool2, device="cuda")
+        return
+    reference = generate_video(replace(spec, layout=Layout()), device="cuda")
+    got = generate_video(spec, pool=pool2, device="cuda")
+    torch.testing.assert_close(got.latent, reference.latent, **BF16_TOL)
+    torch.testing.assert_close(got.video, reference.video, **BF16_TOL)
