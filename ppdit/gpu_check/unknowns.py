@@ -31,6 +31,7 @@ from ppdit.presets import get_preset
 from ppdit.runtime.comm.wire import wait_for
 from ppdit.runtime.device import Placement, process_placement
 from ppdit.runtime.observe.memory import track_peak_memory
+from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.processes.hello import hello
 from ppdit.runtime.processes.launch import launch
 from ppdit.runtime.processes.pool import ranks
@@ -72,11 +73,12 @@ def _probe(ctx, delay_s: float) -> dict:
         time.sleep(delay_s)
         wait_for(wire.send(x, 1), WAIT_S, "sync probe: the late send")
         return row
-    posted, start = wire.recv(x, 0), time.perf_counter()
-    ctx.placement.synchronize()  # the current stream's work only
-    stream_done = time.perf_counter()
-    ctx.placement.synchronize(device_wide=True)
-    row["waits"] = (stream_done - start, time.perf_counter() - stream_done)
+    posted = wire.recv(x, 0)
+    with timed() as stream:  # the host's clock: how long each call blocks it
+        ctx.placement.synchronize()  # the current stream's work only
+    with timed() as device:
+        ctx.placement.synchronize(device_wide=True)
+    row["waits"] = (stream.seconds, device.seconds)
     wait_for(posted, WAIT_S, "sync probe: the late receive")
     return row
 
@@ -145,18 +147,17 @@ def real_generate(device: str = "cuda", *, preset: str = "wan2.1-1.3b", vae: str
     latent against one device's. ``video``: (frames, height, width)."""
     here = process_placement(device)
     with tempfile.TemporaryDirectory(prefix="ppdit-real-") as tmp:
-        start = time.perf_counter()
-        folder = build_random_folder(Path(tmp), preset, vae, here.device)
-        folder_s, (frames, height, width) = time.perf_counter() - start, video
+        with timed() as build:  # timed() on the host's clock: results come back on the CPU
+            folder = build_random_folder(Path(tmp), preset, vae, here.device)
+        frames, height, width = video
         spec = GenerateSpec(str(folder), "a red fox jumps over the river", "blurry", dtype="bf16",
                             num_steps=steps, num_frames=frames, height=height, width=width,
                             text_encoder="cpu")
-        start = time.perf_counter()
-        with track_peak_memory(here) as mem:
+        with timed() as clock, track_peak_memory(here) as mem:
             ref = generate(spec, decode_video=False, device=device).latent
         release()  # the reference's cached GPU memory, before the ranks load theirs
         rows = [{**dict.fromkeys(REAL_GENERATE["rows"][0]), "layout": "one device",
-                 "status": "ok", "seconds": sig(time.perf_counter() - start, 3),
+                 "status": "ok", "seconds": sig(clock.seconds, 3),
                  "peak_gb": [sig(mem.peak_bytes / 1e9, 3)]}]
         with ranks(2, device=device, timeout_s=600, echo=False) as pool:
             where = pool.run(hello)
@@ -165,7 +166,7 @@ def real_generate(device: str = "cuda", *, preset: str = "wan2.1-1.3b", vae: str
     bad = [f"{r['layout']}: {r['reason']}" for r in rows if r["status"] != "ok"]
     return {"model": preset, "latent_shape": list(ref.shape), "steps": steps, "rows": rows,
             "devices": [w["device"] for w in where], "backend": where[0]["backend"],
-            "folder_s": sig(folder_s, 3), "reason": "; ".join(bad) or None,
+            "folder_s": sig(build.seconds, 3), "reason": "; ".join(bad) or None,
             "status": "ok" if not bad else "partial" if len(bad) < len(layouts) else "error"}
 
 
@@ -173,18 +174,17 @@ def _layout_row(spec, name: str, ref: torch.Tensor, pool, device: str) -> dict:
     """One layout's run, or why it failed; a latent beyond ``REL_TOL`` is a failure too."""
     layout = parse_layout(name, 2)
     row = {**dict.fromkeys(REAL_GENERATE["rows"][0]), "layout": layout.name, "status": "ok"}
-    start = time.perf_counter()
     try:
-        got = generate(replace(spec, layout=layout), decode_video=False, pool=pool,
-                       device=device).latent.float()
+        with timed() as clock:
+            got = generate(replace(spec, layout=layout), decode_video=False, pool=pool,
+                           device=device).latent.float()
     except Exception as err:  # recorded; the pool restarts its ranks for the next layout
         traceback.print_exc()
         return {**row, "status": "error", "reason": f"{type(err).__name__}: {first_line(err)}"}
-    seconds, peaks = time.perf_counter() - start, pool.run(rank_peak_gb)
-    rel = ((got - ref).norm() / ref.norm()).item()
-    row.update(seconds=sig(seconds, 3), bitwise_equal=torch.equal(got, ref), rel_diff=sig(rel),
-               max_abs_diff=sig((got - ref).abs().max().item()), within_tol=rel <= REL_TOL,
-               peak_gb=None if None in peaks else peaks)
+    peaks, rel = pool.run(rank_peak_gb), ((got - ref).norm() / ref.norm()).item()
+    row.update(seconds=sig(clock.seconds, 3), bitwise_equal=torch.equal(got, ref),
+               rel_diff=sig(rel), max_abs_diff=sig((got - ref).abs().max().item()),
+               within_tol=rel <= REL_TOL, peak_gb=None if None in peaks else peaks)
     if not row["within_tol"]:
         row.update(status="error", reason=f"latent differs from one device's by {rel:.3g} "
                    f"(|diff| / |ref|) > REL_TOL {REL_TOL}")
