@@ -208,6 +208,7 @@ def test_library_code_changes_no_global_state():
         assert "matplotlib.use(" not in text, path
         # the documented environment writes: the compile cache's folder, a forked rank
         # taking its caller's environment (in the rank's own process, before anything runs),
-        # and a rank choosing how NCCL reports a failure (rank.name_failures, in the rank)
-        if path.name not in ("compile_cache.py", "_spawn_entry.py", "rank.py"):
+        # a rank choosing how NCCL reports a failure (rank.name_failures, in the rank), and a
+        # lesson keeping its ranks on the CPU (teaching.placement, in the notebook's kernel)
+        if path.name not in ("compile_cache.py", "_spawn_entry.py", "rank.py", "placement.py"):
             assert not ENV_WRITE.search(text), f"{path} writes os.environ"
