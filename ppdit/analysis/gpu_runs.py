@@ -17,9 +17,8 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ppdit.analysis.gpu_run_schema import GpuRunError, check_report
+from ppdit.analysis.gpu_run_schema import MEASUREMENTS, GpuRunError, check_report
 from ppdit.analysis.hardware import Hardware, ops_seconds
 from ppdit.analysis.roofline import model_ops
 
@@ -269,7 +268,7 @@ def _device(s: dict) -> list[str]:
     return out
 
 
-def _graphs(s: dict) -> list[str]:
+def _cuda_graphs(s: dict) -> list[str]:
     return [f"{r['preset']} ({r['context']}): "
             + (f"eager {fmt(r['eager_ms'])} ms -> graph replay {fmt(r['graph_ms'])} ms per "
                "denoising step, " if r["eager_ms"] is not None else "graph replay vs eager: ")
@@ -316,7 +315,4 @@ def _forwards(s: dict) -> list[str]:
     return out
 
 
-_SENTENCES: dict[str, Any] = {"tests": _tests, "sync_probe": _sync_probe,
-                              "ring_memory": _ring_memory, "real_generate": _real_generate,
-                              "launch": _launch, "layouts": _layouts, "device": _device,
-                              "cuda_graphs": _graphs, "vae": _vae, "forwards": _forwards}
+_SENTENCES = {name: globals()[f"_{name}"] for name in ("tests", *MEASUREMENTS)}  # _<section>

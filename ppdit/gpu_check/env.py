@@ -77,15 +77,9 @@ def provenance(*, command: str, duration_s: float | None, today: dt.date | None 
 
 def unknown_fields(block: dict, prefix: str = "") -> list[str]:
     """Dotted names of the null fields of a provenance block (``notes`` aside)."""
-    out = []
-    for key, value in block.items():
-        if key == "notes":
-            continue
-        if isinstance(value, dict):
-            out += unknown_fields(value, f"{prefix}{key}.")
-        elif value is None:
-            out.append(prefix + key)
-    return out
+    return [name for key, value in block.items() if key != "notes"
+            for name in (unknown_fields(value, f"{prefix}{key}.") if isinstance(value, dict)
+                         else [prefix + key] if value is None else [])]
 
 
 def gpu_slug(name: str, count: int = 1) -> str:

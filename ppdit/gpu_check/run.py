@@ -120,10 +120,8 @@ def measure(skip: Sequence[str] = (), start: float | None = None) -> dict:
         fn, *args = plan[name]
         if name == "forwards":  # the second bound needs the ceilings, where they were measured
             args.append(out["device"] if out["device"]["status"] == "ok" else None)
-        late = None if name in skip else _time_left(name, start)
-        out[name] = (empty_section(MEASUREMENTS[name], "skipped", f"--skip {name}")
-                     if name in skip else
-                     empty_section(MEASUREMENTS[name], "skipped", late) if late else
+        why = f"--skip {name}" if name in skip else _time_left(name, start)
+        out[name] = (empty_section(MEASUREMENTS[name], "skipped", why) if why else
                      run_section(name, MEASUREMENTS[name], fn, *args))
     return out
 
