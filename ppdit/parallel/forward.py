@@ -82,12 +82,6 @@ class ForwardOptions:
             raise ValueError(f"collectives={self.collectives!r} is not one of {COLLECTIVES}")
 
 
-def reads_shards(plan) -> bool:
-    """Whether a plan's ranks read only their shards of a folder (TP or FSDP from a folder)."""
-    f = plan.layout.forward
-    return plan.source.folder is not None and (f.tp > 1 or f.fsdp > 1)
-
-
 class ForwardStack:
     """One rank's model for one plan, with the plan's forward axes applied (module docstring).
 
@@ -216,7 +210,8 @@ class StackRunner(ReplicatedRunner):
     @staticmethod
     def loads_shards(plans: tuple) -> bool:
         """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model."""
-        return all(reads_shards(p) for p in plans)
+        return all(p.source.folder is not None and (p.layout.forward.tp > 1
+                                                    or p.layout.forward.fsdp > 1) for p in plans)
 
     def __init__(self, ctx: RankContext, plans: tuple):
         if any(p.layout.fsdp > 1 for p in plans) and len({p.layout for p in plans}) > 1:

@@ -102,11 +102,6 @@ class CausalAttnProcessor:
         return attention_out(attn, attend(q, k, v, mask), q)
 
 
-def install_causal(model, cache: KVCache) -> None:
-    """Route every block's self-attention through ``CausalAttnProcessor``."""
-    install(model, lambda i: CausalAttnProcessor(i, cache))
-
-
 def offset_rope(model, chunk_shape: tuple[int, ...], frame_offset: int):
     """Rope tables for a chunk whose first latent frame is frame ``frame_offset`` of the video:
     the last tokens of the tables for the whole prefix."""
@@ -159,7 +154,7 @@ class ChunkGenerator:
         self.device = next(model.parameters()).device
         self.cache = KVCache(len(model.blocks), cfg.window)
         if cfg.causal:
-            install_causal(model, self.cache)
+            install(model, lambda i: CausalAttnProcessor(i, self.cache))
         self.next_chunk = 0
 
     def reset(self) -> None:

@@ -23,11 +23,6 @@ from ppdit.serve.generator import GeneratorRank, GeneratorReport
 from ppdit.serve.pp1 import MeshChannel, parallelize_mesh_model
 
 
-def generator_mesh(world_size: int) -> Mesh:
-    """Rank 0 outside, ranks 1..N one tensor-parallel group: the generator mesh."""
-    return Mesh.of(first_rank=1, tp=world_size - 1)
-
-
 class BringupRunner(Runner):
     """Rank 0 runs the controller, every other rank the generator mesh, for each config."""
 
@@ -45,7 +40,8 @@ class BringupRunner(Runner):
         if worlds != {ctx.world_size}:
             raise ValueError(f"configs run together need one world size (launched with "
                              f"{ctx.world_size}, configs need {sorted(worlds)})")
-        mesh = generator_mesh(ctx.world_size).build(ctx.rank)  # every rank takes part
+        # rank 0 outside, ranks 1..N one TP group: the generator mesh (every rank takes part)
+        mesh = Mesh.of(first_rank=1, tp=ctx.world_size - 1).build(ctx.rank)
         self.mesh_group = None if mesh is None else mesh.group("tp")
         # Envelopes go down one communicator, results come back on another: see Controller.
         self.lanes = build_lanes([CONTROLLER, LEADER])

@@ -43,18 +43,13 @@ class USPAttnProcessor(RingAttnProcessor):
             return heads_to_seq(out.contiguous(), **self.a2a)
 
 
-def usp_splits(split: tuple[int, ...], ulysses: int, ring: int) -> tuple[tuple[int, ...], ...]:
-    """The forward's token split (one slice per rank, rank order) as the Ulysses groups'
-    splits: ``[ring_index] -> (slice of each Ulysses rank)``; a ring block is one group's sum."""
-    return tuple(tuple(split[r * ulysses:(r + 1) * ulysses]) for r in range(ring))
-
-
 def install_usp(model, mesh: RankMesh, split: tuple[int, ...], wire: Wire, *,
                 tracer: Tracer | None = None) -> tuple[A2ACounter, Ring]:
     """Route every block's self-attention through USP on ``mesh``: the a2a counter, the ring."""
     ulysses, ring_size = mesh.size("ulysses"), mesh.size("ring")
     check_sp_degree(model.config.num_attention_heads, ulysses)
-    by_group = usp_splits(split, ulysses, ring_size)
+    # the token split (a slice per rank) as the Ulysses groups': [ring index] -> their slices
+    by_group = tuple(tuple(split[r * ulysses:(r + 1) * ulysses]) for r in range(ring_size))
     blocks = tuple(sum(s) for s in by_group)
     ring_group = mesh.group("ring")
     ring = Ring(ring_group, blocks, dist.get_rank(ring_group), wire, tracer)

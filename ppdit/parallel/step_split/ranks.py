@@ -194,7 +194,9 @@ class _Stage:
         """Groups in order; up to ``max_in_flight`` of them inside the pipeline at once."""
         out: dict[int, torch.Tensor] = {}
         for k, group in enumerate(self.groups):
-            self._wait_for_credit(k)
+            if self.credits_in is not None and k >= self.plan.max_in_flight:
+                with self.tracer.span("wait", "credit", group=k):  # for group k - max_in_flight
+                    self.credits_in.recv()
             states = self.take(group)
             first, last = group[0].request_id, group[-1].request_id
             name = f"r{first}" if first == last else f"r{first}-{last}"
@@ -213,12 +215,6 @@ class _Stage:
         """A progress event per step (``plan.report_steps``), from one rank per stage."""
         if self.plan.report_steps and self.reports_progress:
             self.ctx.emit(("step", step))
-
-    def _wait_for_credit(self, k: int) -> None:
-        """Stage 0 only: before group k, wait until group k - max_in_flight has finished."""
-        if self.credits_in is not None and k >= self.plan.max_in_flight:
-            with self.tracer.span("wait", "credit", group=k):
-                self.credits_in.recv()
 
     def run_stream_batch(self) -> dict[int, torch.Tensor]:
         """Each tick: admit the next request, run one batched step for all held, pass one on."""
