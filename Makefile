@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: demo lab test test-fast lint book notebooks bench clean gpu-check
+.PHONY: demo lab test test-fast lint book notebooks bench bench-compare clean gpu-check
 
 # Let Python cache the bytecode of what it imports even where PYTHONDONTWRITEBYTECODE is set:
 # bootstrap installs with --no-compile, and every rank process would otherwise recompile the
@@ -67,6 +67,12 @@ bench:
 	$(PY) benchmarks/vae.py
 	$(PY) benchmarks/bringup.py
 	$(PY) benchmarks/sequence_parallel.py
+
+# Two commits side by side: make bench-compare REF=<commit> [ARGS="--bench step_split"]. Each
+# round runs both codes' benchmarks in alternating order; verdicts on the per-round new / old.
+bench-compare:
+	scripts/bootstrap.sh
+	$(PY) scripts/bench_compare.py $(REF) $(ARGS)
 
 clean:
 	rm -rf out .pytest_cache book/_build book/vendor book/node_modules

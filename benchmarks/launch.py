@@ -1,8 +1,8 @@
 """Start-up per job: fresh ranks (fresh interpreters, or forked from a server) against a job on a
 live rank pool, side by side; and whether forked ranks compute as fast as fresh ones.
 
-    python benchmarks/launch.py            # 2 ranks, 5 interleaved rounds (~2 min on 2 cores)
-    python benchmarks/launch.py --quick    # 3 rounds
+    python benchmarks/launch.py            # 2 ranks, 7 interleaved rounds (~3 min on 2 cores)
+    python benchmarks/launch.py --quick    # 5 rounds
 
 Each round times, from the caller's side, one job that does almost nothing (``hello``:
 an all-reduce of one number) three ways:
@@ -10,13 +10,14 @@ an all-reduce of one number) three ways:
 * **spawn**: fresh interpreters (``fresh_interpreters()``), which import torch and diffusers,
   ``init_process_group``, run, tear down: what ``torchrun`` and ``mp.spawn`` pay;
 * **forked**: fresh ranks forked from the server that imported those libraries once
-  (``ppdit.runtime.processes.start``, the default for CPU ranks);
+  (``ppdit.runtime.processes.start``, the default);
 * **pool**: a pool's live ranks (hand the job over, run, collect).
 
 Then each way's ranks time the same single-thread matmuls (``matmul_seconds``), so a
 cheaper start that made ranks compute slower would show. Targets: a forked launch under 20% of
 a spawned one, a pooled job under 10% of a spawned launch, forked ranks' matmuls within 10% of
-spawned ranks'. Rounds rotate which variant goes first, so a slow moment hits all of them.
+spawned ranks', each judged per round (``record.py``'s rule). Rounds rotate which variant goes
+first, so a slow moment hits all of them.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import statistics
 import sys
 from pathlib import Path
 
+from record import Target, keep, show
+
 from ppdit.runtime import launch, ranks
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.processes.hello import hello, matmul_seconds
 from ppdit.runtime.processes.start import fresh_interpreters
-from ppdit.runtime.rounds import median_ratio
+from ppdit.runtime.rounds import median_ratio, ratios
 
 VARIANTS = ("spawn", "forked", "pool")
 
@@ -66,19 +69,19 @@ def measure(world_size: int, rounds: int) -> dict:
     return {"world_size": world_size, "job_s": jobs, "matmul_s": matmul,
             "forked_over_spawn": forked, "pool_over_spawn": pooled,
             "forked_matmul_over_spawn": compute,
-            "targets": {"forked launch": "< 0.20 x spawned launch",
-                        "pooled job": "< 0.10 x spawned launch",
-                        "forked matmuls": "within 10% of spawned ranks'"},
-            "ok": forked < 0.20 and pooled < 0.10 and abs(compute - 1) <= 0.10}
+            "rounds": {"forked": ratios(jobs["forked"], jobs["spawn"]),
+                       "pooled": ratios(jobs["pool"], jobs["spawn"]),
+                       "matmuls": [abs(r - 1) for r in ratios(matmul["forked"],
+                                                              matmul["spawn"])]}}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="3 rounds")
+    ap.add_argument("--quick", action="store_true", help="5 rounds instead of 7")
     ap.add_argument("--ranks", type=int, default=2, help="world size")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     args = ap.parse_args(argv)
-    out = measure(args.ranks, 3 if args.quick else 5)
+    out = measure(args.ranks, 5 if args.quick else 7)
     print(f"{args.ranks} ranks, {len(out['job_s']['spawn'])} interleaved rounds (median, "
           "min-max)")
     for v in VARIANTS:
@@ -86,10 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {v:6s}  job {statistics.median(j):7.3f} s ({min(j):.3f}-{max(j):.3f})   "
               f"200 matmuls {statistics.median(m) * 1e3:6.1f} ms ({min(m) * 1e3:.1f}-"
               f"{max(m) * 1e3:.1f})")
-    print(f"  forked / spawn launch {out['forked_over_spawn']:.3f}, pooled / spawn "
-          f"{out['pool_over_spawn']:.3f}, forked / spawn matmuls "
-          f"{out['forked_matmul_over_spawn']:.3f} (medians of per-round ratios); "
-          f"targets {out['targets']}: {'OK' if out['ok'] else 'MISSED'}")
+    r = out["rounds"]
+    out["targets"] = show([
+        Target("forked launch / spawned launch", r["forked"], 0.20, digits=3),
+        Target("pooled job / spawned launch", r["pooled"], 0.10, digits=3),
+        Target("|forked / spawned ranks' matmuls - 1|", r["matmuls"], 0.10, unit="",
+               digits=3)])
+    keep("launch", out["targets"], argv)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0

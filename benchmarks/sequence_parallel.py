@@ -7,7 +7,8 @@ One forward pass of the small preset on a 2,048-token latent (1, 16, 8, 32, 32),
 with one thread each (one device = rank 0 alone), every variant interleaved round by round in
 one launch. Prints seconds per forward and ratios against one device, and the bytes each
 layout moves per block (formulas, fp32). Then diffusers' own context parallelism
-(``ContextParallelConfig(ulysses_degree=2)``) against ppdit's Ulysses on the same forward.
+(``ContextParallelConfig(ulysses_degree=2)``) against ppdit's Ulysses on the same forward,
+round by round. Target: ppdit at least as fast (``record.py``'s rule).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import sys
 from pathlib import Path
 
 import torch
+from record import Target, keep, show
 
 from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 from ppdit.parallel.tensor.comms import tp_comm_per_block
 from ppdit.runtime.processes.launch import launch
+from ppdit.runtime.rounds import ratios
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers, by package
 from tests.support.diffusers_cp import compare_worker
@@ -51,13 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"V-first over V last: {vf:.2f}x")
     print(f"bytes sent per rank per block: SP {sp_bytes / 1e6:.2f} MB (4 all-to-alls), "
           f"TP {tp_bytes / 1e6:.2f} MB (7 all-reduces, ring: 3 of them sequence-sized)")
-    cp = launch(compare_worker, 2, args=(spec.source.name, spec.latent_shape,
-                                         3 if a.quick else 5), echo=False, threads_per_rank=1)[0]
+    cp = launch(compare_worker, 2, args=(spec.source.name, spec.latent_shape, 5 if a.quick else 7),
+                echo=False, threads_per_rank=1)[0]
     theirs, ours = (statistics.median(cp["seconds"][k]) for k in ("diffusers", "ppdit"))
     same = torch.equal(cp["diffusers"], cp["one"]) and torch.equal(cp["ppdit"], cp["one"])
     print(f"diffusers' ContextParallelConfig(ulysses_degree=2) vs ppdit's Ulysses, one forward: "
-          f"{theirs:.3f} s vs {ours:.3f} s (ppdit {theirs / ours:.2f}x); both equal one device "
-          f"bit for bit: {same}")
+          f"{theirs:.3f} s vs {ours:.3f} s (medians); both equal one device bit for bit: {same}")
+    keep("sequence_parallel", show([Target(
+        "ppdit's Ulysses / diffusers' context parallelism, forwards per second",
+        ratios(cp["seconds"]["diffusers"], cp["seconds"]["ppdit"]), 1.0, "higher")]), argv)
     if a.json:
         a.json.write_text(json.dumps({"seconds": res.seconds, "rounds": res.rounds,
                                       "v_first_over_v_last": vf, "sp_bytes_per_block": sp_bytes,

@@ -160,14 +160,18 @@ def all_reduces(x: torch.Tensor, k: int) -> None:
 
 
 def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
-                     iters: int = 50) -> dict[str, list[float]] | None:
-    """One-way latency of a latent handoff, three ways, interleaved round by round (rank 0 gets
-    the numbers, in seconds per one-way trip):
+                     iters: int = 50) -> dict[str, dict[str, list[float]]] | None:
+    """A latent's handoff, four ways, interleaved round by round; rank 0 gets, per way and
+    round, the wall seconds of a one-way trip (``seconds``) and the calling thread's CPU seconds
+    per message sent or received (``cpu_seconds``: the host's work, which a busy machine
+    stretches far less than wall time and which a GPU does not shrink):
 
     * ``bare``: ``dist.send`` / ``dist.recv`` of the tensor itself, the floor;
-    * ``frame``: ppdit's handoff (``FrameSender`` / ``FrameReceiver``: one message, payload +
-      metadata). As in a pipeline stage, the outgoing latent is already in the claimed frame
+    * ``frame``: step split's handoff (``FrameSender`` / ``FrameReceiver``: one message, payload
+      + metadata). As in a pipeline stage, the outgoing latent is already in the claimed frame
       (a stage's last step writes it there), so no copy is timed that the stage would not make;
+    * ``layer hop``: layer split's send: the stage's output copied into a frame, received and
+      copied out of the receive buffer, as its ``Mailbox`` does;
     * ``header+payload``: ``send_tensor`` / ``recv_tensor``, which describe every message."""
     if ctx.world_size != 2:
         raise ValueError(f"handoff_pingpong needs world_size=2, got {ctx.world_size}")
@@ -176,8 +180,8 @@ def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
     x = torch.randn(shape, device=ctx.wire.buffers)
     peer, spec = 1 - ctx.rank, FrameSpec(tuple(shape), x.dtype, meta_slots=2)
     tx, rx = FrameSender(spec, peer, ctx.wire), FrameReceiver(spec, peer, ctx.wire)
-    ways = {"bare": _bare, "frame": _frame, "header+payload": _described}
-    out: dict[str, list[float]] = {k: [] for k in ways}
+    ways = {"bare": _bare, "frame": _frame, "layer hop": _hop, "header+payload": _described}
+    out = {k: {w: [] for w in ways} for k in ("seconds", "cpu_seconds")}
     warm_up_pairs(ctx.wire, [(0, 1)], ctx.rank)  # NCCL's pair set-up
     for _ in range(rounds):
         for name, trip in ways.items():
@@ -185,7 +189,8 @@ def handoff_pingpong(ctx: RankContext, shape: tuple[int, ...], rounds: int = 7,
             with timed(ctx.placement) as t:
                 for i in range(iters):
                     trip(ctx.rank, peer, x, tx, rx, i)
-            out[name].append(t.seconds / iters / 2)
+            out["seconds"][name].append(t.seconds / iters / 2)
+            out["cpu_seconds"][name].append(t.cpu_seconds / iters / 2)
     return out if ctx.rank == 0 else None
 
 
@@ -204,6 +209,15 @@ def _frame(rank, peer, x, tx, rx, i):
         tx.flush()
 
 
+def _hop(rank, peer, x, tx, rx, i):
+    for sending in ((True, False) if rank == 0 else (False, True)):
+        if sending:
+            tx.send(x, [i, rank])
+            tx.flush()
+        else:
+            rx.recv(copy=True)
+
+
 def _described(rank, peer, x, tx, rx, i):
     plain = Wire(x.device)  # the tensor where the bare trip has it, no staging
     if rank == 0:
@@ -215,7 +229,7 @@ def _described(rank, peer, x, tx, rx, i):
 
 def summarize_pingpong(times: dict[str, list[float]]) -> dict[str, float]:
     """Median one-way milliseconds per way (medians resist the other core's noise)."""
-    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    return {k: statistics.median(v) * 1e3 for k, v in times["seconds"].items()}
 
 
 def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:

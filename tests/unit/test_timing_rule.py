@@ -176,3 +176,14 @@ def test_timed_on_cuda_counts_the_kernels_not_their_launch():
     assert 0 < half <= t.seconds
     flops = 10 * 2 * 8192**3 / t.seconds
     assert 1e13 < flops < 5e15, f"{flops:.3g} FLOP/s is no GPU's rate: events misread"
+
+
+def test_timed_also_counts_the_host_work_of_the_region():
+    """``cpu_seconds``: the calling thread's CPU time, what a message costs the host; a wait
+    costs none of it, while wall time counts it all."""
+    with timed() as waiting:
+        time.sleep(0.05)
+    with timed() as working:
+        sum(i * i for i in range(200_000))
+    assert waiting.seconds >= 0.05 and waiting.cpu_seconds < 0.01
+    assert 0 < working.cpu_seconds <= working.seconds + 0.01

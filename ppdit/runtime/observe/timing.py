@@ -35,6 +35,10 @@ class Timing:
 
     seconds: float = float("nan")
     how: str = "cpu clock"  # or "cuda events"
+    # The calling thread's CPU time over the region: the host work it costs, which a busy
+    # machine stretches far less than wall time and a GPU does not shrink. (The process's
+    # would add gloo's I/O threads, which spin longer when the peer is descheduled: +-200 us.)
+    cpu_seconds: float = float("nan")
     _since_start: Callable[[], float] | None = field(default=None, repr=False)
 
     def lap(self) -> float:
@@ -51,6 +55,7 @@ def timed(placement: Placement | None = None) -> Iterator[Timing]:
     out = Timing()
     if placement is not None:  # earlier work is not ours (this stream's: never device-wide)
         placement.synchronize()
+    cpu = time.thread_time()
     if placement is not None and placement.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
         out.how, out._since_start = "cuda events", lambda: _event_seconds(start)
@@ -59,6 +64,7 @@ def timed(placement: Placement | None = None) -> Iterator[Timing]:
         begin = time.perf_counter()
         out._since_start = lambda: time.perf_counter() - begin
     yield out
+    out.cpu_seconds = time.thread_time() - cpu  # before waiting for the device: host work
     out.seconds = out._since_start()
 
 
