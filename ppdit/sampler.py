@@ -361,20 +361,13 @@ class Denoiser:
                 on_step(i)
         return list(states)
 
-    def generate(self, request: Request, latent_shape: Sequence[int]) -> torch.Tensor:
-        """Every step for one request from its noise: the single-device reference."""
-        state = self.initial_state(request, latent_shape)
-        [state] = self.run([state], [request], range(self.sampling.num_steps))
-        return state.latent
-
 
 def generate(model: torch.nn.Module, request: Request, *, preset: str | ModelPreset = "tiny",
              sampling: SamplingConfig | None = None, latent_shape: Sequence[int] | None = None
              ) -> torch.Tensor:
     """The single-device reference: all steps for one request on one device -> final latent."""
-    sampling = sampling or SamplingConfig()
-    den = Denoiser(model, preset, sampling)
-    return den.generate(request, tuple(latent_shape or den.preset.latent_shape))
+    return generate_batched(model, [request], preset=preset, sampling=sampling,
+                            latent_shape=latent_shape)[0]
 
 
 def generate_batched(model: torch.nn.Module, requests: Sequence[Request], *,
