@@ -34,15 +34,13 @@ _WATCHED: list[int] = []  # the parent this process watches (one watcher per pro
 
 
 def watch_parent(parent_pid: int, pdeathsig: bool = True, sentinel: int | None = None) -> None:
-    """End this process when ``parent_pid`` is gone, within ``PARENT_POLL_S`` seconds.
-
-    Linux can do it for us (``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the child
-    when the *thread* that started it ends, so callers starting ranks from a short-lived
-    thread pass ``pdeathsig=False``); a daemon thread polling ``getppid()`` covers the rest.
-    ``sentinel``: a file descriptor that becomes readable when the caller is gone (the end of
-    the pipe multiprocessing gives every child). A forked rank needs it: its parent, the fork
-    server, exits only once no client holds its "alive" pipe, and every rank holds one.
-    """
+    """End this process when ``parent_pid`` is gone, within ``PARENT_POLL_S`` seconds. Linux can
+    do it for us (``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the child when the
+    *thread* that started it ends, so callers starting ranks from a short-lived thread pass
+    ``pdeathsig=False``); a daemon thread polling ``getppid()`` covers the rest. ``sentinel``: a
+    file descriptor readable once the caller is gone (the end of the pipe multiprocessing gives
+    every child). A forked rank needs it: its parent, the fork server, exits only once no client
+    holds its "alive" pipe, and every rank holds one."""
     if _WATCHED:
         return
     _WATCHED.append(parent_pid)

@@ -43,13 +43,10 @@ def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def build_model(preset: str | ModelPreset = "tiny", *, seed: int = 0,
                 checkpoint: str | Path | None = None, device: str | torch.device = "cpu",
                 dtype: str | torch.dtype = torch.float32) -> WanTransformer3DModel:
-    """Build the Wan transformer in eval mode, identical on every rank that passes the same args.
-
-    With ``checkpoint`` (a local diffusers folder holding ``config.json`` and weights) the
-    weights are loaded from disk and ``preset`` is ignored; otherwise they are random, drawn
-    from ``seed`` (``build_seeded``). ``device="meta"`` builds shapes only (parameter counts of
-    the 14B model without 57 GB of RAM).
-    """
+    """Build the Wan transformer in eval mode, identical on every rank that passes the same args:
+    loaded from ``checkpoint`` (a local diffusers folder with ``config.json`` and weights;
+    ``preset`` ignored), else random from ``seed`` (``build_seeded``). ``device="meta"`` builds
+    shapes only (parameter counts of the 14B model without 57 GB of RAM)."""
     dtype = torch_dtype(dtype)
     if checkpoint is not None:
         path = Path(checkpoint)
@@ -66,14 +63,11 @@ def build_model(preset: str | ModelPreset = "tiny", *, seed: int = 0,
 
 
 def own_memory(module: nn.Module) -> nn.Module:
-    """Copy every CPU parameter and buffer into memory of its own, in place.
-
-    Why: ``from_pretrained`` hands back tensors that view the safetensors file, at whatever
-    offset the file put them (8-byte aligned, not 64). CPU kernels take another vector path on
-    such data, so the loaded model differs from the saved one by rounding (7e-7 seen on the
-    tiny model): not bitwise equal. A copy gets freshly allocated, aligned memory (and lets the
-    file go).
-    """
+    """Copy every CPU parameter and buffer into memory of its own, in place. Why:
+    ``from_pretrained`` hands back tensors that view the safetensors file, at whatever offset it
+    put them (8-byte aligned, not 64); CPU kernels take another vector path on such data, so the
+    loaded model differs from the saved one by rounding (7e-7 seen on the tiny model). A copy
+    gets freshly allocated, aligned memory (and lets the file go)."""
     for t in [*module.parameters(), *module.buffers()]:
         if t.device.type == "cpu":
             t.data = t.data.clone()
@@ -96,11 +90,9 @@ def build_seeded(cls, config: dict, seed: int, device: str | torch.device) -> nn
 
 def cast_like_from_pretrained(model: WanTransformer3DModel, dtype: torch.dtype
                               ) -> WanTransformer3DModel:
-    """Cast to ``dtype`` but keep the modules Wan needs in fp32 (rope, time embedder, norms...).
-
-    This is what ``from_pretrained(torch_dtype=...)`` does; a plain ``model.to(bf16)`` would
-    also cast those and drift from the reference numerics.
-    """
+    """Cast to ``dtype`` but keep the modules Wan needs in fp32 (rope, time embedder, norms...),
+    as ``from_pretrained(torch_dtype=...)`` does; a plain ``model.to(bf16)`` would also cast
+    those and drift from the reference numerics."""
     if dtype == torch.float32:
         return model
     keep = tuple(model._keep_in_fp32_modules)
@@ -111,11 +103,9 @@ def cast_like_from_pretrained(model: WanTransformer3DModel, dtype: torch.dtype
 
 
 class DummyDiT(nn.Module):
-    """A stand-in with the model's call signature whose velocity costs microseconds.
-
-    The earlier report verified its pipeline with such a model ("identity + small noise"); its
-    timings therefore measured everything *but* the model. ppdit keeps it for the same purpose.
-    """
+    """A stand-in with the model's call signature whose velocity costs microseconds. The earlier
+    report verified its pipeline with such a model ("identity + small noise"), so its timings
+    measured everything *but* the model; ppdit keeps it for the same purpose."""
 
     def __init__(self):
         super().__init__()
@@ -149,10 +139,7 @@ class StageContext:
 def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], timestep: torch.Tensor,
               text: torch.Tensor) -> StageContext:
     """Everything a block needs except ``h``: rope tables, timestep projection, projected text.
-
-    Needs only the latent's *shape*, which is why a layer stage can compute it without
-    receiving anything but the hidden states.
-    """
+    It needs only the latent's *shape*: a layer stage receives nothing but the hidden states."""
     if model.condition_embedder.image_embedder is not None:
         raise ValueError("image-conditioned (I2V) Wan models are not supported by the stage view")
     if timestep.ndim != 1:

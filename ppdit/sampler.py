@@ -8,10 +8,9 @@ DiT to predict the velocity ``v = eps - x_0 = dx/dsigma``. Sampling integrates f
 ``sigma' = shift sigma / (1 + (shift - 1) sigma)`` (3.0 at 480p, 5.0 at 720p), spending more
 steps where the video's coarse layout is decided.
 
-The *handoff*: Euler is one-step, so step ``i`` needs only the latent at ``sigmas[i]`` and
-``i`` (sigmas and conditioning every rank knows): ``StepState``. A multistep solver (UniPC, Wan
-pipeline's default) adds its memory in ``StepState.solver_state``: 3 more latents
-(``ppdit.checkpoint.solver``, plugged in as the ``Denoiser``'s update).
+The *handoff* (``StepState``): Euler is one-step, so step ``i`` needs only ``i`` and the latent
+at ``sigmas[i]`` (the rest every rank knows); a multistep solver (UniPC, Wan pipeline's default,
+``ppdit.checkpoint.solver``) adds 3 more latents of memory in ``StepState.solver_state``.
 """
 
 from __future__ import annotations
@@ -105,12 +104,10 @@ def initial_noise(request: Request, latent_shape: Sequence[int]) -> torch.Tensor
 
 
 def prompt_embeddings(request: Request, preset: str | ModelPreset, batch: int = 1) -> torch.Tensor:
-    """A stand-in for the umT5 prompt encoding, (B, text_len, text_dim), from the request seed.
-
+    """A stand-in for the umT5 prompt encoding, (B, text_len, text_dim), from the request seed:
     ppdit ships no text encoder (umT5-XXL alone is 11 GB); a seeded Gaussian has the right shape
-    and makes every rank agree on the conditioning without sending it. A separate generator
-    stream (seed + a large odd offset) keeps it independent of the noise.
-    """
+    and every rank agrees on it without sending it. Its own stream (seed + a large odd offset)
+    keeps it independent of the noise."""
     p = get_preset(preset)
     g = torch.Generator().manual_seed(request.seed + 1_000_003)
     return torch.randn(batch, p.text_len, p.text_dim, generator=g)
@@ -166,13 +163,12 @@ def predict_velocity(forward: Callable[..., torch.Tensor], latent: torch.Tensor,
     classifier-free guidance, ``v = v_u + g (v_c - v_u)``; ``cfg``, how their unconditional
     halves run:
 
-    * ``"batched"``: appended to the same batch, one call of ``forward`` (GEMM efficiency;
-      other shapes than one request alone, so other bits);
-    * ``"split"``: a second call, on the guided samples alone: ``WanPipeline``'s arithmetic
-      (the conditional forward, then the unconditional one), hence its bits;
-    * a callable: each half on a rank of its own (CFG-parallel, ``parallel.cfg.halves``),
-      ``cfg(forward, latent, timestep, cond, guidance_scale)``, for batches guided whole.
-    """
+    * ``"batched"``: appended to the same batch, one ``forward`` (GEMM efficiency; other shapes
+      than one request alone, so other bits);
+    * ``"split"``: a second call on the guided samples alone, after the conditional one:
+      ``WanPipeline``'s arithmetic, hence its bits;
+    * a callable ``cfg(forward, latent, timestep, cond, guidance_scale)``: each half on a rank of
+      its own (CFG-parallel, ``parallel.cfg.halves``), for batches guided whole."""
     check_cfg(cfg)
     if guided is None or not bool(guided.any()):
         return forward(latent, timestep, cond.text)
@@ -234,13 +230,11 @@ class Denoiser:
         check_cfg(cfg)
         self.model = model
         self.cfg = cfg  # how a guided step's two halves run (``predict_velocity``)
-        # ``solver`` replaces the Euler update (a pipeline folder's scheduler, see
-        # ``ppdit.checkpoint.solver``): it brings its own timesteps and carries its state in
-        # ``StepState.solver_state``.
+        # replaces the Euler update (a folder's scheduler, ``ppdit.checkpoint.solver``): its own
+        # timesteps, its state carried in ``StepState.solver_state``
         self.solver = solver
         self.forward = forward or model_forward(model)
-        # The preset sizes the seeded stand-in prompts; None when every request's prompt is
-        # given with ``condition_on``.
+        # sizes the seeded stand-in prompts; None when every prompt is given by ``condition_on``
         self.preset = None if preset is None else get_preset(preset)
         self.sampling = sampling
         self.device = next(model.parameters()).device
@@ -291,11 +285,9 @@ class Denoiser:
     @torch.no_grad()
     def step_batch(self, states: Sequence[StepState], requests: Sequence[Request],
                    out: torch.Tensor | None = None) -> list[StepState]:
-        """One forward over several requests, each at its own step (a stream batch).
-
-        A single request goes through here too, so every layout runs the same code. Batching
-        several changes the GEMM shapes, so results equal the one-at-a-time ``step`` only up to
-        float rounding (``BATCHED_TOL`` in the tests), never bitwise.
+        """One forward over several requests, each at its own step (a stream batch); a single
+        request goes through here too, so every layout runs the same code. Batching changes the
+        GEMM shapes: equal to one-at-a-time ``step`` up to rounding (``BATCHED_TOL``), not bitwise.
         """
         self._check_steps(states)
         counts = [s.latent.shape[0] for s in states]
@@ -345,11 +337,9 @@ class Denoiser:
             out: torch.Tensor | None = None, on_step: Callable[[int], None] | None = None
             ) -> list[StepState]:
         """Run the contiguous ``steps`` (a stage's slice) for a group of requests, batched.
-
-        ``span(i)`` times step i; ``out`` receives the last step's latents, concatenated (a
-        stage passes its outgoing frame here so the handoff copies nothing; a solver that
-        returns new tensors is copied into it); ``on_step(i)`` reports step i as done.
-        """
+        ``span(i)`` times step i, ``on_step(i)`` reports it done; ``out`` receives the last step's
+        latents, concatenated (a stage's outgoing frame, so the handoff copies nothing; a solver's
+        new tensors are copied into it)."""
         for s in states:
             if s.step_index != steps.start:
                 raise ValueError(f"request {s.request_id} arrived at step {s.step_index} but "

@@ -27,18 +27,16 @@ def _conv(name: str, b: int, cin: int, cout: int, kernel: tuple[int, int, int],
 
 def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str = "bf16",
                     attention: str = "flash", config: dict | None = None) -> list[Op]:
-    """Convolutions and the mid-block attention of ``AutoencoderKLWan.decode`` for one latent.
-
-    The structure mirrors diffusers' ``WanDecoder3d`` (Wan 2.1, ``is_residual=False``): conv_in,
-    a mid block (resnet, per-frame single-head attention, resnet), four up blocks of
-    ``num_res_blocks + 1`` resnets (two 3x3x3 causal convs each, a 1x1x1 shortcut where the
-    width changes) with 2x spatial upsampling (nearest + 3x3 conv) after the first three, and a
-    (3,1,1) time conv doubling the frames in the temporally upsampling ones. diffusers decodes
-    one latent frame at a time; the first frame never enters a time conv, so F latent frames
-    become 1 + 2 (F - 1) and then 1 + 4 (F - 1) frames. Counted: every conv (FLOPs exact) and the
-    attention. Not counted (an explicit approximation): RMS norms, SiLU, the nearest upsampling
-    copies and residual adds (bandwidth-bound, a few passes over each activation); weights are
-    counted once although the frame-by-frame decode re-reads them for every latent frame."""
+    """Convolutions and the mid-block attention of ``AutoencoderKLWan.decode`` for one latent,
+    mirroring diffusers' ``WanDecoder3d`` (Wan 2.1, ``is_residual=False``): conv_in, a mid block
+    (resnet, per-frame single-head attention, resnet), four up blocks of ``num_res_blocks + 1``
+    resnets (two 3x3x3 causal convs each, a 1x1x1 shortcut where the width changes) with 2x spatial
+    upsampling (nearest + 3x3 conv) after the first three, and a (3,1,1) time conv doubling the
+    frames in the temporally upsampling ones. Decoded a latent frame at a time, the first frame
+    never enters a time conv: F latent frames become 1 + 2 (F - 1), then 1 + 4 (F - 1) frames.
+    Counted: every conv (FLOPs exact) and the attention. Not counted (an explicit approximation):
+    RMS norms, SiLU, the nearest upsampling copies and residual adds (bandwidth-bound, a few passes
+    over each activation); weights count once though the decode re-reads them every latent frame."""
     cfg = {**WAN21_VAE, **(config or {})}
     if cfg["is_residual"]:
         raise ValueError("is_residual=True is Wan 2.2's VAE; only Wan 2.1's is accounted for")

@@ -17,9 +17,6 @@ arithmetic (``tests/unit/test_t2v.py`` checks it bit for bit), as a value a stag
 order 2 that is three latents beside the latent (``state_nbytes``): 4x Euler's handoff. On the
 wire (``to_wire`` / ``from_wire``): ``wire_tensors`` latent-sized slots (an absent one travels
 as zeros with a flag) and a few integers; every rank rebuilds the timestep list.
-
-``make_denoiser``: the ``Denoiser`` a folder runs with (this solver, the folder's flow shift,
-``WanPipeline``'s guidance arithmetic: two batch-1 forwards).
 """
 
 from __future__ import annotations

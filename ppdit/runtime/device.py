@@ -87,15 +87,13 @@ class PlacementDecision:
 def decide_placement(local_world_size: int, *, backend: str = "auto", device: str | None = None,
                      stage: bool | None = None, nccl_rules: bool | int | None = None
                      ) -> PlacementDecision:
-    """Apply the module's rule for ``local_world_size`` ranks on this host.
-
-    ``device`` ("auto", "cpu", "cuda"; default: ``$PPDIT_DEVICE``, else "auto") and ``backend``
-    ("auto", "gloo", "nccl") override the rule where they can; a request that cannot work
-    (NCCL with two ranks on one GPU, CUDA without a GPU) is a ``ValueError`` saying why.
-    ``stage`` forces host staging on (CPU ranks too) or off (only where messages stay on the
-    host anyway); ``None`` stages exactly when gloo carries CUDA tensors. ``nccl_rules``: True,
-    an eager limit in bytes, or False (default ``$PPDIT_NCCL_RULES``; gloo ranks only).
-    """
+    """Apply the module's rule for ``local_world_size`` ranks on this host. ``device`` ("auto",
+    "cpu", "cuda"; default ``$PPDIT_DEVICE``, else "auto") and ``backend`` ("auto", "gloo",
+    "nccl") override it where they can; a request that cannot work (NCCL with two ranks on one GPU,
+    CUDA without a GPU) is a ``ValueError`` saying why. ``stage`` forces host staging on (CPU ranks
+    too) or off (only where messages stay on the host anyway); ``None`` stages exactly when gloo
+    carries CUDA tensors. ``nccl_rules``: True, an eager limit in bytes, or False (default
+    ``$PPDIT_NCCL_RULES``; gloo ranks only)."""
     decision = _decide(local_world_size, backend, device, stage)
     limit = _rules_limit(nccl_rules)
     if limit is None or decision.backend != "gloo":

@@ -89,13 +89,10 @@ def latent_shape(spec: GenerateSpec, vae_factors: tuple[int, int], channels: int
 
 def check_spec(spec: GenerateSpec, vae_factors: tuple[int, int], transformer_config: dict
                ) -> None:
-    """The request's own rules, checked before launching (``ValueError`` naming each). The
-    layout's rules (steps per stage, heads per rank, ...) are its plan's:
-    ``parallel.layout.check_model`` and ``ForwardOptions.check_forward``.
-
-    diffusers *rounds* a bad frame count or size with a warning; ppdit refuses instead, so the
-    video you get is the one you asked for.
-    """
+    """The request's own rules, checked before launching (``ValueError`` naming each); the
+    layout's (steps per stage, heads per rank, ...) are its plan's: ``parallel.layout.check_model``
+    and ``ForwardOptions.check_forward``. diffusers *rounds* a bad frame count or size with a
+    warning; ppdit refuses instead, so the video you get is the one you asked for."""
     t, s = vae_factors
     patch = transformer_config.get("patch_size", (1, 2, 2))
     if spec.text_encoder not in TEXT_ENCODER_PLACES:

@@ -86,13 +86,11 @@ def build_vae(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> AutoencoderKLWan:
-    """Build the VAE in eval mode: random weights from ``seed``, or a local checkpoint.
-
-    Random weights are drawn inside ``torch.random.fork_rng`` from one seeded generator, so every
-    rank that passes the same arguments holds the same VAE and the caller's RNG is untouched.
-    ``checkpoint`` is a local diffusers folder: the VAE folder itself (``config.json`` +
-    weights) or a pipeline snapshot with a ``vae/`` subfolder, e.g. of
-    ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``. Nothing is downloaded. (Wan runs its VAE in fp32.)
+    """Build the VAE in eval mode: random weights from ``seed`` (drawn inside
+    ``torch.random.fork_rng`` from one seeded generator: every rank passing the same arguments
+    holds the same VAE, the caller's RNG untouched), or a local diffusers ``checkpoint``: the VAE
+    folder itself (``config.json`` + weights) or a pipeline snapshot with a ``vae/`` subfolder,
+    e.g. of ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``. Nothing is downloaded. (Wan runs its VAE in fp32.)
     """
     if checkpoint is not None:
         path = Path(checkpoint)

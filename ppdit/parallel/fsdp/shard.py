@@ -58,19 +58,18 @@ GATHER_PREFIX = "all-gather"  # the names of the spans trace_gathers draws start
 
 def trace_gathers(model, tracer: Tracer) -> list:
     """Draw each sharded block's gathers on ``tracer``; the hooks' handles (remove after use).
+    Three hooks per block, around FSDP's own pre-forward (which waits for this block's all-gather,
+    then posts the next block's: the prefetch):
 
-    Three hooks per block, around FSDP's own pre-forward (which waits for this block's
-    all-gather, then posts the next block's: the prefetch):
-
-    * ``wait``    from before FSDP's pre-forward until the block's weights are whole: the part
-                  of the gather the previous block's compute did not hide;
+    * ``wait``    from before FSDP's pre-forward until the block's weights are whole: the part of
+                  the gather the previous block's compute did not hide;
     * ``compute`` the block itself, named "block i";
-    * ``send``    (drawn thin, beside the compute) the next block's gather, from when it was
-                  posted until its block found it: the part that travels behind compute.
+    * ``send``    (drawn thin, beside the compute) the next block's gather, from its posting until
+                  its block found it: the part that travels behind compute.
 
-    The stamps are when the host reached each point (``now_ns``). On CPU ranks that is when
-    the work ran; on a GPU it is the order the host issued it in (kernels run later): read a
-    GPU run's overlap in a ``torch.profiler`` trace, not here."""
+    The stamps are when the host reached each point (``now_ns``): on CPU ranks when the work ran,
+    on a GPU the order the host issued it in (kernels run later): read a GPU run's overlap in a
+    ``torch.profiler`` trace, not here."""
     marks: dict[str, int] = {}
     handles = []
     last = len(model.blocks) - 1

@@ -34,12 +34,11 @@ def encode(msg: Message) -> list[int]:
 
 
 class Mailbox:
-    """Receives a rank's messages in each sender's own order, and hands them out by name.
-
-    Every rank can compute what every other rank sends, in order (``messages_sent``). Posting
-    receives in exactly that order — ``ahead`` of need, so transfers overlap compute — and
-    stashing what is not needed yet means one pair of ranks can carry several kinds of message
-    without tags, on gloo and NCCL alike.
+    """Receives a rank's messages in each sender's own order, and hands them out by name. Every
+    rank can compute what every other rank sends, in order (``messages_sent``): posting receives
+    in exactly that order, ``ahead`` of need so transfers overlap compute, and stashing what is
+    not needed yet lets one pair of ranks carry several kinds of message without tags, on gloo and
+    NCCL alike.
 
     Posting ahead is safe under NCCL with a communicator per direction (``lanes``: see the
     package docstring). On one communicator, P = 2 deadlocks: rank 1's receive of the next

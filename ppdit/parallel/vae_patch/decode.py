@@ -173,12 +173,10 @@ class PatchVAE(nn.Module):
 
 
 class PatchStreamingDecoder(StreamingDecoder):
-    """``StreamingDecoder`` over a row split: each rank decodes its rows of every chunk.
-
-    ``push(chunk)`` takes the whole-height latent chunk (B, z, F, H, W) on every rank, decodes
-    this rank's rows with its own causal cache, and returns the pixels as ``gather`` says:
-    "all" the whole frames on every rank, "first" on group rank 0 (``None`` elsewhere), "none"
-    this rank's rows (B, 3, T, rows · 8, W · 8)::
+    """``StreamingDecoder`` over a row split: ``push(chunk)`` takes the whole-height latent chunk
+    (B, z, F, H, W) on every rank, decodes this rank's rows with its own causal cache, and returns
+    the pixels as ``gather`` says: "all" the whole frames on every rank, "first" on group rank 0
+    (``None`` elsewhere), "none" this rank's rows (B, 3, T, rows · 8, W · 8)::
 
         latent rows   0 ..... H-1         pixel rows    (8x for Wan, 4x for the tiny VAE)
         rank 0        [0, s0)        ->   [0, 8 s0)

@@ -5,21 +5,18 @@ is contiguous (gloo fails on the sender for a strided one while the receiver wai
 described by a header; every blocking wait has a timeout, so a send that never comes is an
 error, not a hang.
 
-``send_tensor`` / ``recv_tensor`` carry any tensor as two messages: a 12-int64 header (magic,
-dtype, ndim, shape) and the payload. A pipeline hands off the *same* shape thousands of times,
-so ``FrameSender`` / ``FrameReceiver`` agree on a ``FrameSpec`` once (checked by the receiver)
-and then send each handoff as **one** message, the payload plus a few int64 metadata slots
-(request id, step index, ...). With ``FrameSender.claim`` the producing step writes straight
-into the outgoing frame: a handoff costs what a bare ``dist.send`` of the latent costs.
+``send_tensor`` / ``recv_tensor`` carry any tensor as a 12-int64 header (magic, dtype, ndim,
+shape) and the payload. A pipeline hands off the *same* shape thousands of times, so
+``FrameSender`` / ``FrameReceiver`` agree on a ``FrameSpec`` once and then send each handoff as
+**one** message, the payload plus int64 metadata slots (request id, step index, ...); with
+``FrameSender.claim`` the producer writes straight into the outgoing frame: a handoff costs what
+a bare ``dist.send`` of the latent costs.
 
-Every operation goes through a ``Wire``, the one object a rank's algorithm code holds
-(``ctx.wire``): plain gloo / NCCL, or, for a gloo rank keeping NCCL's point-to-point rules
-(``runtime.comm.nccl_rules``), queued per peer as NCCL would run it. A rule test
+Every operation goes through the rank's ``Wire`` (``ctx.wire``): plain gloo / NCCL, or a gloo rank
+queueing per peer as NCCL would (``runtime.comm.nccl_rules``); a rule test
 (``tests/unit/test_wire_rule.py``) allows bare ``dist.send``-style calls only in the baselines.
-
-Staging (``staged=True``, see ``runtime.device``): a sender copies the device tensor into a
-(pinned) host buffer before sending; a receiver copies the bytes back to its device. Every entry
-point checks that its tensors live on the rank's device, and says which one is where.
+Staged (``runtime.device``), bytes travel through a (pinned) host buffer. Every entry point
+checks that its tensors live on the rank's device.
 """
 
 from __future__ import annotations
@@ -46,13 +43,11 @@ _ABORTED: list[str] = []  # why this process's communicators are unusable (see w
 
 
 def work_bound(floor_s: float, steps: int, step_s: float) -> float:
-    """A receive's bound from the work that must happen before its data exists.
-
-    A fixed timeout is wrong at both ends: long enough for 14B at 480p (a stage's share of
-    steps takes minutes before its first handoff) it hides a hang for minutes on a tiny
-    model. ``step_s`` is measured in warm-up, or predicted; the bound counts from the
-    receive's posting, as NCCL's timeout does, so the whole upstream share must fit.
-    """
+    """A receive's bound from the work that must happen before its data exists. A fixed
+    timeout is wrong at both ends: long enough for 14B at 480p (a stage's share of steps takes
+    minutes before its first handoff) it hides a hang for minutes on a tiny model. ``step_s`` is
+    measured in warm-up, or predicted; the bound counts from the receive's posting, as NCCL's
+    timeout does, so the whole upstream share must fit."""
     if steps < 0 or step_s < 0:
         raise ValueError(f"work_bound needs steps >= 0 and step_s >= 0, got steps={steps}, "
                          f"step_s={step_s}")
@@ -251,10 +246,8 @@ def broadcast_tensor(tensor: torch.Tensor | None, src: int, wire: Wire, *,
 
 @dataclass(frozen=True)
 class FrameSpec:
-    """The fixed layout of one handoff frame: a payload tensor plus int64 metadata slots.
-
-    ``[ payload bytes | pad to 8 | meta_slots x int64 ]`` in one contiguous uint8 buffer.
-    """
+    """One handoff frame's fixed layout, one contiguous uint8 buffer:
+    ``[ payload bytes | pad to 8 | meta_slots x int64 ]``."""
 
     shape: tuple[int, ...]
     dtype: torch.dtype = torch.float32
@@ -326,15 +319,14 @@ class Frame:
 
 
 class FrameSender:
-    """Sends frames of one ``FrameSpec`` to one peer, one message each, without blocking.
+    """Sends frames of one ``FrameSpec`` to one peer, one message each, without blocking. Up to
+    ``max_in_flight`` sends stay outstanding (the next ``send`` waits for the oldest); buffers are
+    recycled once their send completes.
 
-    Up to ``max_in_flight`` sends stay outstanding (the next ``send`` waits for the oldest);
-    frame buffers are recycled once their send completes.
-
-    Zero-copy: ``claim()`` returns the payload view of the next outgoing buffer; a producer that
-    writes its result there (``torch.add(..., out=claimed)``) makes ``send`` skip the copy. On
-    this CPU that copy of a 256 KB latent costs ~30% of the whole handoff. (Staged, ``claim``
-    returns a device tensor and ``send`` copies it to the host buffer: one copy either way.)
+    Zero-copy: a producer that writes into ``claim()``'s view of the next outgoing buffer
+    (``torch.add(..., out=claimed)``) makes ``send`` skip the copy, on this CPU ~30% of a 256 KB
+    latent's handoff. (Staged, ``claim`` returns a device tensor that ``send`` copies to the host
+    buffer: one copy either way.)
     """
 
     def __init__(self, spec: FrameSpec, dst: int, wire: Wire, *, group=None,
@@ -391,15 +383,13 @@ class FrameSender:
 
 class FrameReceiver:
     """Receives frames of one ``FrameSpec`` from one peer; checks the spec on the first one.
+    Frames land in a ring of reused buffers: ``recv``'s payload view stays valid until ``depth``
+    more frames have arrived (``copy=True`` keeps it longer, for a stage holding several requests).
 
-    Frames land in a ring of reused buffers: the payload ``recv`` returns is a view that stays
-    valid until ``depth`` more frames have arrived; pass ``copy=True`` to keep it longer (a
-    stage that holds several requests at once does).
-
-    With ``count`` (how many frames will come in all), the next receive is posted as soon as
-    one completes, so the transfer happens while this rank computes: a receive posted only when
-    the data is needed waits for the sender's side to respond (~0.3 ms on this CPU, more when
-    both cores are busy); posted early, it is usually complete by then.
+    With ``count`` (the frames to come in all), the next receive is posted as soon as one
+    completes, so the transfer overlaps this rank's compute: a receive posted only when the data
+    is needed waits for the sender's side to respond (~0.3 ms on this CPU, more when both cores
+    are busy).
     """
 
     def __init__(self, spec: FrameSpec, src: int, wire: Wire, *, group=None, depth: int = 2,

@@ -32,13 +32,12 @@ def launch(worker: Callable[..., Any], world_size: int, *, args: Sequence[Any] =
     """Run ``worker(ctx, *args)`` on ``world_size`` ranks; return their results by rank.
 
     ``setup(rank, world_size, *args)`` runs in each rank first (build the model there; on fresh
-    ranks it runs before ``init_process_group``); its result is ``ctx.prepared``.
-    ``threads_per_rank`` defaults to the cores divided by the ranks, at least 1. ``device``,
-    ``backend``, ``stage`` and ``nccl_rules`` refine the placement rule (``ppdit.runtime.device``).
-    ``pg_timeout_s`` bounds each collective / P2P wait inside fresh ranks (default: ``timeout_s``; a
-    pool's ranks keep the bound they started with). ``follow_work``: both bound the job until
-    its ranks have measured their work, which may then raise them (``RankContext.expect``).
-    ``pool`` runs the job on a live pool of exactly ``world_size`` ranks instead of fresh ones.
+    ranks before ``init_process_group``); its result is ``ctx.prepared``. ``threads_per_rank``:
+    default the cores over the ranks, at least 1. ``device``, ``backend``, ``stage`` and
+    ``nccl_rules`` refine the placement rule (``ppdit.runtime.device``). ``pg_timeout_s`` bounds
+    each collective / P2P wait inside fresh ranks (default ``timeout_s``; a pool's ranks keep
+    theirs). ``follow_work``: both bound the job until its ranks have measured their work, which
+    may then raise them (``RankContext.expect``). ``pool``: a live pool of exactly ``world_size``.
 
     Under ``torchrun`` the same call runs ``worker`` here and returns every rank's result on
     rank 0, ``None`` elsewhere: every ``run_*`` entry point works unchanged from a torchrun script.

@@ -230,13 +230,11 @@ def run_under_torchrun(worker: Callable[..., Any], *, args: Sequence[Any] = (),
                        on_event: Callable[[int, Any], None] | None = None,
                        follow_work: bool = False) -> list[Any] | None:
     """Run the same worker in a process started by ``torchrun``; rank 0 gets every result.
-
     ``torchrun --nproc-per-node N -m ppdit demo`` lands here: the rendezvous comes from env://
     (RANK, WORLD_SIZE, MASTER_ADDR, ...); torchrun owns the processes (SIGINT / SIGTERM to it
     reach every rank). On several hosts (``--nnodes``) rank 0 says where every rank is, a slow
     join says what it waits for, and a lost connection is named by rank and host
-    (``runtime.processes.hosts``). Rank 0's own progress events reach ``on_event``.
-    """
+    (``runtime.processes.hosts``). Rank 0's own progress events reach ``on_event``."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     # torchrun gives each rank a session of its own: if the agent is SIGKILLed, only this watch

@@ -2,15 +2,13 @@
 
 Why not always ``spawn`` (a fresh interpreter per rank, as ``torchrun`` and ``mp.spawn`` do):
 each such rank imports torch, diffusers and transformers itself, about 9 s of one core on this
-2-core machine (lesson 01 measures it), and every fresh launch pays it again. ``forkserver``
-keeps one server process per caller that imports those libraries once (``ppdit._fork_server``),
-and every rank is a fork of it, ready in a fraction of a second. A rank still imports ppdit
-itself, so an edit to ppdit reaches the next launch, as it does under spawn.
+2-core machine (lesson 01 measures it), at every launch. ``forkserver`` keeps one server process
+per caller that imports them once (``ppdit._fork_server``); a rank forked from it is ready in a
+fraction of a second, and still imports ppdit itself, so an edit reaches the next launch.
 
 Which is used (``start_method_for``):
 
-* spawn inside a ``with fresh_interpreters():`` block (lesson 01 reproduces a torchrun's
-  start-up, so it needs fresh interpreters);
+* spawn inside ``with fresh_interpreters():`` (lesson 01 reproduces a torchrun's start-up);
 * ``$PPDIT_START_METHOD`` ("spawn" or "forkserver") when set;
 * otherwise ``forkserver``, for CPU and CUDA ranks alike. CUDA does not survive a fork once
   initialised, so the server must never initialise it: its imports only import (a test fails
