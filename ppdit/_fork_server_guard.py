@@ -1,17 +1,16 @@
 """The fork server's first import: it ends the server when its caller is gone.
 
 The server imports torch, diffusers and transformers (``_fork_server.PRELOAD``) before it
-listens to anyone, and multiprocessing's server notices a dead caller only once it listens
-(its "alive" pipe reaches end-of-file when every caller has closed its end). A caller killed
-during those seconds would leave the server importing for half a minute, then idle. Imported
-first, this module starts a thread that watches the same pipe (its descriptor is on the server's
-command line, ``main(listener_fd, alive_r, ...)``) and the server's parent, and exits the server
-within ``POLL_S`` of the caller's end, imports or not (measured: 0.05-0.3 s, where the server
-alone took 3-9 s). Forked ranks do not inherit the thread (a fork copies only the forking
-thread); each rank watches its caller itself (``_spawn_entry``, whose loop this shares).
-It also ignores SIGINT from the start, as multiprocessing's server does once its imports end:
-Jupyter's interrupt reaches the kernel's whole process group, and a server still importing
-printed a ``KeyboardInterrupt`` traceback at every restart. Standard library only.
+listens, and multiprocessing's server notices a dead caller only once it listens (its "alive"
+pipe reaches end-of-file): a caller killed meanwhile would leave it importing for half a minute,
+then idle. Imported first, this module's thread watches the same pipe (its descriptor is on the
+server's command line, ``main(listener_fd, alive_r, ...)``) and the server's parent, and exits
+the server within ``POLL_S`` of the caller's end (measured: 0.05-0.3 s, where the server alone
+took 3-9 s). Forked ranks do not inherit the thread (a fork copies only the forking thread);
+each watches its caller itself (``_spawn_entry``, whose loop this shares). It also ignores
+SIGINT from the start, as multiprocessing's server does once its imports end: Jupyter's
+interrupt reaches the kernel's whole process group, and a server still importing printed a
+``KeyboardInterrupt`` traceback at every restart. Standard library only.
 """
 
 import os

@@ -9,10 +9,7 @@ fit one 24 GB GPU. For a video DiT each does something different:
   (S = 32,760, 40 heads, both halves). Without it nothing runs: its gain is not modest.
 * **half precision** halves the weights and the activations (bf16 or fp16 against fp32).
 * **gradient checkpointing** keeps fewer activations *for the backward pass*; inference under
-  ``torch.no_grad`` keeps none, so it saves nothing here.
-
-``optimisation_ladder`` adds them one at a time to ``rank_memory_model``'s one-GPU total, to set
-against a card's memory; ``measure_scores`` checks the scores term on live tensors."""
+  ``torch.no_grad`` keeps none, so it saves nothing here."""
 
 from __future__ import annotations
 

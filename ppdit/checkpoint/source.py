@@ -8,9 +8,7 @@ Two answers, and every layout, the serving system and the toy ask this one value
 
 Ranks holding equal ``ModelSource``s build identical weights without talking, so sources are
 compared, not models (plans run side by side must have equal ones: ``runtime.rounds``). The value
-is frozen and tiny: it travels with every plan; the weights never do. ``spec`` gives the
-transformer's sizes (a ``ModelPreset``) without loading weights; ``dit()``, ``vae()`` and
-``prompts()`` build what a rank needs; a folder also gives its ``scheduler()``.
+is frozen and tiny: it travels with every plan; the weights never do.
 """
 
 from __future__ import annotations

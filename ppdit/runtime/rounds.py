@@ -7,9 +7,7 @@ round k starting at plan k mod n (A B, B A, ...), makes a slow minute slow all o
 ratios mean something, and the spread over rounds says how much.
 
 A ``Runner`` subclass says what one layout does on one rank; ``rounds_worker`` is every rank's
-loop (a barrier, then plan i where the rank takes part); ``run_side_by_side`` the caller's side:
-one launch (one thread per rank unless told otherwise: more threads than cores measures the OS
-scheduler), then each plan's traces merged round by round.
+loop (a barrier, then plan i where the rank takes part); ``run_side_by_side`` the caller's side.
 """
 
 from __future__ import annotations
@@ -201,13 +199,11 @@ class PlanRuns(Rounds):
 def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_size: int,
                      rounds: int = 1, memory: bool = False,
                      **launch_kwargs) -> dict[str, PlanRuns] | None:
-    """Run every plan ``rounds`` times in one launch of ``world_size`` ranks, interleaved.
-
-    Returns the plans' runs by name (``None`` on a torchrun rank other than 0).
-    ``launch_kwargs`` go to ``launch``; ranks get one thread each unless
-    ``threads_per_rank`` says otherwise. Every round's trace holds each rank's peak memory
-    (``trace.peak_memory``) on GPUs, and on the CPU with ``memory=True``.
-    """
+    """Run every plan ``rounds`` times in one launch of ``world_size`` ranks, interleaved; the
+    plans' runs by name (``None`` on a torchrun rank other than 0). ``launch_kwargs`` go to
+    ``launch``; ranks get one thread each unless ``threads_per_rank`` says otherwise (more threads
+    than cores measures the OS scheduler). Every round's trace holds each rank's peak memory
+    (``trace.peak_memory``) on GPUs, and on the CPU with ``memory=True``."""
     if not plans:
         raise ValueError("run_side_by_side needs at least one plan")
     interleaved(rounds, len(plans))  # validates rounds

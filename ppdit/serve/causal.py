@@ -9,9 +9,6 @@ self-attention also sees the keys and values of earlier, already *clean* chunks:
 
 Only ``attn1`` changes (``CausalAttnProcessor`` prepends the layer's cached K/V); rope positions
 stay absolute (chunk k's frames are frames ``k F .. (k+1) F - 1`` of the video).
-``context_frames_override`` rebuilds the cache from given clean frames by the same record
-forwards, hence the same bits. ``full_sequence_reference`` computes a chunk the other way, one
-forward with a block-causal mask and per-token timesteps, for the tests to compare with.
 """
 
 from __future__ import annotations
@@ -33,12 +30,10 @@ CAUSAL_TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
 class KVCache:
-    """Per-layer keys and values of the last ``window`` clean chunks, and the current mode.
-
-    mode "use": attend to the cache (denoising a chunk); "record": attend to the cache *and*
-    append this forward's K/V (the clean chunk's); "mask": no cache, apply ``mask`` (the
-    full-sequence reference).
-    """
+    """Per-layer keys and values of the last ``window`` clean chunks, and the current mode: "use"
+    attends to the cache (denoising a chunk); "record" attends to the cache *and* appends this
+    forward's K/V (the clean chunk's); "mask": no cache, apply ``mask`` (the full-sequence
+    reference)."""
 
     def __init__(self, num_layers: int, window: int | None = None):
         self.window = window
@@ -200,7 +195,8 @@ class ChunkGenerator:
 
     def rebuild(self, frames: torch.Tensor, text: torch.Tensor) -> None:
         """``context_frames_override``: replace the context with these clean latent frames
-        (1, C, F, H, W), F a multiple of the chunk length; the next chunk follows them."""
+        (1, C, F, H, W), F a multiple of the chunk length; the next chunk follows them. The same
+        record forwards as a stream's own, hence the same bits."""
         n = self.cfg.chunk_frames
         if frames.shape[2] % n:
             raise ValueError(f"context_frames_override has {frames.shape[2]} latent frames, "
@@ -213,13 +209,10 @@ class ChunkGenerator:
 
 def full_sequence_reference(model, clean_context: torch.Tensor, chunk: torch.Tensor,
                             timestep: float, text: torch.Tensor) -> torch.Tensor:
-    """The current chunk's velocity from ONE forward over [context | chunk], block-causal.
-
-    Context tokens carry timestep 0, like the record forwards (diffusers' per-token timestep
-    path); a token of chunk j may attend to chunks 0..j only. Returns the velocity of the chunk's
-    frames. Used to check the cached path: equal to rounding, since attention over a masked long
-    sequence sums in another order than over the cached keys.
-    """
+    """The current chunk's velocity from ONE forward over [context | chunk], block-causal: context
+    tokens carry timestep 0, like the record forwards (diffusers' per-token timestep path); a token
+    of chunk j may attend to chunks 0..j only. It checks the cached path: equal to rounding, since
+    attention over a masked long sequence sums in another order than over the cached keys."""
     b, _, f_chunk, h, w = chunk.shape
     n_ctx = clean_context.shape[2]
     full = torch.cat([clean_context, chunk], dim=2)

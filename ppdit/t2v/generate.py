@@ -1,11 +1,9 @@
 """Prompt -> video, read the way ``WanPipeline.__call__`` reads: check the request, encode the
 prompts, draw the noise, denoise (on one device, or on the spec's layout), decode.
 
-``prepare`` checks the request once and builds its plan once (``t2v.layouts.plan_for``); the
-plan runs on one device in this process (every degree 1: ``generate_latent``, the reference
-every layout must equal) or on its layout's ranks, the same runner either way
-(``ppdit.parallel.runner``): the shared ``Denoiser`` with the folder's scheduler as its update
-and ``WanPipeline``'s guidance arithmetic.
+``prepare`` checks the request and builds its plan once (``t2v.layouts.plan_for``); the plan runs
+in this process (every degree 1: ``generate_latent``, the reference every layout must equal) or
+on its layout's ranks, through the same runner (``ppdit.parallel.runner``).
 """
 
 from __future__ import annotations

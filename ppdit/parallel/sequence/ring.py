@@ -34,14 +34,12 @@ RING_TOL = {"rtol": 1e-5, "atol": 1e-5}
 def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of (B, S_q, H, hd) queries over one (B, S_k, H, hd) block: the output
-    (B, S_q, H, hd) in fp32 and the log-sum-exp (B, H, S_q) of each query's scores.
-
-    The merge needs the log-sum-exp, which ``F.scaled_dot_product_attention`` does not return,
-    so a fused kernel that does is called directly. None forms the S_q x S_k scores, which in
-    fp32 would be 39 GB per call for Wan 1.3B at ring 2 at 480p
-    (``memory_model.ring_attention_peak_bytes``). CPU: PyTorch's CPU flash kernel. CUDA,
-    bf16 / fp16: FlashAttention-2. CUDA, fp32 (which flash does not take): the memory-efficient
-    kernel, whose log-sum-exp is padded to a multiple of 32 queries (sliced back here)."""
+    (B, S_q, H, hd) in fp32 and the log-sum-exp (B, H, S_q) the merge needs, which
+    ``F.scaled_dot_product_attention`` does not return: a fused kernel that does is called directly.
+    None forms the S_q x S_k scores (in fp32, 39 GB per call for Wan 1.3B at ring 2 at 480p:
+    ``memory_model.ring_attention_peak_bytes``). CPU: PyTorch's CPU flash kernel. CUDA, bf16 /
+    fp16: FlashAttention-2. CUDA, fp32 (which flash does not take): the memory-efficient kernel,
+    whose log-sum-exp is padded to a multiple of 32 queries (sliced back here)."""
     qh, kh, vh = (x.permute(0, 2, 1, 3) for x in (q, k, v))  # (B, H, S, hd) views
     aten = torch.ops.aten
     if q.device.type == "cpu":

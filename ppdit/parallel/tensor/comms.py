@@ -9,10 +9,8 @@ so 7 all-reduces and ``3 B S D b + 4 (3 B S + B L)`` payload bytes, ``b`` bytes 
 A ring all-reduce sends ``2 (tp - 1) / tp`` times the payload from every rank, towards twice it
 as tp grows, while each rank's compute shrinks as 1/tp: the reason TP stays inside a node.
 
-Measured: ``CollectiveCounter``, a ``TorchDispatchMode`` that sees every collective dispatched
-while active (functional, in-place, DTensor's) with its input's bytes, eagerly only (PyTorch's
-fuller ``CommDebugMode`` does the same); ``trace_report``, ``torch._dynamo.explain``'s graph
-breaks, plus a trace through AOTAutograd whose ATen all-reduce nodes a compiled run issues.
+Measured: ``CollectiveCounter`` eagerly (as PyTorch's fuller ``CommDebugMode`` does);
+``trace_report``, graph breaks and the ATen all-reduce nodes a compiled run issues.
 """
 
 from __future__ import annotations
@@ -59,9 +57,9 @@ def tp_comm_per_block(*, batch: int, tokens: int, text_len: int, dim: int, tp: i
 
 
 class CollectiveCounter(TorchDispatchMode):
-    """Counts collective ops (and their input bytes) dispatched while active, by op name.
-
-    Usage: ``with CollectiveCounter() as c: model(...)``; then ``c.count``, ``c.bytes``."""
+    """Counts collective ops (and their input bytes) dispatched while active, by op name: every
+    functional, in-place and DTensor collective, eagerly only. Usage:
+    ``with CollectiveCounter() as c: model(...)``; then ``c.count``, ``c.bytes``."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -342,13 +342,12 @@ def close_all() -> None:
 
 @contextlib.contextmanager
 def _children_ignore_sigint(main_thread: bool):
-    """Start children with SIGINT ignored from their first instruction.
-
-    Jupyter's interrupt signals the kernel's whole process group, ranks included; a rank hit
-    while it imports torch prints a traceback and a C++ ``terminate called`` into the cell. An
-    ignored disposition survives ``exec`` and Python keeps it at start-up, so the caller alone
-    gets the interrupt and stops the ranks. (Only the main thread may change handlers;
-    elsewhere ``ppdit._spawn_entry`` ignores SIGINT on its first line, a little later.)"""
+    """Start children with SIGINT ignored from their first instruction: Jupyter's interrupt
+    signals the kernel's whole process group, and a rank hit while it imports torch prints a
+    traceback and a C++ ``terminate called`` into the cell. An ignored disposition survives
+    ``exec`` and Python keeps it at start-up, so the caller alone gets the interrupt and stops the
+    ranks. (Only the main thread may change handlers; elsewhere ``ppdit._spawn_entry`` ignores
+    SIGINT on its first line, a little later.)"""
     if not main_thread:
         yield
         return
