@@ -377,12 +377,10 @@ def measure_step_costs(model: torch.nn.Module, preset: str | ModelPreset, sampli
                        timer: Callable[[], AbstractContextManager] | None = None) -> list[float]:
     """Median seconds of each step for one request on this device: weights for a cost-balanced
     ``split_steps(..., weights=...)``. Measured, not assumed: a guided step's batch of 2 costs
-    less than two forwards, so "2 units" would overweight it.
-
-    ``timer()`` times one step: a context manager whose value holds ``seconds`` once it exits,
-    e.g. ``partial(ppdit.runtime.observe.timing.timed, placement)`` (this layer cannot import
-    it). Without one the model must be on the CPU: on a GPU a clock reads only the launches.
-    """
+    less than two forwards, so "2 units" would overweight it. ``timer()`` times one step: a context
+    manager whose value holds ``seconds`` once it exits, e.g.
+    ``partial(ppdit.runtime.observe.timing.timed, placement)`` (this layer cannot import it).
+    Without one the model must be on the CPU: on a GPU a clock reads only the launches."""
     if timer is None:
         timer = _cpu_clock
         param = next(model.parameters(), None)

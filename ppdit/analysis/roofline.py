@@ -145,17 +145,13 @@ def _setup(preset, latent_shape, batch, dtype) -> tuple[ModelPreset, tuple[int, 
 def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
               batch: int | None = None, dtype: str = "bf16",
               attention: str = "flash", tp: int = 1, sp: int = 1) -> list[Op]:
-    """The ops of one ``WanTransformerBlock`` on one rank, in execution order.
-
-    ``tp`` > 1 gives one tensor-parallel rank's share (Megatron split): q/k/v, cross-attention
-    and FFN-up are column-parallel (each rank owns H/tp heads and ffn/tp hidden units), the
-    output projections are row-parallel (they write full-width partial sums that an all-reduce
-    adds); norms and residual adds run replicated on the full width D.
-
-    ``sp`` > 1 gives one sequence-parallel rank's share: every token-wise op on S/sp tokens
-    (all the weights still read), self-attention as S/sp queries over all S keys. Ulysses
-    (H/U heads of all S queries) and ring (S/R queries, all heads) do the same FLOPs; the bytes
-    are counted as the ring's."""
+    """The ops of one ``WanTransformerBlock`` on one rank, in execution order. ``tp`` > 1: one
+    tensor-parallel rank's share (Megatron split): q/k/v, cross-attention and FFN-up are
+    column-parallel (H/tp heads, ffn/tp hidden units a rank), the output projections row-parallel
+    (full-width partial sums an all-reduce adds); norms and residual adds replicated on width D.
+    ``sp`` > 1: one sequence-parallel rank's share, every token-wise op on S/sp tokens (all the
+    weights still read), self-attention as S/sp queries over all S keys. Ulysses (H/U heads of all
+    S queries) and ring (S/R queries, all heads) do the same FLOPs; bytes counted as the ring's."""
     p, shape, nb = _setup(preset, latent_shape, batch, dtype)
     if p.num_heads % tp or p.ffn_dim % tp:
         raise ValueError(f"tp={tp} must divide num_heads={p.num_heads} and "

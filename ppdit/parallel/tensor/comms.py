@@ -102,12 +102,11 @@ def trace_report(fn: Callable, *args, collectives: bool | str = True) -> TraceRe
     all-reduces inside its compiled graphs. No Inductor compile: seconds, not tens of seconds.
     ``collectives="if_whole"`` counts them only when ``fn`` traced as one graph: a function
     broken into many graphs costs an AOT trace per graph (``graph_all_reduces`` stays None).
-
-    ``graph_break_count`` counts breaks met while compiling, not per call: code that Dynamo
-    already compiled (the second of two identical blocks) adds none. The all-reduces are counted
-    in AOTAutograd's ATen graphs, where DTensor's redistributions show as collectives; those
-    left outside the graphs (at graph breaks) run eagerly and are not counted. ``fn`` runs
-    (once or twice): on ranks, call it on every rank of the group."""
+    ``graph_break_count`` counts breaks met while compiling, not per call: code Dynamo already
+    compiled (the second of two identical blocks) adds none. The all-reduces are counted in
+    AOTAutograd's ATen graphs, where DTensor's redistributions show as collectives; those left
+    outside (at graph breaks) run eagerly, uncounted. ``fn`` runs (once or twice): on ranks, call it
+    on every rank of the group."""
     torch._dynamo.reset()
     try:
         ex = torch._dynamo.explain(fn)(*args)
