@@ -117,9 +117,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # Lines per layer, counted as ``wc -l`` counts them (blank lines and docstrings included): being
 # compact is part of the mission, and a new feature arrives with the deletions that pay for it.
 # Raising a budget is a decision, written down in the commit that makes it. (Issue 37: L1 +250
-# for NCCL's rules beyond one queue per pair, the device-wide sync, the watchdog's bounds.)
-BUDGETS = {0: 2_050, 1: 3_950, 2: 5_000, 3: 1_600, 4: 5_300, 5: 2_350}
-PACKAGE_BUDGET = 20_250
+# for NCCL's rules beyond one queue per pair, the device-wide sync, the watchdog's bounds.
+# Issues 38-39: the package 20,250 -> 20,350. They added ~590 lines (the GPU check's probes of
+# what never ran: a posted receive under both syncs, ring memory at real shapes, a full-size
+# generate; lessons' placement guard; the benchmarks' verdict rule and host cost per message)
+# and paid ~500 of them (dead functions, one-caller helpers, docstrings said shorter); three
+# passes found no more without cutting the whys, diagrams and formulas docstrings teach. The
+# lower layers' budgets drop to what they hold; L4 and L5 rise by what the features brought.)
+BUDGETS = {0: 1_970, 1: 3_890, 2: 4_890, 3: 1_565, 4: 5_495, 5: 2_535}
+PACKAGE_BUDGET = 20_350
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():
