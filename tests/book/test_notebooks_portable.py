@@ -73,3 +73,41 @@ def test_notebooks_name_the_kernel_as_ipykernel_does():
     specs = {p.stem: json.loads(p.read_text())["metadata"]["kernelspec"]["display_name"]
              for p in NOTEBOOKS}
     assert set(specs.values()) == {"Python 3 (ipykernel)"}, specs
+
+
+# A comparison in a lesson: of a rank's result with a reference computed in the kernel, or of
+# two values computed in one place. On a GPU box the ranks may compute on CUDA (the learner's
+# choice) while the kernel stays on the CPU, so the first kind goes through
+# ``ppdit.teaching.placement.same_placement`` (it refuses across devices) and the second says
+# why both sides share a placement (``# one placement: ...``).
+COMPARES = re.compile(r"torch\.equal\(|allclose\(|agreement\(|residue\(|\.abs\(\)\.max\(\)|"
+                      r"max_abs_diff")
+
+
+def unguarded_comparisons(path: Path) -> list[int]:
+    """Indices of code cells that compare without the guard or the stated reason."""
+    cells = json.loads(path.read_text())["cells"]
+    return [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+            and COMPARES.search(src := "".join(c["source"]))
+            and "same_placement(" not in src and "# one placement:" not in src]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_comparison_is_within_one_placement(path):
+    assert unguarded_comparisons(path) == [], (
+        f"{path.name}: pass the kernel's reference through same_placement(), or say "
+        "`# one placement: <why>` where both sides were computed in one place")
+
+
+def test_the_comparison_scan_finds_an_unguarded_check(tmp_path):
+    nb = {"cells": [{"cell_type": "code", "source": ["torch.equal(res.latents[0], generate(m))"]},
+                    {"cell_type": "code", "source": ["torch.equal(a, same_placement(b))"]}]}
+    (tmp_path / "x.ipynb").write_text(json.dumps(nb))
+    assert unguarded_comparisons(tmp_path / "x.ipynb") == [0]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_first_output_says_where_the_ranks_compute(path):
+    outputs = [o for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
+               for o in c.get("outputs", [])]
+    assert outputs and "".join(outputs[0].get("text", "")).startswith("Ranks compute on the CPU")
