@@ -42,9 +42,11 @@ class Verdict:
 
     def says(self) -> str:
         """The word, and for an inconclusive one what would settle it."""
-        if self.settle is None:
-            return self.word
-        return f"{self.word} (about {self.settle} rounds would settle it)"
+        if self.settle is not None:
+            return f"{self.word} (about {self.settle} rounds would settle it)"
+        if self.word == "inconclusive here":
+            return f"{self.word} (the median sits at the target: more rounds will not settle it)"
+        return self.word
 
 
 def median_interval(values: Sequence[float]) -> tuple[float, float] | None:
@@ -97,8 +99,7 @@ def _min_rounds() -> int:
 def _rounds_to_settle(n: int, interval: tuple[float, float], med: float,
                       target: float) -> int | None:
     """Rounds for the interval's half-width to shrink below the median's distance to the
-    target (None: the median sits on the target, and no number of rounds will settle it)."""
+    target; None when that is over 20 times ``n`` (the median sits at the target)."""
     half, gap = (interval[1] - interval[0]) / 2, abs(med - target)
-    if gap == 0:
-        return None
-    return max(n + 1, math.ceil(n * (half / gap) ** 2))
+    need = math.ceil(n * (half / gap) ** 2) if gap else math.inf
+    return max(n + 1, need) if need <= 20 * n else None

@@ -23,6 +23,8 @@ def test_one_runs_noise_gives_no_verdict_and_says_what_would():
     assert verdict([1.25, 1.31, 1.22, 1.40, 1.29], 1.2).word == "MISSED"
     assert verdict([0.96, 0.97, 0.99, 0.95, 0.98], 0.95, "higher").word == "OK"
     assert verdict([1.3, 1.4], 1.2).word == "inconclusive here"  # too few rounds
+    on_it = verdict([0.9, 1.0, 1.1, 0.98, 1.02], 1.0)
+    assert on_it.settle is None and "more rounds will not settle it" in on_it.says()
 
 
 def test_two_codes_compared_round_by_round():
