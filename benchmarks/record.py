@@ -46,10 +46,10 @@ class Target:
         v = verdict(self.values, self.bound, self.better)
         op = "<=" if self.better == "lower" else ">="
         return {"name": self.name, "median": v.median, "interval": v.interval,
-                "rounds": v.rounds, "target": f"{op} {self.bound:g}{self.unit}",
+                "rounds": v.rounds, "target": f"{op} {self.bound:.3g}{self.unit}",
                 "verdict": v.word, "settle": v.settle, "values": list(self.values),
                 "line": f"{v.describe(self.unit, self.digits)}; target {op} "
-                        f"{self.bound:g}{self.unit}: {v.says()}"}
+                        f"{self.bound:.3g}{self.unit}: {v.says()}"}
 
 
 def show(targets: Sequence[Target]) -> list[dict]:

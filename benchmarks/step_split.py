@@ -87,8 +87,8 @@ def filled(num_requests: int, rounds: int) -> dict:
 def handoff(rounds: int) -> dict:
     """(c) Ping-pong of the report's latent: bare send/recv vs ppdit's frames vs headers, in
     wall time per one-way trip and host CPU time per message."""
-    got = launch(handoff_pingpong, 2, args=(REPORT_LATENT, rounds, 100), threads_per_rank=1,
-                 echo=False)[0]
+    got = launch(handoff_pingpong, 2, args=(REPORT_LATENT, rounds, 400), threads_per_rank=1,
+                 echo=False)[0]  # 400 trips a round: a round's host time is ~1 s of clock
     ms, cpu = summarize_pingpong(got), got["cpu_seconds"]
     extra = {w: [(a - b) * 1e6 for a, b in zip(cpu[w], cpu["bare"], strict=True)]
              for w in ("frame", "layer hop")}
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
     out = {"a_one_request": one_request(5 if a.quick else 9),
-           "b_filled": [filled(r, 5) for r in ((8,) if a.quick else (8, 32))],
+           "b_filled": [filled(r, 5 if a.quick else 9) for r in ((8,) if a.quick else (8, 32))],
            "c_handoff": handoff(7 if a.quick else 15)}
     out["targets"] = _print(out)
     keep("step_split", out["targets"], argv)
