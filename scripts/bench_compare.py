@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from ppdit.teaching.verdict import change  # noqa: E402
 
-# benchmark -> (headline, path into its JSON, "lower" or "higher" is better)
+# benchmark -> (headline, path into its JSON, "lower" or "higher" is better); a pair of paths
+# is a ratio of two values of the same run
 HEADLINES = {
     "step_split": [
         ("one request: P=2 / (1.03 (one + handoff))", ("a_one_request", "p2_over_bound"),
@@ -45,6 +46,11 @@ HEADLINES = {
         ("ppdit wrap / torch GPipe", ("rows", "ppdit wrap", "vs_torch"), "higher"),
         ("ppdit flush / torch GPipe", ("rows", "ppdit flush", "vs_torch"), "higher")],
     "bringup": [("overlap / PP0", ("overlap_over_pp0",), "higher")],
+    "tensor_parallel": [
+        ("compiled / eager funcol TP, time", (("ms", "funcol compiled"), ("ms", "funcol")),
+         "lower"),
+        ("funcol TP compiled, ms", ("ms", "funcol compiled"), "lower"),
+        ("funcol TP eager, ms", ("ms", "funcol"), "lower")],
     "launch": [("forked / spawned launch", ("forked_over_spawn",), "lower"),
                ("pooled job / spawned launch", ("pool_over_spawn",), "lower")],
 }
@@ -104,6 +110,9 @@ def run_once(bench: str, tree: Path) -> dict:
 
 
 def _at(data, path: tuple) -> float:
+    """The value at ``path`` in a benchmark's JSON, or the ratio of two (a pair of paths)."""
+    if path and isinstance(path[0], tuple):
+        return _at(data, path[0]) / _at(data, path[1])
     for key in path:
         data = data[key]
     return float(data)
