@@ -16,7 +16,6 @@ import datetime as dt
 import json
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from ppdit.gpu_check.env import git_state
 from ppdit.teaching.verdict import verdict
 
 RESULTS = Path(__file__).with_name("results.jsonl")
@@ -66,7 +66,7 @@ def keep(bench: str, rows: list[dict], argv: Sequence[str] | None = None) -> Non
     if os.environ.get("PPDIT_BENCH_RECORD", "1") == "0":
         return
     line = {"bench": bench, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "argv": list(sys.argv[1:] if argv is None else argv), "commit": _commit(),
+            "argv": list(sys.argv[1:] if argv is None else argv), "commit": git_state(ROOT),
             "machine": machine(), "targets": [{k: v for k, v in r.items() if k != "line"}
                                               for r in rows]}
     with RESULTS.open("a") as f:
@@ -86,13 +86,3 @@ def _cpuinfo() -> list[str]:
         return Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return []
-
-
-def _commit() -> dict:
-    def git(*args: str) -> str | None:
-        run = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                             check=False)
-        return run.stdout.strip() if run.returncode == 0 else None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"sha": git("rev-parse", "--short=12", "HEAD"),
-            "dirty": None if status is None else bool(status)}

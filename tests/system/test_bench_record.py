@@ -32,7 +32,7 @@ def test_a_target_is_judged_on_its_rounds_and_the_run_is_kept(tmp_path, monkeypa
     record.keep("step_split", rows, ["--quick"])
     line = json.loads((tmp_path / "results.jsonl").read_text())
     assert line["bench"] == "step_split" and line["argv"] == ["--quick"]
-    assert line["machine"]["cores"] and "sha" in line["commit"]
+    assert line["machine"]["cores"] and line["commit"]["commit"]
     assert line["targets"][1]["values"] == [1.8, 1.7, 1.9, 1.75, 1.85]
 
 
