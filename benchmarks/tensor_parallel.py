@@ -1,6 +1,6 @@
 """Tensor parallelism at TP=2 on the small preset, every variant side by side in one run.
 
-    python benchmarks/tensor_parallel.py            # 11 rounds x 10 forwards (~3 min)
+    python benchmarks/tensor_parallel.py            # 17 rounds x 10 forwards (~4 min)
     python benchmarks/tensor_parallel.py --quick    # 5 rounds x 5 forwards (~1.5 min)
 
 Two ranks, one thread each (gloo on CPU, NCCL when two GPUs are visible); one forward of the
@@ -46,11 +46,11 @@ RATIOS = [
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5 rounds instead of 11")
+    ap.add_argument("--quick", action="store_true", help="5 rounds instead of 17")
     ap.add_argument("--preset", default="small")
     ap.add_argument("--json", type=Path, help="also write the results here")
     a = ap.parse_args(argv)
-    spec = TPCompare(VARIANTS, source=ModelSource(a.preset), rounds=5 if a.quick else 11,
+    spec = TPCompare(VARIANTS, source=ModelSource(a.preset), rounds=5 if a.quick else 17,
                      repeats=5 if a.quick else 10, warmup=2)
     res = run_tp_compare(spec, 2, echo=False)[0]  # rank 0's view; rank 1 runs in lockstep
     print(f"TP=2, preset {a.preset}, latent {spec.shape}, 2 ranks x 1 thread, "

@@ -36,8 +36,8 @@ from ppdit.teaching.verdict import change  # noqa: E402
 # is a ratio of two values of the same run
 HEADLINES = {
     "step_split": [
-        ("one request: P=2 / (1.03 (one + handoff))", ("a_one_request", "p2_over_bound"),
-         "lower"),
+        ("one request: P=2 / one device", (("a_one_request", "p2_s"),
+                                           ("a_one_request", "one_device_s")), "lower"),
         ("R=8 filled / one at a time", ("b_filled", 0, "filled_vs_one_at_a_time_x"), "higher"),
         ("R=8 stream batch / batched", ("b_filled", 0, "stream_batch_vs_batched_x"), "higher"),
         ("handoff: frame / bare send", ("c_handoff", "frame_over_bare"), "lower"),

@@ -42,3 +42,27 @@ def test_a_compared_run_is_not_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("PPDIT_BENCH_RECORD", "0")
     record.keep("bringup", [], [])
     assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_rounds_are_added_while_a_verdict_is_within_reach_and_no_further(monkeypatch):
+    """A ratio 3% under its bound, spread +-8%: 9 rounds leave it inconclusive, the added ones
+    decide it; a ratio at its bound gets none (no settle estimate); the cap holds."""
+    record = _record(monkeypatch)
+    cycle = [0.87, 1.03, 0.95, 0.91, 0.99, 0.95, 0.93, 0.97, 0.95]
+    calls = []
+
+    def measure(n):
+        calls.append(n)
+        start = sum(calls) - n
+        return {"x": [cycle[(start + i) % len(cycle)] for i in range(n)]}
+
+    def judge(bound):
+        return lambda rd: [record.Target("x", rd["x"], bound)]
+
+    got = record.until_settled(measure, judge(0.98), 9, 40)
+    assert calls[0] == 9 and len(calls) > 1 and len(got["x"]) == sum(calls) <= 40
+    assert record.Target("x", got["x"], 0.98).check()["verdict"] == "OK"
+    calls.clear()
+    assert len(record.until_settled(measure, judge(0.95), 9, 40)["x"]) == 9  # at its bound
+    calls.clear()
+    assert len(record.until_settled(measure, judge(0.98), 9, 12)["x"]) == 12  # the cap
