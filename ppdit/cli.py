@@ -117,6 +117,11 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--width", type=int, default=32, help="pixels, a multiple of 16")
     g.add_argument("--seed", type=int, default=0, help="the noise's seed")
     g.add_argument("--guidance", type=float, default=5.0, help="CFG scale (> 1: on)")
+    g.add_argument("--cache-threshold", type=float, default=None,
+                   help="First-Block-Cache: skip the blocks after the first where its "
+                        "residual moved by at most this (diffusers' FirstBlockCacheConfig)")
+    g.add_argument("--guidance-2", type=float, default=None,
+                   help="Wan 2.2: the low-noise expert's CFG scale (default: --guidance)")
     g.add_argument("--solver", default="folder", choices=["folder", "euler"],
                    help="the folder's scheduler, or ppdit's Euler (the teaching baseline)")
     g.add_argument("--out", type=Path, default=Path("out/generate"), help="artifact folder")
@@ -214,8 +219,10 @@ def _prepare(args: argparse.Namespace):
         str(args.checkpoint), args.prompt, args.negative_prompt,
         layout=parse_layout(args.layout, args.ranks), dtype=args.dtype, num_steps=args.steps,
         num_frames=args.frames, height=args.height, width=args.width, seed=args.seed,
-        guidance_scale=args.guidance, solver=args.solver, text_encoder=args.text_encoder,
-        vae_ranks=args.vae_ranks, timeout_s=args.timeout), device=args.device)
+        guidance_scale=args.guidance, guidance_scale_2=args.guidance_2,
+        cache_threshold=args.cache_threshold, solver=args.solver,
+        text_encoder=args.text_encoder, vae_ranks=args.vae_ranks, timeout_s=args.timeout),
+        device=args.device)
 
 
 if __name__ == "__main__":

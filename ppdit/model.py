@@ -117,6 +117,29 @@ class DummyDiT(nn.Module):
         return self.scale * latent
 
 
+class Experts(nn.Module):
+    """Wan 2.2's two experts, as much of them as one rank holds: ``transformer`` (expert 0)
+    denoises the high-noise steps, ``transformer_2`` (expert 1) the low-noise ones
+    (``sampler.expert_steps``). One module, so moving it, counting its bytes and its
+    parameters work as for one model; a step-split stage of one expert holds only that one."""
+
+    def __init__(self, held: dict[int, nn.Module]):
+        super().__init__()
+        self.held = nn.ModuleDict({str(k): m for k, m in sorted(held.items())})
+
+    def expert(self, k: int) -> nn.Module:
+        """Expert ``k`` (``ValueError`` naming what this rank holds when it is not here)."""
+        if str(k) not in self.held:
+            raise ValueError(f"expert {k} is not on this rank, which holds experts "
+                             f"{[int(i) for i in self.held]}: a step-split stage loads only "
+                             "the experts of its own steps")
+        return self.held[str(k)]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(iter(self.held.values())).dtype
+
+
 def num_params(module: nn.Module) -> int:
     """Parameter count (what each rank must hold in memory, times bytes per element)."""
     return sum(p.numel() for p in module.parameters())
@@ -201,10 +224,12 @@ def epilogue(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageConte
 
 
 def forward_by_stages(model: WanTransformer3DModel, latent: torch.Tensor, timestep: torch.Tensor,
-                      text: torch.Tensor) -> torch.Tensor:
-    """prologue -> all blocks -> epilogue: the stage view run end to end (== ``model(...)``)."""
+                      text: torch.Tensor, cache=None) -> torch.Tensor:
+    """prologue -> all blocks -> epilogue: the stage view run end to end (== ``model(...)``);
+    ``cache`` (a ``cache.BlockCache``) may skip the blocks after the first."""
     hidden, ctx = prologue(model, latent, timestep, text)
-    return epilogue(model, run_blocks(model, hidden, ctx), ctx)
+    run = run_blocks if cache is None else cache.run
+    return epilogue(model, run(model, hidden, ctx), ctx)
 
 
 def describe(preset: str | ModelPreset) -> str:

@@ -28,6 +28,11 @@ class ModelPreset:
     rope_max_seq_len: int = 1024  # rope table length per axis; must exceed F, H/2, W/2
     notes: str = ""
     kind: str = "wan"  # "wan", or "dummy": the earlier report's nearly free stand-in model
+    # Wan 2.2's mixture of experts: this many transformers of these sizes, one active per step
+    # (high noise, then low: switched at timestep ``boundary``, flow shift ``shift``)
+    experts: int = 1
+    boundary: float = 875.0
+    shift: float = 12.0
 
     @property
     def dim(self) -> int:
@@ -86,6 +91,11 @@ PRESETS: dict[str, ModelPreset] = {
             "wan2.1-14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
             text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104),
             notes="Wan 2.1 T2V 14B; ~28 GB of bf16 weights; GPUs",
+        ),
+        ModelPreset(
+            "wan2.2-a14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
+            text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104), experts=2,
+            notes="Wan 2.2 T2V A14B: two 14B experts (high, low noise), 14B active per step",
         ),
     ]
 }

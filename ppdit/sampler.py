@@ -24,7 +24,7 @@ from functools import partial
 
 import torch
 
-from ppdit.model import DummyDiT, forward_by_stages
+from ppdit.model import DummyDiT, Experts, forward_by_stages
 from ppdit.presets import ModelPreset, get_preset
 
 CFG_MODES = ("batched", "split")
@@ -41,6 +41,11 @@ class SamplingConfig:
     # limiting it (Kynkäänniemi et al. 2024) saves compute but makes early steps cost 2x the
     # late ones, which is what a cost-weighted step split must balance.
     guidance_steps: int | None = None
+    # Wan 2.2's two experts: the timestep from which down ``transformer_2`` takes over
+    # (``boundary_ratio x num_train_timesteps``: 875 for T2V A14B), and its own guidance scale
+    # (None: ``guidance_scale``; used only where guidance is on, as ``WanPipeline`` does)
+    boundary: float | None = None
+    guidance_scale_2: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
@@ -51,6 +56,14 @@ class SamplingConfig:
         if self.guidance_steps is not None and not 0 <= self.guidance_steps <= self.num_steps:
             raise ValueError(f"guidance_steps={self.guidance_steps} must be in 0..num_steps "
                              f"({self.num_steps})")
+        if self.guidance_scale_2 is not None and self.boundary is None:
+            raise ValueError(f"guidance_scale_2={self.guidance_scale_2} is the second expert's "
+                             "scale: it needs a two-expert model's boundary (Wan 2.2)")
+
+    def scale_of(self, expert: int) -> float:
+        """The guidance scale of ``expert``'s steps."""
+        return self.guidance_scale_2 if expert == 1 and self.guidance_scale_2 is not None \
+            else self.guidance_scale
 
     @property
     def uses_cfg(self) -> bool:
@@ -77,6 +90,14 @@ class SamplingConfig:
         return self.sigmas()[:-1] * 1000.0
 
 
+def expert_steps(timesteps: Sequence[float], boundary: float | None) -> list[int]:
+    """Which expert runs each step: 0 (``transformer``) while the timestep is at or above the
+    boundary, then 1 (``transformer_2``), as ``WanPipeline`` switches; all 0 without one. At
+    Wan 2.2 T2V's settings (UniPC, 40 steps, shift 12, boundary 875): 26 high-noise steps, 14
+    low-noise ones."""
+    return [0 if boundary is None or float(t) >= boundary else 1 for t in timesteps]
+
+
 @dataclass(frozen=True)
 class Request:
     """One generation request; its seed fixes both its noise and its (synthetic) prompt."""
@@ -95,6 +116,8 @@ class StepState:
     # A multistep solver's memory of earlier steps (``ppdit.checkpoint.solver``: UniPC's model
     # outputs, last sample, order counter); None for Euler, which needs none.
     solver_state: dict | None = None
+    # A step cache's state leaving a step-split stage (``cache.BlockCache.export``); else None
+    cache_state: dict | None = None
 
 
 def initial_noise(request: Request, latent_shape: Sequence[int]) -> torch.Tensor:
@@ -138,20 +161,21 @@ def conditioning_for(request: Request, preset: str | ModelPreset, sampling: Samp
     return Conditioning(text, torch.zeros_like(text) if sampling.uses_cfg else None)
 
 
-def model_forward(model: torch.nn.Module) -> Callable[..., torch.Tensor]:
+def model_forward(model: torch.nn.Module, cache=None) -> Callable[..., torch.Tensor]:
     """``forward(latent, timestep, text) -> velocity``: the stage view run end to end
     (== ``model(...)`` bitwise), or the dummy model's own call. A bf16 / fp16 model gets its
-    inputs cast, as ``WanPipeline`` does (the latent stays fp32 between steps)."""
+    inputs cast, as ``WanPipeline`` does (the latent stays fp32 between steps). ``cache``: a
+    ``cache.BlockCache`` that may skip blocks."""
     if isinstance(model, DummyDiT):
         return model
     if model.dtype == torch.float32:
-        return partial(forward_by_stages, model)
-    return partial(_cast_forward, model, model.dtype)
+        return partial(forward_by_stages, model, cache=cache)
+    return partial(_cast_forward, model, model.dtype, cache=cache)
 
 
 def _cast_forward(model, dtype: torch.dtype, latent: torch.Tensor, timestep: torch.Tensor,
-                  text: torch.Tensor) -> torch.Tensor:
-    return forward_by_stages(model, latent.to(dtype), timestep, text.to(dtype))
+                  text: torch.Tensor, cache=None) -> torch.Tensor:
+    return forward_by_stages(model, latent.to(dtype), timestep, text.to(dtype), cache)
 
 
 def predict_velocity(forward: Callable[..., torch.Tensor], latent: torch.Tensor,
@@ -226,14 +250,22 @@ class Denoiser:
 
     def __init__(self, model: torch.nn.Module, preset: str | ModelPreset | None,
                  sampling: SamplingConfig, *, forward: Callable[..., torch.Tensor] | None = None,
-                 solver=None, cfg: str | Callable[..., torch.Tensor] = "batched"):
+                 solver=None, cfg: str | Callable[..., torch.Tensor] = "batched", cache=None):
         check_cfg(cfg)
         self.model = model
+        self.cache = cache  # a step cache (``cache.BlockCache``), told each forward's request
         self.cfg = cfg  # how a guided step's two halves run (``predict_velocity``)
         # replaces the Euler update (a folder's scheduler, ``ppdit.checkpoint.solver``): its own
         # timesteps, its state carried in ``StepState.solver_state``
         self.solver = solver
-        self.forward = forward or model_forward(model)
+        self.forward = forward or model_forward(model, cache)
+        # Wan 2.2: each expert this rank holds, by index (one model: expert 0 does every step)
+        self.forwards = {0: self.forward}
+        if isinstance(model, Experts):
+            if forward is not None:
+                raise ValueError("two experts run on the single device and step split only: "
+                                 "a forward axis over experts is not built")
+            self.forwards = {int(k): model_forward(m, cache) for k, m in model.held.items()}
         # sizes the seeded stand-in prompts; None when every prompt is given by ``condition_on``
         self.preset = None if preset is None else get_preset(preset)
         self.sampling = sampling
@@ -241,6 +273,7 @@ class Denoiser:
         self.sigmas = sampling.sigmas().to(self.device)
         self.timesteps = (sampling.timesteps() if solver is None else solver.timesteps
                           ).to(self.device)
+        self.experts = expert_steps(self.timesteps.tolist(), sampling.boundary)
         self._cond: dict[int, Conditioning] = {}  # seeded stand-ins, computed on demand
         self._given: dict[int, Conditioning] = {}  # prompts handed in (kept: the plan's)
 
@@ -268,6 +301,8 @@ class Denoiser:
         """Forget a finished request's cached stand-in (given prompts stay: a plan run for
         several rounds needs them again)."""
         self._cond.pop(request.request_id, None)
+        if self.cache is not None:
+            self.cache.forget(request.request_id)
 
     def initial_state(self, request: Request, latent_shape: Sequence[int]) -> StepState:
         """Step 0's input: the request's seeded noise, on this device (drawn on the CPU from
@@ -275,6 +310,8 @@ class Denoiser:
         with such a generator), and the solver's empty memory."""
         noise = initial_noise(request, latent_shape).to(self.device)
         memory = None if self.solver is None else self.solver.initial_state()
+        if self.cache is not None:  # a request starts with nothing cached (round after round)
+            self.cache.forget(request.request_id)
         return StepState(request.request_id, 0, noise, memory)
 
     def step(self, state: StepState, request: Request, out: torch.Tensor | None = None
@@ -297,9 +334,30 @@ class Denoiser:
         conds = [self.conditioning(r) for r in requests]
         nulls = None if conds[0].null_text is None else torch.cat([c.null_text for c in conds])
         cond = Conditioning(torch.cat([c.text for c in conds]), nulls)
-        v = predict_velocity(self.forward, latent, self.timesteps[idx.to(self.device)], cond,
-                             self.sampling.guidance_scale, guided, self.cfg)
+        expert = self._expert(states)
+        if self.cache is not None:
+            self.cache.begin([r.request_id for r in requests], states[0].step_index, expert)
+        v = predict_velocity(self._forward_of(expert), latent,
+                             self.timesteps[idx.to(self.device)], cond,
+                             self.sampling.scale_of(expert), guided, self.cfg)
         return self.update(states, v, out=out)
+
+    def _expert(self, states: Sequence[StepState]) -> int:
+        """The one expert of a batch's steps (a stream batch across the boundary is refused:
+        each expert runs its own forward with its own guidance)."""
+        experts = {self.experts[s.step_index] for s in states}
+        if len(experts) > 1:
+            raise ValueError(f"a batch at steps {[s.step_index for s in states]} straddles the "
+                             "expert boundary: batch each expert's steps on their own")
+        return experts.pop()
+
+    def _forward_of(self, expert: int) -> Callable[..., torch.Tensor]:
+        if expert in self.forwards:
+            return self.forwards[expert]
+        if isinstance(self.model, Experts):
+            self.model.expert(expert)  # raises, naming what this rank holds
+        raise ValueError(f"a step of expert {expert}, but the model is one transformer: a "
+                         "boundary needs Wan 2.2's two (transformer_2)")
 
     def guide(self, v_cond: torch.Tensor, v_uncond: torch.Tensor) -> torch.Tensor:
         """Combine the two halves of a guided step computed separately (layer split)."""

@@ -31,7 +31,9 @@ from ppdit.analysis.roofline import (
 )
 from ppdit.parallel.layout import Layout, check_model
 from ppdit.parallel.partition import even_sizes
-from ppdit.presets import get_preset
+from ppdit.parallel.step_split.plan import expert_stages
+from ppdit.presets import ModelPreset, get_preset
+from ppdit.sampler import SamplingConfig, expert_steps
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,18 @@ def format_op_times(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16") -> str
     return "\n".join(rows)
 
 
+def busiest_stage_share(preset: ModelPreset, stages: int, num_steps: int) -> float:
+    """The share of the steps the busiest step-split stage runs: 1 / stages, or for Wan 2.2 the
+    cut at the expert boundary (``step_split.plan.expert_stages`` on the preset's shifted
+    schedule): 26 of 40 steps on 2 stages, so a filled pipeline's stage 1 idles 12/26 of the
+    time."""
+    if preset.experts == 1:
+        return 1 / stages
+    experts = expert_steps(SamplingConfig(num_steps=num_steps, shift=preset.shift).timesteps()
+                           .tolist(), preset.boundary)
+    return max(len(r) for r in expert_stages(experts, stages)) / num_steps
+
+
 def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None = None,
             latent_shape: tuple[int, ...] | None = None, dtype: str = "bf16",
             cfg: bool = True, num_steps: int = 50, attention: str = "flash") -> Prediction:
@@ -189,7 +203,8 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     pp = layout.stages
     link = (link or hw.links[0]) if layout.ranks > 1 else "-"
     bw = LINKS.get(link, float("inf"))  # one GPU: nothing crosses a link
-    kw = dict(dtype=dtype, attention=attention, tp=layout.tp, sp=layout.sp)
+    kw = dict(dtype=dtype, attention=attention, tp=layout.tp, sp=layout.sp,
+              ulysses=layout.ulysses)
     if layout.layer > 1:  # it stands alone: no TP, no sequence axes
         sizes = even_sizes(p.num_layers, pp)
         stages = [model_ops(p, shape, num_blocks=n, prologue=s == 0,
@@ -211,6 +226,7 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     flop_s, mem_s, comm_s = (m * x for x in per_stage[busiest])
     comm_bytes = m * (sizes[busiest] * ar_bytes + send_bytes)
     weights_gb = max(totals(ops).weights for ops in stages) * DTYPE_BYTES[dtype] / 1e9
+    weights_gb *= 1 if layout.step > 1 else p.experts  # Wan 2.2: a stage holds one expert
     if layout.fsdp > 1:  # held: the root, 1/P of the blocks, and two blocks gathered (the one
         # running, the next one prefetched); every block's other shards arrive once a forward
         block = totals(block_ops(p, shape, **kw)).weights * DTYPE_BYTES[dtype]
@@ -221,9 +237,10 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     if layout.step > 1:
         handoff_bytes = step_handoff_bytes(shape)
         latency = flop_s + mem_s + comm_s + handoff_bytes / bw * (pp - 1) / num_steps
-        flop_s, mem_s = flop_s / pp, mem_s / pp
-        comm_s = comm_s / pp + handoff_bytes / bw / num_steps
-        comm_bytes = comm_bytes / pp + handoff_bytes / num_steps
+        share = busiest_stage_share(p, pp, num_steps)  # 1 / pp, unless experts cut it
+        flop_s, mem_s = flop_s * share, mem_s * share
+        comm_s = comm_s * share + handoff_bytes / bw / num_steps
+        comm_bytes = comm_bytes * share + handoff_bytes / num_steps
     elif layout.layer > 1:
         latency = sum(slot) + (m - 1) * slot[busiest]
     else:

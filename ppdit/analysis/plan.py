@@ -29,7 +29,8 @@ def plan_rows(model, gpu: str, layout: str | Layout, link: str | None = None,
 
 
 # the real configurations the memory table covers: (model, resolution), 81 frames each
-REAL_CONFIGS = tuple((m, res) for m in ("wan2.1-1.3b", "wan2.1-14b") for res in ("480p", "720p"))
+REAL_CONFIGS = tuple((m, res) for m in ("wan2.1-1.3b", "wan2.1-14b", "wan2.2-a14b")
+                     for res in ("480p", "720p"))
 _COLUMNS = ("weights", "gathered", "activations", "handoff", "solver", "text_embeddings",
             "vae_peak", "total")
 _VERDICT = {True: "fits", False: "does NOT fit"}

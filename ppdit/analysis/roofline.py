@@ -144,14 +144,15 @@ def _setup(preset, latent_shape, batch, dtype) -> tuple[ModelPreset, tuple[int, 
 
 def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
               batch: int | None = None, dtype: str = "bf16",
-              attention: str = "flash", tp: int = 1, sp: int = 1) -> list[Op]:
+              attention: str = "flash", tp: int = 1, sp: int = 1, ulysses: int = 1) -> list[Op]:
     """The ops of one ``WanTransformerBlock`` on one rank, in execution order. ``tp`` > 1: one
     tensor-parallel rank's share (Megatron split): q/k/v, cross-attention and FFN-up are
     column-parallel (H/tp heads, ffn/tp hidden units a rank), the output projections row-parallel
     (full-width partial sums an all-reduce adds); norms and residual adds replicated on width D.
     ``sp`` > 1: one sequence-parallel rank's share, every token-wise op on S/sp tokens (all the
     weights still read), self-attention as S/sp queries over all S keys. Ulysses (H/U heads of all
-    S queries) and ring (S/R queries, all heads) do the same FLOPs; bytes counted as the ring's."""
+    S queries) and ring (S/R queries, all heads) do the same FLOPs; bytes counted as the ring's.
+    ``ulysses`` not dividing the heads: the busiest rank attends with ceil(H/U) of them."""
     p, shape, nb = _setup(preset, latent_shape, batch, dtype)
     if p.num_heads % tp or p.ffn_dim % tp:
         raise ValueError(f"tp={tp} must divide num_heads={p.num_heads} and "
@@ -168,7 +169,7 @@ def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
         elementwise("attn1.norm_q", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
         elementwise("attn1.norm_k", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
         Op("attn1.rope", "rope", ROPE_FLOPS * 2 * m * dl, 4 * m * dl * nb, (b, s, hl, hd)),
-        *attention_ops("attn1", b, hl, s, s_all, hd, nb, attention),
+        *attention_ops("attn1", b, -(-hl // ulysses) * ulysses, s, s_all, hd, nb, attention),
         linear("attn1.to_out", m, dl, d, nb),
         elementwise("attn1.gate_residual", "add", m, d, 2, nb, reads=2),
         # 2. cross-attention: queries from the tokens, keys and values from the L text tokens
@@ -216,14 +217,14 @@ def epilogue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None
 def model_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,
               batch: int | None = None, dtype: str = "bf16", attention: str = "flash",
               tp: int = 1, sp: int = 1, num_blocks: int | None = None, prologue: bool = True,
-              epilogue: bool = True) -> list[Op]:
+              epilogue: bool = True, ulysses: int = 1) -> list[Op]:
     """One forward: prologue, ``num_blocks`` blocks (default all; counted, not listed), epilogue.
     ``num_blocks`` and the two flags describe one layer-split stage; ``tp`` one TP rank and
     ``sp`` one sequence-parallel rank (the cheap prologue and epilogue run on every rank)."""
     p = _wan(preset)
     kw = dict(batch=batch, dtype=dtype)
     n = p.num_layers if num_blocks is None else num_blocks
-    blocks = block_ops(p, latent_shape, attention=attention, tp=tp, sp=sp, **kw)
+    blocks = block_ops(p, latent_shape, attention=attention, tp=tp, sp=sp, ulysses=ulysses, **kw)
     return ([*prologue_ops(p, latent_shape, **kw)] if prologue else []) + [
         replace(op, name=f"blocks.{op.name}").repeated(n) for op in blocks if n
     ] + ([*epilogue_ops(p, latent_shape, **kw)] if epilogue else [])
@@ -286,14 +287,15 @@ def tp_allreduce_bytes(preset: str | ModelPreset, latent_shape: tuple[int, ...] 
 def sp_traffic_per_block(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None,
                          *, ulysses: int = 1, ring: int = 1, batch: int | None = None,
                          dtype: str = "bf16") -> float:
-    """Bytes one sequence-parallel rank sends per block (``ulysses x ring`` ranks, USP).
-    Ulysses: 4 all-to-alls (Q, K, V to heads, the output back) of its (B, S/P, D) slice, 1/U
-    of each kept at home. Ring: K and V of its group's S/R tokens for H/U heads, R - 1 hops."""
+    """Bytes the busiest sequence-parallel rank sends per block (``ulysses x ring`` ranks, USP).
+    Ulysses: Q, K, V to heads (its S/P tokens, the other ranks' heads) and the output back (its
+    h = ceil(H/U) heads, the group's other tokens); 4 S/P D (U - 1)/U when U divides H. Ring:
+    K and V of its group's S/R tokens for its h heads, R - 1 hops."""
     p, shape, nb = _setup(preset, latent_shape, batch, dtype)
-    tokens, d = shape[0] * p.num_tokens(shape), p.dim
-    degree = ulysses * ring
-    a2a = 4 * tokens / degree * d * nb * (ulysses - 1) / ulysses
-    hops = 2 * tokens / ring * d / ulysses * nb * (ring - 1)
+    tokens, hd, heads = shape[0] * p.num_tokens(shape), p.head_dim, p.num_heads
+    mine, group, h = tokens / (ulysses * ring), tokens / ring, -(-heads // ulysses)
+    a2a = (3 * mine * (heads - h) + (group - mine) * h) * hd * nb if ulysses > 1 else 0.0
+    hops = 2 * group * h * hd * nb * (ring - 1)
     return a2a + hops
 
 

@@ -1,4 +1,5 @@
-"""Load a local diffusers Wan 2.1 text-to-video pipeline folder, component by component.
+"""Load a local diffusers Wan 2.1 text-to-video pipeline folder, component by component (or a
+Wan 2.2 one: two experts, ``transformer_2`` and a ``boundary_ratio`` beside the rest).
 
 The folder is what ``WanPipeline.save_pretrained`` writes, or a snapshot of
 ``Wan-AI/Wan2.1-T2V-1.3B-Diffusers``::
@@ -51,14 +52,22 @@ def check_folder(path: str | Path) -> Path:
     if missing:
         raise PipelineFolderError(f"{path} lacks component(s) {missing}: a Wan 2.1 T2V pipeline "
                                   f"needs all of {list(COMPONENTS)}")
-    if index.get("transformer_2") not in (None, [None, None]):
-        raise PipelineFolderError(f"{path} has a transformer_2 (Wan 2.2 two-expert pipeline); "
-                                  "ppdit runs Wan 2.1's single transformer")
-    for name in CONFIGS:
+    second = index.get("transformer_2") not in (None, [None, None])
+    if second != (index.get("boundary_ratio") is not None):
+        raise PipelineFolderError(f"{path}/model_index.json: a transformer_2 and a "
+                                  "boundary_ratio come together (Wan 2.2's two experts switch "
+                                  f"at it), got transformer_2={index.get('transformer_2')} and "
+                                  f"boundary_ratio={index.get('boundary_ratio')}")
+    for name in CONFIGS + (("transformer_2/config.json",) if second else ()):
         read_json(path / name)
-    for component in ("transformer", "vae", "text_encoder"):
+    for component in ("transformer", "vae", "text_encoder") + (("transformer_2",) * second):
         weight_headers(path / component)
     return path
+
+
+def boundary_ratio(path: str | Path) -> float | None:
+    """Wan 2.2's expert switch as a share of the training timesteps (None: one transformer)."""
+    return read_json(Path(path) / "model_index.json").get("boundary_ratio")
 
 
 def read_json(file: Path) -> dict:
@@ -104,6 +113,7 @@ class WanFolder:
 
     path: Path
     transformer: torch.nn.Module | None = None
+    transformer_2: torch.nn.Module | None = None  # Wan 2.2's low-noise expert
     vae: torch.nn.Module | None = None
     text_encoder: torch.nn.Module | None = None
     tokenizer: object | None = None
@@ -151,13 +161,16 @@ def _no_progress_bars():
 def _load(path: Path, dtype: str, device, parts: tuple[str, ...]) -> WanFolder:
     from transformers import AutoTokenizer, UMT5EncoderModel
 
-    unknown = set(parts) - set(COMPONENTS)
+    unknown = set(parts) - {*COMPONENTS, "transformer_2"}
     if unknown:
-        raise ValueError(f"parts {sorted(unknown)} are not components; choose from {COMPONENTS}")
+        raise ValueError(f"parts {sorted(unknown)} are not components; choose from {COMPONENTS} "
+                         "or transformer_2")
     dt = torch_dtype(dtype)
     out = WanFolder(path)
     if "transformer" in parts:
         out.transformer = build_model(checkpoint=path / "transformer", dtype=dt, device=device)
+    if "transformer_2" in parts:
+        out.transformer_2 = build_model(checkpoint=path / "transformer_2", dtype=dt, device=device)
     if "vae" in parts:  # fp32 always, as Wan runs it
         out.vae = build_vae(checkpoint=path / "vae", device=device)
     if "text_encoder" in parts:

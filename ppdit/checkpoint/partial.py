@@ -27,11 +27,12 @@ from ppdit.model import cast_like_from_pretrained, torch_dtype
 Reader = Callable[[torch.Tensor, object], int]
 
 
-def meta_transformer(folder: str | Path, dtype: str):
-    """The folder's transformer on the meta device, in the dtypes ``from_pretrained`` gives."""
+def meta_transformer(folder: str | Path, dtype: str, part: str = "transformer"):
+    """The folder's transformer (or ``transformer_2``) on the meta device, in the dtypes
+    ``from_pretrained`` gives."""
     from diffusers import WanTransformer3DModel
 
-    path = Path(folder) / "transformer"
+    path = Path(folder) / part
     with torch.device("meta"):
         model = WanTransformer3DModel.from_config(
             WanTransformer3DModel.load_config(path, local_files_only=True))

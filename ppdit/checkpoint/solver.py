@@ -26,7 +26,8 @@ from dataclasses import replace
 
 import torch
 
-from ppdit.sampler import Denoiser, SamplingConfig, StepState
+from ppdit.cache import BlockCache
+from ppdit.sampler import Denoiser, SamplingConfig, StepState, expert_steps
 
 # Which attributes of each scheduler class change from step to step (besides ``_step_index``).
 STATE_ATTRS = {
@@ -156,24 +157,41 @@ def state_nbytes(state: StepState) -> dict[str, int]:
     return sizes
 
 
-def folder_sampling(scheduler, num_steps: int, guidance_scale: float) -> SamplingConfig:
-    """The sampling a folder runs with: its flow shift, and guidance as ``WanPipeline``
-    decides it (on only when the scale is above 1)."""
+def folder_sampling(scheduler, num_steps: int, guidance_scale: float, *,
+                    boundary_ratio: float | None = None,
+                    guidance_scale_2: float | None = None) -> SamplingConfig:
+    """The sampling a folder runs with: its flow shift, guidance as ``WanPipeline`` decides it
+    (on only when the scale is above 1), and a Wan 2.2 folder's expert boundary, a timestep
+    (``boundary_ratio x num_train_timesteps``), with the second expert's scale."""
     shift = float(scheduler.config.get("flow_shift", None) or scheduler.config.get("shift", 3.0))
+    boundary = None if boundary_ratio is None else \
+        boundary_ratio * scheduler.config.get("num_train_timesteps", 1000)
     return SamplingConfig(num_steps=num_steps, shift=shift,
-                          guidance_scale=guidance_scale if guidance_scale > 1.0 else 1.0)
+                          guidance_scale=guidance_scale if guidance_scale > 1.0 else 1.0,
+                          boundary=boundary, guidance_scale_2=guidance_scale_2)
+
+
+def step_experts(plan) -> list[int]:
+    """Which expert runs each of a plan's steps, on its solver's timesteps (``expert_steps``)."""
+    n = plan.sampling.num_steps
+    times = (SchedulerSolver(plan.source.scheduler(), n).timesteps if plan.solver == "folder"
+             else plan.sampling.timesteps())
+    return expert_steps(times.tolist(), plan.sampling.boundary)
 
 
 def plan_denoiser(model: torch.nn.Module, plan, forward: Callable[..., torch.Tensor] | None = None,
-                  cfg=None) -> Denoiser:
+                  cfg=None, cache=None) -> Denoiser:
     """The ``Denoiser`` of any layout's plan (its ``source``, ``sampling``, ``solver``, ``cfg``,
-    ``requests`` and ``prompts``): the one loop, set up the same way on every rank. Given
-    prompts (a folder's embeddings, one per request) replace the seeded stand-ins; ``cfg``
-    (a CFG-parallel policy) replaces the plan's way of running the two halves."""
+    ``requests``, ``prompts`` and ``cache``): the one loop, set up the same way on every rank.
+    Given prompts (a folder's embeddings, one per request) replace the seeded stand-ins; ``cfg``
+    (a CFG-parallel policy) replaces the plan's way of running the two halves; ``cache`` (a
+    ``cache.BlockCache`` the ``forward`` already uses) the plan's own."""
     solver = (SchedulerSolver(plan.source.scheduler(), plan.sampling.num_steps)
               if plan.solver == "folder" else None)
+    if cache is None and getattr(plan, "cache", None) is not None:
+        cache = BlockCache(plan.cache)
     den = Denoiser(model, plan.source.spec, plan.sampling, forward=forward, solver=solver,
-                   cfg=cfg or plan.cfg)
+                   cfg=cfg or plan.cfg, cache=cache)
     for request, cond in zip(plan.requests, plan.prompts or (), strict=False):
         den.condition_on(request, cond.text, cond.null_text)
     return den

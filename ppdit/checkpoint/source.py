@@ -5,6 +5,7 @@ Two answers, and every layout, the serving system and the toy ask this one value
     ModelSource("tiny", seed=0)                  a preset, random weights drawn from the seed
                                                  (the DiT's, and the VAE preset's)
     ModelSource(folder="models/toy_shapes")      a diffusers Wan 2.1 pipeline folder on disk
+                                                 (or Wan 2.2's: two experts)
 
 Ranks holding equal ``ModelSource``s build identical weights without talking, so sources are
 compared, not models (plans run side by side must have equal ones: ``runtime.rounds``). The value
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ppdit.model import build_model, torch_dtype
+from ppdit.model import Experts, build_model, torch_dtype
 from ppdit.presets import ModelPreset, get_preset
 from ppdit.sampler import Request, prompt_embeddings
 from ppdit.vae.presets import build_vae, get_vae_preset
@@ -73,17 +74,31 @@ class ModelSource:
         length = json.loads(cfg.read_text()).get("model_max_length", 512) if cfg.exists() else 512
         return min(512, int(length))
 
-    def dit(self, device: str | torch.device = "cpu"):
+    @cached_property
+    def boundary_ratio(self) -> float | None:
+        """A Wan 2.2 folder's expert switch (``boundary_ratio``); None: one transformer."""
+        if self.folder is None:
+            return None
+        from ppdit.checkpoint.folder import boundary_ratio
+
+        return boundary_ratio(self.folder)
+
+    def dit(self, device: str | torch.device = "cpu", experts: Sequence[int] | None = None):
         """The transformer, in eval mode, identical on every rank (``device="meta"``: shapes
-        only)."""
+        only); of a two-expert folder, ``model.Experts`` holding ``experts`` (None: both)."""
+        if self.boundary_ratio is not None:
+            return Experts({k: self._transformer(device, ("transformer", "transformer_2")[k])
+                            for k in (experts if experts is not None else (0, 1))})
+        return self._transformer(device)
+
+    def _transformer(self, device, part: str = "transformer"):
         if self.folder is None or str(device) == "meta":
             if self.folder is not None:
                 from ppdit.checkpoint.partial import meta_transformer
 
-                return meta_transformer(self.folder, self.dtype)
+                return meta_transformer(self.folder, self.dtype, part)
             return build_model(self.preset, seed=self.seed, dtype=self.dtype, device=device)
-        return build_model(checkpoint=Path(self.folder) / "transformer", dtype=self.dtype,
-                           device=device)
+        return build_model(checkpoint=Path(self.folder) / part, dtype=self.dtype, device=device)
 
     def vae(self, device: str | torch.device = "cpu"):
         """The VAE, in fp32 as Wan runs it: the folder's, or the seeded preset's."""
@@ -143,6 +158,16 @@ class ModelPlan:
         from ppdit.checkpoint.solver import check_solver
 
         check_solver(self.solver, self.source)
+        two, layout = self.source.boundary_ratio is not None, getattr(self, "layout", None)
+        if two != (self.sampling.boundary is not None):
+            raise ValueError(f"sampling boundary={self.sampling.boundary} for a source with "
+                             f"boundary_ratio={self.source.boundary_ratio}: a two-expert folder "
+                             "samples with its boundary (checkpoint.solver.folder_sampling), "
+                             "one transformer without")
+        if two and (layout is None or layout.layer > 1 or layout.forward.ranks > 1):
+            raise ValueError(f"layout {layout}: two experts run on one device or on step-split "
+                             "stages (one expert per stage); other axes over experts are not "
+                             "built")
         if self.prompts is not None and len(self.prompts) != len(self.requests):
             raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
                              "give one per request (or None for seeded stand-ins)")

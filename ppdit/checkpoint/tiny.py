@@ -72,11 +72,12 @@ def tiny_text_encoder(d_model: int, vocab_size: int, seed: int = 0):
         return UMT5EncoderModel(config).eval()
 
 
-def tiny_unipc_scheduler():
-    """``UniPCMultistepScheduler`` configured as Wan 2.1's pipeline folder configures it."""
+def tiny_unipc_scheduler(flow_shift: float = 3.0):
+    """``UniPCMultistepScheduler`` configured as Wan 2.1's pipeline folder configures it (Wan 2.2
+    T2V A14B's: ``flow_shift`` 12)."""
     from diffusers import UniPCMultistepScheduler
 
-    return UniPCMultistepScheduler(**WAN_UNIPC_CONFIG)
+    return UniPCMultistepScheduler(**{**WAN_UNIPC_CONFIG, "flow_shift": flow_shift})
 
 
 def tiny_scheduler(name: str = "unipc"):
@@ -93,23 +94,29 @@ def tiny_scheduler(name: str = "unipc"):
 
 def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
                         vae_preset: str = "tiny", scheduler: str = "unipc",
-                        stored: torch.dtype = torch.float32) -> Path:
+                        stored: torch.dtype = torch.float32, boundary_ratio: float | None = None
+                        ) -> Path:
     """Write a tiny random Wan 2.1 T2V pipeline folder to ``out`` and return its path.
-    ``stored``: the dtype of the transformer's and text encoder's weights (the VAE's: fp32)."""
+    ``stored``: the dtype of the transformer's and text encoder's weights (the VAE's: fp32).
+    ``boundary_ratio``: a Wan 2.2 folder instead, two experts (``transformer_2`` from
+    ``seed + 1``) switching there, with A14B's UniPC (flow shift 12)."""
     from ppdit.vae.presets import build_vae
 
     tokenizer = word_tokenizer(TINY_VOCAB)
     text_encoder = tiny_text_encoder(get_preset(preset).text_dim, len(tokenizer), seed)
-    transformer = build_model(preset, seed=seed)
+    experts = [build_model(preset, seed=seed + k) for k in range(1 + (boundary_ratio is not None))]
     if stored != torch.float32:  # (diffusers warns at any .to(), fp32 included)
-        text_encoder, transformer = text_encoder.to(stored), transformer.to(stored)
+        text_encoder, experts = text_encoder.to(stored), [m.to(stored) for m in experts]
+    sched = tiny_unipc_scheduler(12.0) if boundary_ratio is not None else tiny_scheduler(scheduler)
     return save_pipeline(out, tokenizer=tokenizer, text_encoder=text_encoder,
-                         transformer=transformer,
-                         vae=build_vae(vae_preset, seed=seed), scheduler=tiny_scheduler(scheduler))
+                         transformer=experts[0], vae=build_vae(vae_preset, seed=seed),
+                         scheduler=sched, transformer_2=experts[1] if experts[1:] else None,
+                         boundary_ratio=boundary_ratio)
 
 
 def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
-                  scheduler=None) -> Path:
+                  scheduler=None, transformer_2=None, boundary_ratio: float | None = None
+                  ) -> Path:
     """``WanPipeline(...).save_pretrained(out)`` (``scheduler`` None: Wan 2.1's UniPC), so
     diffusers' own ``from_pretrained`` loads it: exactly what a real snapshot looks like, only
     small. Returns the folder's path."""
@@ -117,6 +124,6 @@ def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
 
     out = Path(out)
     WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
-                scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler
-                ).save_pretrained(out)
+                scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler,
+                transformer_2=transformer_2, boundary_ratio=boundary_ratio).save_pretrained(out)
     return out

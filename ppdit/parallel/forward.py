@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch.distributed._functional_collectives as funcol
 
 from ppdit.attention import use_diffusers_attention
+from ppdit.cache import BlockCache, CacheConfig
 from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.parallel.cfg.halves import CFGHalves
 from ppdit.parallel.fsdp.load import load_sharded
@@ -61,6 +63,7 @@ class ForwardOptions:
     v_major: float | None = None
     collectives: str = "funcol"  # how TP all-reduces are issued (``tensor.layers``)
     compiled: bool = False  # torch.compile(fullgraph=True) every block
+    cache: CacheConfig | None = None  # step caching (``ppdit.cache``): one decision, all ranks
 
     def check_forward(self) -> None:
         """The plan's layout fits its model and request (``check_model``), and the options fit
@@ -80,6 +83,13 @@ class ForwardOptions:
                              f"and must divide ulysses={layout.ulysses}")
         if self.collectives not in COLLECTIVES:
             raise ValueError(f"collectives={self.collectives!r} is not one of {COLLECTIVES}")
+        if self.cache is not None and (layout.layer > 1 or layout.fsdp > 1
+                                       or self.v_major is not None):
+            # layer split runs no whole forward to skip; FSDP's gathers and V-Major's copies
+            # run per block, and ranks skipping different blocks would wait on each other
+            raise ValueError(f"step caching runs on one device, step split, TP, CFG and the "
+                             f"sequence axes, not with layout {layout}"
+                             f"{' and v_major' if self.v_major is not None else ''}")
 
 
 class ForwardStack:
@@ -130,16 +140,20 @@ class ForwardStack:
 
     def denoiser(self) -> Denoiser:
         """The plan's ``Denoiser`` over this stack's forward (step 2) and CFG policy (step 4)."""
-        forward = None
+        forward, cache = None, None
         if self.layout.sp > 1:
-            forward = partial(sp_forward, self.model, group=self.mesh.group(*SEQUENCE),
-                              split=self.split, staged=self.staged)
+            group = self.mesh.group(*SEQUENCE)
+            if self.plan.cache is not None:  # one decision: the sums over every token slice
+                cache = BlockCache(self.plan.cache, partial(_all_reduce, group=group,
+                                                            staged=self.staged))
+            forward = partial(sp_forward, self.model, group=group, split=self.split,
+                              staged=self.staged, cache=cache)
             if self.vmajor is not None:
                 forward = _KeyedByText(forward, self.vmajor)
         cfg = None
         if self.layout.cfg > 1:
             cfg = CFGHalves(self.mesh.coords["cfg"], self.mesh.group("cfg"), self.staged)
-        return plan_denoiser(self.model, self.plan, forward=forward, cfg=cfg)
+        return plan_denoiser(self.model, self.plan, forward=forward, cfg=cfg, cache=cache)
 
     def install(self, tracer: Tracer | None) -> None:
         """Step 2 for one round: route self-attention for this plan, counters zeroed."""
@@ -231,6 +245,12 @@ class StackRunner(ReplicatedRunner):
 
     def model_of(self, i: int):
         return self.stacks[i].model
+
+
+def _all_reduce(t: torch.Tensor, group, staged: bool) -> torch.Tensor:
+    """A sum over ``group``, on a host copy where ranks share a GPU over gloo."""
+    wire = t.to("cpu") if staged else t
+    return funcol.wait_tensor(funcol.all_reduce(wire, "sum", group)).to(t.device)
 
 
 class _KeyedByText:

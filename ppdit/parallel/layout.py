@@ -5,7 +5,7 @@ and the one rule for which axes compose. Each field is the degree of one axis (1
     step     step split: pipeline stages that each run a run of the steps
     layer    layer split: pipeline stages that each hold a run of the blocks
     ring     ring attention (K/V blocks around a ring: any head count)
-    ulysses  Ulysses sequence parallelism (all-to-alls to a head split: divides the heads)
+    ulysses  Ulysses sequence parallelism (all-to-alls to a head split: any degree, whole heads)
     tp       tensor parallelism (the weights split, all-reduces in every block)
     fsdp     the blocks' weights sharded (FSDP2) over the ranks of one forward
 
@@ -185,10 +185,12 @@ def _shorthand(name: str, ranks: int | None) -> Layout:
 
 
 def check_sp_degree(num_heads: int, degree: int) -> None:
-    """Ulysses' degree must divide the heads: attention runs H/P whole heads per rank."""
+    """V-Major and the two-phase (hierarchical) all-to-all cut even head chunks, so their
+    degree must divide the heads; plain Ulysses and USP run any degree (``comms.head_split``)."""
     if degree < 1 or num_heads % degree:
         raise ValueError(f"sequence parallel degree {degree} must divide the {num_heads} "
-                         f"attention heads (each rank attends with heads/degree heads)")
+                         f"attention heads for V-Major and the two-phase all-to-all (their "
+                         f"chunks are heads/degree heads; plain Ulysses runs any degree)")
 
 
 def check_tp_degree(config, tp: int) -> None:
@@ -225,10 +227,9 @@ def check_layer_stages(preset, stages: int) -> None:
 def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[int, ...],
                 guided: bool = True) -> None:
     """The rules a layout owes the model and the request (``preset``: a ``ModelPreset``):
-    whole heads per Ulysses and TP rank, a block or a step per stage, a token per sequence
-    rank, and a second half for CFG-parallel. ``ValueError`` naming the rule and the values."""
-    if layout.ulysses > 1:
-        check_sp_degree(preset.num_heads, layout.ulysses)
+    whole heads per TP rank (Ulysses: any degree), a block or a step per stage, a token per
+    sequence rank, and a second half for CFG-parallel. ``ValueError`` naming the rule and the
+    values."""
     if layout.tp > 1:
         check_tp_degree(preset, layout.tp)
     if layout.layer > 1:

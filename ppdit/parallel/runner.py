@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppdit.checkpoint.solver import step_experts
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.forward import ForwardOptions, ForwardStack, StackRunner
 from ppdit.parallel.layer_split.run import run_layer_split
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.layout import Layout
-from ppdit.parallel.step_split.plan import StepSplitPlan, split_steps
+from ppdit.parallel.step_split.plan import StepSplitPlan, expert_stages, split_steps
 from ppdit.parallel.step_split.run import run_step_split
 from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, work_bound
 from ppdit.runtime.observe.timing import timed
@@ -75,7 +76,9 @@ def loop_plan(plan: LayoutPlan):
         return LayerSplitPlan(plan.requests, m.layer, 2 if plan.sampling.uses_cfg else 1, **common)
     if m.step > 1:
         options = {f: getattr(plan, f) for f in ForwardOptions.__dataclass_fields__}
-        stages = tuple(split_steps(plan.sampling.num_steps, m.step))
+        stages = tuple(split_steps(plan.sampling.num_steps, m.step)
+                       if plan.sampling.boundary is None  # Wan 2.2: one expert per stage
+                       else expert_stages(step_experts(plan), m.step))
         return StepSplitPlan(plan.requests, stages, cfg=plan.cfg, stage=m.forward, **common,
                              **options)
     return plan
@@ -128,11 +131,14 @@ class LayoutRunner(StackRunner):
     @torch.no_grad()
     def run(self, i: int, tracer: Tracer) -> dict:
         """One round: every request of plan ``i``; every rank returns the latents."""
-        plan = self.plans[i]
+        plan, cache = self.plans[i], self.dens[i].cache
+        if cache is not None:
+            cache.log.clear()  # this round's decisions
         with self.stacks[i].round(tracer) as stack, timed(self.ctx.placement) as clock:
             latents = run_requests(plan, stack, self.dens[i], tracer,
                                    lambda step: self._step_done(plan, step, clock))
-        return {"latents": latents, **stack.counts()}
+        return {"latents": latents, **stack.counts(),
+                "cache_log": [] if cache is None else list(cache.log)}
 
     def _step_done(self, plan: LayoutPlan, step: int, clock) -> None:
         """A progress event (rank 0, if asked); after the first step, the job's bounds from
@@ -162,6 +168,8 @@ class LayoutResult:
     held_bytes: list[int] = field(default_factory=list)  # the weights each rank holds
     # FSDP from a folder: the most tensor bytes each rank held while loading (load_sharded)
     load_peak_bytes: list[int] = field(default_factory=list)
+    # a step cache's (request, step, branch, computed) decisions, by rank (``ppdit.cache``)
+    cache_logs: list[list[tuple]] = field(default_factory=list)
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:
@@ -177,7 +185,8 @@ class LayoutResult:
         return cls(plan, [last[r]["latents"] for r in ranks], first["a2a_calls"],
                    first["a2a_bytes"], runs.traces, first["ring_bytes"], first["hier"],
                    first["vmajor"], [runs.held[r] for r in ranks],
-                   [last[r]["load_peak_bytes"] for r in ranks])
+                   [last[r]["load_peak_bytes"] for r in ranks],
+                   [last[r]["cache_log"] for r in ranks])
 
 
 def run_layouts(plans: dict[str, LayoutPlan], rounds: int = 1,

@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from ppdit.model import Experts
 from ppdit.runtime.device import PlacementDecision
 
 TP_SPLIT = {"to_q", "to_k", "to_v", "norm_q", "norm_k", "proj"}  # tensor.parallelize's layers
@@ -25,6 +26,9 @@ def weight_bytes(source, part: str = "dit", split: dict[str, int] | None = None)
     ``source`` builds (on the meta device: shapes only, nothing allocated); of a folder's DiT,
     one rank's share under the layout degrees ``split`` (``Layout.split()``)."""
     model = source.dit("meta") if part == "dit" else source.vae("meta")
+    if isinstance(model, Experts):  # Wan 2.2: a step-split rank holds one expert (expert_stages)
+        held = 1 if (split or {}).get("step", 1) > 1 else len(model.held)
+        return held * rank_bytes(model.expert(0), split or {})
     if part == "dit" and source.folder is not None:
         return rank_bytes(model, split or {})
     return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))

@@ -105,10 +105,17 @@ class ReplicatedRunner(Runner):
         """Whether every plan reads its own share of the weights later (subclasses say)."""
         return False
 
+    @staticmethod
+    def experts_of(rank: int, plans: tuple) -> list[int] | None:
+        """Of a two-expert source, the experts this rank runs (None: all; subclasses say)."""
+        return None
+
     @classmethod
     def prepare(cls, rank: int, world_size: int, plans: tuple) -> Any:
         """The whole model (every plan shares one source: ``check_one_model``)."""
-        return _LOADS_LATER if cls.loads_shards(plans) else _source(plans[0]).dit()
+        if cls.loads_shards(plans):
+            return _LOADS_LATER
+        return _source(plans[0]).dit(experts=cls.experts_of(rank, plans))
 
     def __init__(self, ctx: RankContext, plans: tuple):
         super().__init__(ctx, plans)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ppdit.cache import CacheConfig
 from ppdit.checkpoint.solver import folder_sampling
 from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.runner import LayoutPlan, run_plan
@@ -28,9 +29,13 @@ def plan_for(spec: GenerateSpec, shape: tuple[int, ...], prompts: Conditioning |
     """The plan that runs ``spec`` on its layout (reads the folder's scheduler once; a spec
     its layout cannot run raises ``ValueError`` naming the rule and the values)."""
     source = ModelSource(folder=spec.checkpoint, dtype=spec.dtype)
-    sampling = folder_sampling(source.scheduler(), spec.num_steps, spec.guidance_scale)
+    sampling = folder_sampling(source.scheduler(), spec.num_steps, spec.guidance_scale,
+                               boundary_ratio=source.boundary_ratio,
+                               guidance_scale_2=spec.guidance_scale_2)
     return LayoutPlan(spec.layout, (Request(REQUEST_ID, spec.seed),), sampling, source, shape,
                       solver=spec.solver, cfg="split", report_steps=True,
+                      cache=None if spec.cache_threshold is None else
+                      CacheConfig(spec.cache_threshold),
                       prompts=None if prompts is None else (prompts,))
 
 

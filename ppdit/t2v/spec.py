@@ -30,6 +30,11 @@ class GenerateSpec:
     width: int = 32
     seed: int = 0  # CPU torch.Generator().manual_seed(seed), as diffusers documents
     guidance_scale: float = 5.0  # > 1 turns on CFG (diffusers' rule)
+    # Wan 2.2: the low-noise expert's scale (None: guidance_scale), WanPipeline's guidance_scale_2
+    guidance_scale_2: float | None = None
+    # First-Block-Cache's threshold (``ppdit.cache``; None: no step caching), as diffusers'
+    # ``enable_cache(FirstBlockCacheConfig(threshold))``
+    cache_threshold: float | None = None
     # text tokens: None = the tokenizer's model_max_length, at most 512 (Wan's tokenizer: 512,
     # WanPipeline's default; models/toy_shapes was trained at 16 and says so in its tokenizer)
     max_sequence_length: int | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ppdit.parallel.layout import Layout
+from ppdit.parallel.layout import Layout, check_sp_degree
 from ppdit.parallel.runner import LayoutPlan, run_layouts
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
 from ppdit.parallel.sequence.ring import RING_TOL
@@ -55,7 +55,7 @@ def test_sp_equals_one_device_with_and_without_v_first(degree, shapes, tiny, poo
 def test_ring_attention_equals_one_device_for_any_head_count(degree, shapes, tiny, pools):
     """Ring attention on real ranks, uneven slices included, under NCCL's rules: equal to one
     device within RING_TOL; each rank sends its K/V block P - 1 times per layer and step.
-    (3 ranks on the tiny model's 4 heads, which Ulysses refuses: ``test_t2v``'s ring case.)"""
+    (3 ranks on the tiny model's 4 heads: ``test_t2v``'s ring case.)"""
     two = SamplingConfig(num_steps=2)
     plans = {str(s): LayoutPlan(Layout(ring=degree), sampling=two, latent_shape=s)
              for s in shapes}
@@ -69,8 +69,24 @@ def test_ring_attention_equals_one_device_for_any_head_count(degree, shapes, tin
         blocks = sum(split[(0 - s) % degree] for s in range(degree - 1))  # rank 0 forwards
         per_layer = 2 * blocks * preset.num_heads * preset.head_dim * 4  # K and V, fp32
         assert res.ring_bytes == per_layer * preset.num_layers * two.num_steps
-    with pytest.raises(ValueError, match="must divide the 4 attention heads"):
-        LayoutPlan(Layout(ulysses=3))
+
+
+def test_ulysses_runs_a_degree_that_does_not_divide_the_heads(tiny, pools):
+    """3 ranks on the tiny model's 4 heads (2, 1, 1 heads per rank; 315 tokens: uneven slices
+    too): equal to one device within SP_TOL, rank 0 sending what the formula with ``heads``
+    says; V-Major, whose chunks are even, still refuses with its rule."""
+    two, shape = SamplingConfig(num_steps=2), (1, 16, 5, 14, 18)
+    res = run_layouts({"u3": LayoutPlan(Layout(ulysses=3), sampling=two, latent_shape=shape)},
+                      timeout_s=300, echo=False, pool=pools(3))["u3"]
+    ref = generate(tiny, Request(0, 0), sampling=two, latent_shape=shape)
+    for rank_latents in res.rank_latents:
+        torch.testing.assert_close(rank_latents[0], ref, **SP_TOL)
+    preset = get_preset("tiny")
+    per_layer = a2a_bytes_per_layer(batch=1, tokens=preset.num_tokens(shape), dim=64, degree=3,
+                                     bytes_per_element=4, heads=preset.num_heads)
+    assert res.a2a_bytes == per_layer * preset.num_layers * two.num_steps
+    with pytest.raises(ValueError, match="must divide the 4 attention heads for V-Major"):
+        check_sp_degree(4, 3)
 
 
 def test_v_major_sends_only_changed_rows(tiny, pools):

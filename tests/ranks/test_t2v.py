@@ -78,6 +78,48 @@ def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
         assert sum(out.handoff_bytes.values()) == 4 * reference.numel() * 4
 
 
+def test_two_experts_on_two_stages_equal_one_device_each_holding_one(pools, tmp_path):
+    """Wan 2.2 on ``--layout step --ranks 2``: the stages cut at the expert boundary (4 + 2
+    steps), UniPC's memory crossing it in the handoff; bit for bit the single device, each
+    rank holding one expert's parameters."""
+    from ppdit.checkpoint.source import ModelSource
+    from ppdit.model import num_params
+    from tests.support.pipelines import MOE_SHAPE
+
+    folder = build_tiny_pipeline(tmp_path / "moe", seed=5, preset=MOE_SHAPE, boundary_ratio=0.875)
+    spec = spec_for(folder, "step", 2, num_steps=6, guidance_scale_2=2.0)
+    embeds = encode(spec)
+    reference = generate_latent(spec, embeds)
+    out = run_plan(plan_for(spec, reference.shape, embeds), pool=pools(2))
+    assert torch.equal(out.latents[0], reference)
+    one = num_params(ModelSource(folder=str(folder)).dit(experts=[1]))
+    assert [out.stages[r].local_params for r in (0, 1)] == [one, one]
+    assert [len(r) for r in out.plan.stages] == [4, 2]
+
+
+@pytest.mark.parametrize(("layout", "ranks"), [("ulysses=2", 2), ("step", 2)])
+def test_cached_layouts_equal_the_cached_single_device(pools, folders, layout, ranks):
+    """First-Block-Cache at 0.1 over 8 steps skips steps 1, 2, 4 and 5 on one device. Ulysses'
+    ranks decide on sums reduced over both token slices: the same skips on both ranks, the
+    latent within SP_TOL. Step split (4 + 4 steps) carries the cache in the handoff, so stage
+    1 skips step 4 against stage 0's step-3 residual: bit for bit."""
+    spec = spec_for(folders["unipc"], num_steps=8, cache_threshold=0.1)
+    embeds = encode(spec)
+    reference = generate_latent(spec, embeds)
+    spec = replace(spec, layout=parse_layout(layout, ranks))
+    out = run_plan(plan_for(spec, reference.shape, embeds), pool=pools(ranks))
+    skips = [(s, b) for s in (1, 2, 4, 5) for b in (0, 1)]
+    if layout == "step":
+        assert torch.equal(out.latents[0], reference)
+        logs = [out.stages[r].cache_log for r in (0, 1)]
+        assert [(s, b) for log in logs for _, s, b, c in log if not c] == skips
+        assert out.plan.handoff_bytes()["cache state"] > 0
+    else:
+        torch.testing.assert_close(out.latents[0], reference, **SP_TOL)
+        assert out.cache_logs[0] == out.cache_logs[1]
+        assert [(s, b) for _, s, b, c in out.cache_logs[0] if not c] == skips
+
+
 def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, single_reference):
     """Wan's recipe on 2 ranks: Ulysses, and every block's weights sharded over the same ranks
     (FSDP2), read from the folder shard by shard. The all-gathers rebuild the exact weights:

@@ -4,6 +4,7 @@ request they make, and bf16 on CUDA's tolerance."""
 from __future__ import annotations
 
 from ppdit.parallel.layout import Layout, parse_layout
+from ppdit.presets import ModelPreset
 from ppdit.t2v.spec import GenerateSpec
 
 PROMPT, NEGATIVE = "a red fox jumps over the river", "blurry low quality"
@@ -11,6 +12,9 @@ PROMPT, NEGATIVE = "a red fox jumps over the river", "blurry low quality"
 # VAE: a few units of difference where kernels pick other algorithms (another process, another
 # batch shape) stay below 2e-2 of pixel values in [0, 1].
 BF16_TOL = {"rtol": 2e-2, "atol": 2e-2}
+# Wan 2.2's two experts, in a shape no other test uses: 3 blocks, 2 heads of 16, FFN 80.
+MOE_SHAPE = ModelPreset("moe", num_layers=3, num_heads=2, head_dim=16, ffn_dim=80, text_dim=32,
+                        text_len=8, freq_dim=256, rope_max_seq_len=1024)
 
 
 def spec_for(folder, layout: str | Layout = "single", ranks: int | None = None,

@@ -8,8 +8,9 @@ order happens to tolerate it today.
 
 The layers (``../shared/DESIGN.md``; a module imports its own layer or lower ones)::
 
-    L0  presets, model, attention, sampler,   the model, its attention pieces, the one loop,
-        vae/, checkpoint/                     the VAE, where weights come from
+    L0  presets, model, attention, sampler,   the model, its attention pieces, the one loop
+        cache, vae/, checkpoint/              and its step cache, the VAE, where weights come
+                                              from
     L1  runtime/, cuda_graph, _spawn_entry,  ranks, groups, messages, traces
         _fork_server(_guard)
     L2  parallel/                             the layout spine, one folder per mechanism
@@ -35,7 +36,7 @@ def module_name(path: Path) -> str:
 
 
 LAYERS = {
-    0: ("presets", "model", "attention", "sampler", "vae", "checkpoint"),
+    0: ("presets", "model", "attention", "sampler", "cache", "vae", "checkpoint"),
     1: ("runtime", "cuda_graph", "_spawn_entry", "_fork_server", "_fork_server_guard"),
     2: ("parallel",),
     3: ("serve", "t2v"),
@@ -123,9 +124,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # generate; lessons' placement guard; the benchmarks' verdict rule and host cost per message)
 # and paid ~500 of them (dead functions, one-caller helpers, docstrings said shorter); three
 # passes found no more without cutting the whys, diagrams and formulas docstrings teach. The
-# lower layers' budgets drop to what they hold; L4 and L5 rise by what the features brought.)
-BUDGETS = {0: 1_970, 1: 3_890, 2: 4_890, 3: 1_565, 4: 5_495, 5: 2_535}
-PACKAGE_BUDGET = 20_350
+# lower layers' budgets drop to what they hold; L4 and L5 rise by what the features brought.
+# Issue 40: the package 20,350 -> 21,000, about 470 lines for what the field moved to: Wan 2.2's
+# two experts (a module of what a rank holds, the loop's expert per step, the folder's
+# transformer_2, the stage cut at the boundary, A14B in the plan), First-Block-Cache as a policy
+# of the one loop (its decision reduced over token slices, its state in the step-split frame),
+# and Ulysses for any head count (uneven head chunks, their bytes in the formulas).)
+BUDGETS = {0: 2_250, 1: 3_900, 2: 5_100, 3: 1_575, 4: 5_600, 5: 2_545}
+PACKAGE_BUDGET = 21_000
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():

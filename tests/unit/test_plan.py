@@ -32,8 +32,8 @@ def test_cli_plan_prints_the_verdict_and_refuses_bad_layouts(capsys):
     assert cli.main(["plan", "--layout", "cfg=2,ulysses=4,fsdp=8", "--link", "NVLink 4"]) == 0
     out = capsys.readouterr().out
     assert "needs 5.4 GB of weights per GPU (fits in the H100 SXM's 80 GB)" in out
-    assert cli.main(["plan", "--model", "wan2.1-1.3b", "--layout", "ulysses=8"]) == 2
-    assert "degree 8 must divide the 12 attention heads" in capsys.readouterr().err
+    assert cli.main(["plan", "--model", "wan2.1-1.3b", "--layout", "tp=8"]) == 2
+    assert "num_heads=12 is not divisible by the TP degree tp=8" in capsys.readouterr().err
     with pytest.raises(ValueError, match="gpu='B200' is not one of"):
         plan_rows("wan2.1-14b", "B200", "ulysses=2")
 

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from ppdit.model import build_model
-from ppdit.parallel.layout import check_sp_degree
-from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split
+from ppdit.parallel.layout import Layout, check_model, check_sp_degree
+from ppdit.parallel.sequence.comms import a2a_bytes_per_layer, even_split, head_split
 from ppdit.parallel.sequence.ring import RING_TOL
+from ppdit.presets import get_preset
 
 
 def test_uneven_split_gives_every_token_exactly_once():
@@ -17,10 +18,22 @@ def test_uneven_split_gives_every_token_exactly_once():
     assert sum(even_split(5 * 7 * 9, 4)) == 315
 
 
-def test_heads_must_divide():
+def test_heads_split_whole_and_any_degree_runs():
+    assert head_split(12, 8) == (2, 2, 2, 2, 1, 1, 1, 1) and head_split(4, 6)[-1] == 0
     check_sp_degree(4, 2)
     with pytest.raises(ValueError, match="degree 3 must divide the 4 attention heads"):
-        check_sp_degree(4, 3)
+        check_sp_degree(4, 3)  # V-Major's and the two-phase all-to-all's rule only
+    check_model(Layout(ulysses=3), get_preset("tiny"), num_steps=2, latent_shape=(1, 16, 3, 8, 8))
+
+
+def test_bytes_formula_with_uneven_heads_by_hand():
+    # 3 ranks, 4 heads of 16 (rank 0: 2 heads), 315 tokens (rank 0: 105), fp32: Q, K, V send
+    # rank 0's 105 tokens x the 2 other heads; the output its 2 heads x the 210 other tokens.
+    assert a2a_bytes_per_layer(batch=1, tokens=315, dim=64, degree=3, bytes_per_element=4,
+                               heads=4) == (3 * 105 * 2 + 210 * 2) * 16 * 4
+    assert a2a_bytes_per_layer(batch=1, tokens=320, dim=64, degree=2, bytes_per_element=4,
+                               heads=4) == a2a_bytes_per_layer(batch=1, tokens=320, dim=64,
+                                                               degree=2, bytes_per_element=4)
 
 
 def test_bytes_formula_by_hand():

@@ -147,13 +147,13 @@ def test_unipc_state_is_what_the_handoff_carries(folders):
     ({"layout": "layer", "ranks": 5}, "over 5 stages needs at least one block per stage, but "
                                       "'[^']+' has 4"),
     ({"layout": "step", "ranks": 4}, "num_steps=3 cannot be split over 4 stages"),
-    ({"layout": "sp", "ranks": 3}, "degree 3 must divide the 4 attention heads"),
+    ({"layout": "sp", "ranks": 64}, "ring x ulysses = 64 ranks exceed the 32 tokens"),
     ({"layout": "pp_tp", "ranks": 2}, "an even number >= 4"),
     ({"layout": "cfg", "ranks": 3}, "exactly 2 ranks"),
     ({"layout": "cfg", "ranks": 2, "guidance_scale": 1.0}, "needs guidance"),
     ({"layout": "single", "ranks": 2}, "runs on 1 rank"),
-    ({"layout": "sp", "ranks": 8}, "degree 8 must divide the 4 attention heads"),
-    ({"layout": "ulysses=8,ring=1", "ranks": 8}, "degree 8 must divide the 4 attention heads"),
+    ({"cache_threshold": -1.0}, "cache threshold=-1.0 must be >= 0"),
+    ({"guidance_scale_2": 2.0}, "guidance_scale_2=2.0 is the second expert's scale"),
     ({"layout": "ulysses=2,ring=2", "ranks": 3}, "runs on 4 ranks .* but ranks=3"),
     ({"layout": "tp=2,ulysses=2", "ranks": 4}, "do not compose here"),
     ({"layout": "cfg=3", "ranks": 3}, "must be 1 or 2"),
@@ -167,8 +167,11 @@ def test_bad_requests_name_the_rule(folders, change, rule):
         prepare(spec_for(folders["unipc"], **change))
 
 
-def test_usp_takes_a_head_count_ulysses_refuses(folders):
-    """8 ranks on 4 heads: Ulysses alone refuses (above); 2 Ulysses x 4 ring ranks plan."""
+def test_usp_and_ulysses_plan_any_head_count(folders):
+    """8 ranks on 4 heads: 2 Ulysses x 4 ring ranks plan, and so does Ulysses alone (ranks
+    past the head count attend with none: ``comms.head_split``)."""
+    assert plan_for(spec_for(folders["unipc"], layout="ulysses=8", ranks=8),
+                    (1, 16, 2, 8, 8)).world_size == 8
     spec = spec_for(folders["unipc"], layout="ulysses=2,ring=4", ranks=8)
     plan = plan_for(spec, (1, 16, 2, 8, 8))
     assert (plan.layout.ulysses, plan.layout.ring, plan.world_size) == (2, 4, 8)

@@ -1,13 +1,16 @@
 """The two all-to-alls of Ulysses sequence parallelism, and what they move.
 
 With P ranks each holding a slice of the S tokens (sizes ``split``, uneven allowed), attention
-needs every token but only H/P heads. ``seq_to_heads`` goes there, ``heads_to_seq`` comes back::
+needs every token but only H_r of the heads (``heads``: ``head_split``, H/P when P divides H).
+``seq_to_heads`` goes there, ``heads_to_seq`` comes back::
 
-    (B, S_r, H, hd) on rank r --seq_to_heads--> (B, S, H/P, hd) --heads_to_seq--> (B, S_r, H, hd)
+    (B, S_r, H, hd) on rank r --seq_to_heads--> (B, S, H_r, hd) --heads_to_seq--> (B, S_r, H, hd)
 
-Each is one ``all_to_all_single`` (a functional collective: it traces, and its wait is deferred
-to first use, which lets V's all-to-all run while Q and K are computed). ``staged`` (ranks
-sharing a GPU over gloo): it runs on a host copy, back on the device when waited for.
+Each is one ``all_to_all_single``: a functional collective (it traces, and its wait is deferred
+to first use, which lets V's all-to-all run while Q and K are computed), over a flat buffer when
+the heads split unevenly (chunk j: S_r x B x H_j x hd elements; any degree runs, nothing
+padded). ``staged`` (ranks sharing a GPU over gloo): it runs on a host copy, back on the device
+when waited for.
 """
 
 from __future__ import annotations
@@ -35,16 +38,36 @@ class A2ACounter:
         self.bytes_sent += nbytes
 
 
+def head_split(heads: int, degree: int) -> tuple[int, ...]:
+    """Whole heads per Ulysses rank, differing by at most one (earlier ranks take the extra).
+
+    Why any degree: users meet Ulysses first as a refusal (Wan 1.3B's 12 heads: no 8-way). 12
+    heads on 8 ranks attend with 2, 2, 2, 2, 1, 1, 1, 1 heads: the busiest rank sets the pace
+    (as 6-way would), and every rank still holds 1/8 of the tokens. A rank past the head count
+    attends with none and only trades its tokens. Nothing is padded, so no zero head is computed
+    or sent (diffusers' "Ulysses anything" pads the last rank's heads instead)."""
+    if degree < 1:
+        raise ValueError(f"Ulysses degree {degree} must be >= 1")
+    return tuple(even_sizes(heads, degree))
+
+
 def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
                  counter: A2ACounter | None = None, staged: bool = False,
                  hier: Hierarchy | None = None) -> _LazyPermute:
-    """(B, S_r, H, hd) local tokens, all heads -> (B, S, H/P, hd) all tokens, my heads, once
+    """(B, S_r, H, hd) local tokens, all heads -> (B, S, H_r, hd) all tokens, my heads, once
     ``wait()``-ed. ``hier``: the two-phase all-to-all over nodes (``topology``), waited for here."""
     b, s_r, h, hd = x.shape
     p = len(split)
-    chunks = head_chunks(x, p)
+    heads = head_split(h, p)
     if counter is not None:
-        counter.add(s_r * (p - 1) * b * (h // p) * hd * x.element_size())
+        counter.add(s_r * b * (h - heads[rank]) * hd * x.element_size())
+    if h % p:  # uneven heads: one flat buffer, chunk j = my tokens x rank j's heads
+        wire = _flat_head_chunks(x, heads)
+        wire = wire.to("cpu") if staged else wire
+        out = funcol.all_to_all_single(wire, [n * b * heads[rank] * hd for n in split],
+                                       [s_r * b * n * hd for n in heads], group)
+        return _LazyPermute(out, (1, 0, 2, 3), x.device, shape=(sum(split), b, heads[rank], hd))
+    chunks = head_chunks(x, p)
     wire = chunks.to("cpu") if staged else chunks
     if hier is not None:  # rank i sends split[i] rows to every rank
         out = hier.all_to_all(wire.contiguous(), [[n] * p for n in split])
@@ -52,6 +75,13 @@ def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
     out = funcol.all_to_all_single(wire.contiguous(), list(split), [s_r] * p, group)
     # (S, B, H/P, hd) -> (B, S, H/P, hd) once waited
     return _LazyPermute(out, (1, 0, 2, 3), x.device)
+
+
+def _flat_head_chunks(x: torch.Tensor, heads: Sequence[int]) -> torch.Tensor:
+    """(B, S_r, H, hd) -> flat: rank j's heads of my tokens as (S_r, B, H_j, hd), j = 0..P-1."""
+    starts = [sum(heads[:j]) for j in range(len(heads))]
+    return torch.cat([x[:, :, a:a + n].permute(1, 0, 2, 3).reshape(-1)
+                      for a, n in zip(starts, heads, strict=True)])
 
 
 def head_chunks(x: torch.Tensor, p: int) -> torch.Tensor:
@@ -63,14 +93,23 @@ def head_chunks(x: torch.Tensor, p: int) -> torch.Tensor:
 
 def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,
                  counter: A2ACounter | None = None, staged: bool = False,
-                 hier: Hierarchy | None = None) -> torch.Tensor:
-    """(B, S, H/P, hd) all tokens, my heads -> (B, S_r, H, hd) my tokens, all heads."""
+                 hier: Hierarchy | None = None, heads: Sequence[int] | None = None
+                 ) -> torch.Tensor:
+    """(B, S, H_r, hd) all tokens, my heads -> (B, S_r, H, hd) my tokens, all heads
+    (``heads``: every rank's H_r when they differ; None: H_r each)."""
     b, s, hp, hd = y.shape
     p, s_r = len(split), split[rank]
-    rows = y.permute(1, 0, 2, 3).contiguous()  # (S, B, H/P, hd): chunk j = rank j's tokens
+    rows = y.permute(1, 0, 2, 3).contiguous()  # (S, B, H_r, hd): chunk j = rank j's tokens
     if counter is not None:
         counter.add((s - s_r) * b * hp * hd * y.element_size())
     wire = rows.to("cpu") if staged else rows
+    if heads is not None and len(set(heads)) > 1:
+        out = funcol.wait_tensor(funcol.all_to_all_single(
+            wire.reshape(-1), [s_r * b * n * hd for n in heads], [n * b * hp * hd for n in split],
+            group)).to(y.device)
+        parts = out.split([s_r * b * n * hd for n in heads])
+        whole = torch.cat([t.view(s_r, b, n, hd) for t, n in zip(parts, heads, strict=True)], 2)
+        return whole.permute(1, 0, 2, 3)
     if hier is not None:  # rank i sends split[j] rows to rank j
         out = hier.all_to_all(wire, [list(split)] * p)
     else:
@@ -84,21 +123,28 @@ class _LazyPermute:
     """An all-to-all result not yet waited for, with the permute to apply once it is."""
 
     def __init__(self, tensor: torch.Tensor, dims: tuple[int, ...], device: torch.device,
-                 ready: bool = False):
+                 ready: bool = False, shape: tuple[int, ...] | None = None):
         self.tensor, self.dims, self.device, self.ready = tensor, dims, device, ready
+        self.shape = shape  # a flat buffer's (S, B, H_r, hd)
 
     def wait(self) -> torch.Tensor:
-        """Block until the data is here; return it in (B, S, H/P, hd) layout, on the device."""
+        """Block until the data is here; return it in (B, S, H_r, hd) layout, on the device."""
         here = self.tensor if self.ready else funcol.wait_tensor(self.tensor)
+        here = here.view(self.shape) if self.shape is not None else here
         return here.to(self.device).permute(*self.dims)
 
 
 def a2a_bytes_per_layer(*, batch: int, tokens: int, dim: int, degree: int,
-                        bytes_per_element: int) -> int:
+                        bytes_per_element: int, heads: int | None = None) -> int:
     """Bytes one rank sends per self-attention layer with an even split: Q, K, V to heads and
-    the output back — 4 all-to-alls, each keeping 1/P of its (B, S/P, D) slice at home."""
-    per_rank = batch * (tokens // degree) * dim * bytes_per_element
-    return 4 * per_rank * (degree - 1) // degree
+    the output back — 4 all-to-alls, each keeping 1/P of its (B, S/P, D) slice at home.
+    ``heads`` given: rank 0's exact bytes under ``even_split`` and ``head_split`` (the most
+    tokens and heads: Q, K, V send its tokens' other heads, the output its heads' other tokens)."""
+    if heads is None:
+        per_rank = batch * (tokens // degree) * dim * bytes_per_element
+        return 4 * per_rank * (degree - 1) // degree
+    s0, h0, hd = even_split(tokens, degree)[0], head_split(heads, degree)[0], dim // heads
+    return (3 * s0 * (heads - h0) + (tokens - s0) * h0) * batch * hd * bytes_per_element
 
 
 def even_split(tokens: int, degree: int) -> tuple[int, ...]:

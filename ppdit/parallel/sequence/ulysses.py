@@ -1,10 +1,11 @@
 """Ulysses sequence parallelism for the Wan DiT: split the tokens, not the weights.
 
-Every rank holds the whole model and a slice of the S tokens. All of a block but self-attention
+Every rank holds the whole model and a slice of the S tokens (any degree: a rank attends with
+its share of the heads, ``comms.head_split``). All of a block but self-attention
 works token by token (norms, modulation, FFN, cross-attention against the text every rank has;
 even Wan's q/k RMSNorm "across heads" is per token: no all-reduce, unlike TP), so it runs on the
 slice without talking. Self-attention needs every token, so it swaps layouts twice
-(``comms.py``): Q, K, V to a head split, attention over all tokens for H/P heads, back.
+(``comms.py``): Q, K, V to a head split, attention over all tokens for H_r heads, back.
 
 V-first (CoCoDiff's scheduling): V needs only its projection, Q and K also their norm and rope,
 so V's all-to-all is issued first and waited for just before attention, hidden behind the Q/K
@@ -24,7 +25,13 @@ import torch.nn.functional as F
 from ppdit.attention import attend, attention_out, install, project_qk, project_v
 from ppdit.model import project_out, prologue, run_blocks, unpatchify
 from ppdit.parallel.layout import check_sp_degree
-from ppdit.parallel.sequence.comms import A2ACounter, head_chunks, heads_to_seq, seq_to_heads
+from ppdit.parallel.sequence.comms import (
+    A2ACounter,
+    head_chunks,
+    head_split,
+    heads_to_seq,
+    seq_to_heads,
+)
 from ppdit.parallel.sequence.topology import Hierarchy
 from ppdit.parallel.sequence.vmajor import VMajor, v_all_to_all
 from ppdit.runtime.observe.trace import Tracer
@@ -74,7 +81,8 @@ class UlyssesAttnProcessor:
         with self._span("compute", "attention"):
             out = attend(q_far, k_far, v_far)
         with self._span("wait", "all-to-all out"):
-            out = heads_to_seq(out.contiguous(), **a2a)
+            out = heads_to_seq(out.contiguous(), **a2a,
+                               heads=head_split(q.shape[2], len(self.split)))
         return attention_out(attn, out, q)
 
     def _v_major(self, v: torch.Tensor) -> torch.Tensor:
@@ -92,8 +100,10 @@ def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
                     ) -> A2ACounter:
     """Route every block's self-attention through Ulysses; returns the all-to-all counter.
     ``hier``: every all-to-all in two phases over nodes (``topology``); ``vmajor``: V's sends
-    only the rows that changed (``vmajor``; one processor per block: copies are per layer)."""
-    check_sp_degree(model.config.num_attention_heads, len(split))
+    only the rows that changed (``vmajor``; one processor per block: copies are per layer).
+    Any degree runs (``comms.head_split``); ``hier`` and ``vmajor`` cut even head chunks."""
+    if hier is not None or vmajor is not None:
+        check_sp_degree(model.config.num_attention_heads, len(split))
     counter = A2ACounter()
     rank = dist.get_rank(group)
     install(model, lambda i: UlyssesAttnProcessor(group, split, rank, v_first, counter, tracer,
@@ -102,9 +112,10 @@ def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
 
 
 def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor,
-               group, split: tuple[int, ...], staged: bool = False) -> torch.Tensor:
+               group, split: tuple[int, ...], staged: bool = False, cache=None) -> torch.Tensor:
     """The velocity (B, C, F, H, W) with the blocks run on this rank's token slice; every rank
-    returns the whole result (the slices are gathered before unpatchify)."""
+    returns the whole result (the slices are gathered before unpatchify). ``cache``: a
+    ``cache.BlockCache`` deciding over the sequence ranks."""
     rank = dist.get_rank(group)
     latent, text = latent.to(model.dtype), text.to(model.dtype)  # as model_forward does
     hidden, ctx = prologue(model, latent, timestep, text)  # patchify: cheap, done everywhere
@@ -112,7 +123,8 @@ def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.
     mine = slice(start, start + split[rank])
     cos, sin = ctx.rotary_emb
     local = replace(ctx, rotary_emb=(cos[:, mine], sin[:, mine]))  # my tokens' positions
-    tokens = project_out(model, run_blocks(model, hidden[:, mine].contiguous(), local), local)
+    run = run_blocks if cache is None else cache.run
+    tokens = project_out(model, run(model, hidden[:, mine].contiguous(), local), local)
     return unpatchify(model, gather_tokens(tokens, split, group, staged), ctx.grid)
 
 

@@ -7,8 +7,9 @@ heads), the R groups pass those runs around a ring, and the output goes back to 
 
     (B, S_i, H, hd) --Ulysses a2a--> (B, S_group, H/U, hd) --ring over R--> same --a2a back-->
 
-On 8 ranks and 12 heads: U = 4 (divides 12), R = 2: the all-to-alls stay among the U closest
-ranks (one node), only K/V blocks cross the ring. Tolerance: ``ring.RING_TOL``.
+On 8 ranks and 12 heads: U = 4 (3 heads each; any U runs, ``comms.head_split``), R = 2: the
+all-to-alls stay among the U closest ranks (one node), only K/V blocks cross the ring.
+Tolerance: ``ring.RING_TOL``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ppdit.attention import install
-from ppdit.parallel.layout import check_sp_degree
-from ppdit.parallel.sequence.comms import A2ACounter, heads_to_seq, seq_to_heads
+from ppdit.parallel.sequence.comms import A2ACounter, head_split, heads_to_seq, seq_to_heads
 from ppdit.parallel.sequence.ring import Ring, RingAttnProcessor, ring_attention
 from ppdit.runtime.comm.mesh import RankMesh
 from ppdit.runtime.comm.wire import Wire
@@ -40,14 +40,14 @@ class USPAttnProcessor(RingAttnProcessor):
             far = [seq_to_heads(x, **self.a2a).wait() for x in (q, k, v)]
         out = ring_attention(*far, self.ring).type_as(q)  # my heads, the group's tokens
         with self.ring.span("wait", "all-to-all out"):
-            return heads_to_seq(out.contiguous(), **self.a2a)
+            return heads_to_seq(out.contiguous(), **self.a2a,
+                                heads=head_split(q.shape[2], len(self.a2a["split"])))
 
 
 def install_usp(model, mesh: RankMesh, split: tuple[int, ...], wire: Wire, *,
                 tracer: Tracer | None = None) -> tuple[A2ACounter, Ring]:
     """Route every block's self-attention through USP on ``mesh``: the a2a counter, the ring."""
     ulysses, ring_size = mesh.size("ulysses"), mesh.size("ring")
-    check_sp_degree(model.config.num_attention_heads, ulysses)
     # the token split (a slice per rank) as the Ulysses groups': [ring index] -> their slices
     by_group = tuple(tuple(split[r * ulysses:(r + 1) * ulysses]) for r in range(ring_size))
     blocks = tuple(sum(s) for s in by_group)

@@ -55,6 +55,7 @@ from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import Conditioning, Request, SamplingConfig, check_cfg
 
 MODES = ("filled", "stream_batch")
+CACHE_TENSORS, CACHE_META = 4, 3  # 2 branches x (head, rest) residuals; expert + 2 flags
 
 
 def split_steps(num_steps: int, num_stages: int,
@@ -71,6 +72,21 @@ def split_steps(num_steps: int, num_stages: int,
         raise ValueError(f"weights must hold {num_steps} positive per-step costs, "
                          f"got {len(weights)} values (min {min(weights, default=0)})")
     return to_ranges(balanced_sizes(list(weights), num_stages))
+
+
+def expert_stages(experts: Sequence[int], num_stages: int) -> list[range]:
+    """Stages that never straddle Wan 2.2's expert boundary (``experts``: each step's, as
+    ``checkpoint.solver.step_experts`` says), so each stage loads one expert: the stages dealt
+    to the experts so that the longest, what bounds a filled pipeline, is shortest, each
+    expert's steps split evenly among its own. T2V A14B's 26 + 14 steps on 2 stages: 26 and 14
+    (a filled pipeline's stage 1 idles 12/26 of the time); on 3: 13, 13 and 14."""
+    n, n0 = len(experts), list(experts).count(0)
+    check_step_stages(n, num_stages)
+    if n0 in (0, n) or num_stages == 1:
+        return split_steps(n, num_stages)
+    fits = [k for k in range(1, num_stages) if k <= n0 and num_stages - k <= n - n0]
+    k = min(fits, key=lambda k: (max(-(-n0 // k), -(-(n - n0) // (num_stages - k))), k))
+    return to_ranges(even_sizes(n0, k) + even_sizes(n - n0, num_stages - k))
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,9 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
         if self.replicas < 1 or self.warmup < 0:
             raise ValueError(f"replicas={self.replicas} must be >= 1, warmup={self.warmup} >= 0")
         self.check_forward()
+        if self.cache is not None and (self.mode != "filled" or self.micro_batch != 1):
+            raise ValueError(f"step caching decides per request: mode={self.mode!r} with "
+                             f"micro_batch={self.micro_batch} batches several (use 'filled', 1)")
         if len(self.requests) % (self.replicas * self.micro_batch):
             raise ValueError(f"{len(self.requests)} requests cannot be dealt to replicas="
                              f"{self.replicas} in groups of micro_batch={self.micro_batch}")
@@ -157,19 +176,30 @@ class StepSplitPlan(ForwardOptions, ModelPlan):
         return SchedulerSolver(self.source.scheduler(), self.sampling.num_steps)
 
     def handoff_bytes(self) -> dict[str, int]:
-        """One request's bytes in a handoff frame: the latent and each slot of solver memory."""
+        """One request's bytes in a handoff frame: the latent, each slot of solver memory, and
+        a step cache's state (``cache_slots``)."""
         latent = torch.Size(self.shape).numel() * 4  # fp32
         solver = self.handoff_solver()
         names = [] if solver is None else solver.slot_names()
-        return {"latent": latent, **{n: latent for n in names}}
+        cache = {"cache state": latent * self.cache_slots()[0]} if self.cache is not None else {}
+        return {"latent": latent, **{n: latent for n in names}, **cache}
+
+    def cache_slots(self) -> tuple[int, tuple[int, int, int]]:
+        """A step cache's state in the frame: (latent-sized slots, the (1, tokens, D) of each of
+        its ``handoff.CACHE_TENSORS`` tensors: a rank's token slice, the longest)."""
+        if self.cache is None:
+            return 0, (1, 0, 0)
+        tokens = even_sizes(self.preset.num_tokens(self.shape), self.stage.sp)[0]
+        per = -(-tokens * self.preset.dim // torch.Size(self.shape).numel())
+        return CACHE_TENSORS * per, (1, tokens, self.preset.dim)
 
     def frame_spec(self) -> FrameSpec:
         """The handoff frame (``handoff.py``), fp32 whatever the model's dtype (as diffusers)."""
         b, *rest = self.shape
         solver = self.handoff_solver()
-        slots = 1 + (0 if solver is None else solver.wire_tensors)
+        slots = 1 + (0 if solver is None else solver.wire_tensors) + self.cache_slots()[0]
         meta = 2 + (0 if solver is None else len(solver.to_wire(solver.initial_state())[1])
-                    + solver.wire_tensors)
+                    + solver.wire_tensors) + (CACHE_META if self.cache is not None else 0)
         return FrameSpec((slots, b * self.micro_batch, *rest), torch.float32, meta_slots=meta)
 
 

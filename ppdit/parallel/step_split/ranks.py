@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from ppdit.checkpoint.solver import step_experts
 from ppdit.parallel.forward import StackRunner
 from ppdit.parallel.layout import FORWARD
 from ppdit.parallel.step_split import handoff
@@ -40,6 +41,7 @@ class StageInfo:
     forward_rank: int  # index among the stage's ranks (0 keeps the final latents)
     local_params: int  # parameters this rank holds (1/tp of the split layers under TP)
     warmup_s: float  # the untimed warm-up, torch.compile included when the plan compiles
+    cache_log: list[tuple] = field(default_factory=list)  # a step cache's decisions, last round
 
 
 class StepStageRunner(StackRunner):
@@ -52,16 +54,32 @@ class StepStageRunner(StackRunner):
         self.warmup_s = [0.0] * len(plans)
         self.step_s = [0.0] * len(plans)  # one step's time, measured in warm-up (0: none)
 
+    @staticmethod
+    def experts_of(rank: int, plans: Sequence[StepSplitPlan]) -> list[int] | None:
+        """Wan 2.2: only the experts of this rank's stages' steps (one, where the stages are
+        cut at the boundary: half the weights per rank)."""
+        if plans[0].sampling.boundary is None:
+            return None
+        need = set()
+        for p in plans:
+            coords = p.mesh().coords(rank)
+            if coords is not None:
+                experts = step_experts(p)
+                need |= {experts[s] for s in p.stages[coords["step"]]}
+        return sorted(need)
+
     def warm_up(self, i: int) -> None:
         """Pay first-call costs (allocator, kernel choice, compiles) before the clock starts.
         The ranks of a TP group warm up together: they issue the same collectives."""
         plan, den = self.plans[i], self.dens[i]
         probe = Request(-1, 0)
         batch = plan.micro_batch if plan.mode == "filled" else 1
+        state = _at_step(den.initial_state(probe, plan.shape),
+                         plan.stages[self.meshes[i].stage].start)  # this stage's expert
         with self.stacks[i].round(None), timed(self.ctx.placement) as whole:
             for _ in range(plan.warmup):
                 with timed(self.ctx.placement) as one:
-                    den.step_batch([den.initial_state(probe, plan.shape)] * batch, [probe] * batch)
+                    den.step_batch([state] * batch, [probe] * batch)
                 self.step_s[i] = one.seconds  # the last, warmest step: bounds the waits
         den.release(probe)
         self.warmup_s[i] = whole.seconds
@@ -94,15 +112,24 @@ class StepStageRunner(StackRunner):
 
     def run(self, i: int, tracer: Tracer) -> dict[int, torch.Tensor]:
         """One round: this stage's share of plan ``i``; the last stage returns final latents."""
+        if self.dens[i].cache is not None:
+            self.dens[i].cache.log.clear()  # the round's decisions (``result``)
         with self.stacks[i].round(tracer) as stack:
             return _Stage(self.ctx, self.plans[i], self.dens[i], self.meshes[i], tracer,
                           self.step_s[i], step_spans=not stack.draws_compute).run()
 
     def result(self, i: int) -> StageInfo:
         g = self.meshes[i]
+        cache = self.dens[i].cache
         return StageInfo(self.ctx.rank, g.stage, g.coords["tp"],
                          g.index(*FORWARD), local_param_count(self.dens[i].model),
-                         self.warmup_s[i])
+                         self.warmup_s[i], [] if cache is None else list(cache.log))
+
+
+def _at_step(state: StepState, step: int) -> StepState:
+    """A probe's noise posed at ``step`` (its solver memory empty, as if it started there)."""
+    memory = None if state.solver_state is None else {**state.solver_state, "step_index": step}
+    return replace(state, step_index=step, solver_state=memory)
 
 
 class _Stage:
@@ -118,6 +145,8 @@ class _Stage:
         self.groups = plan.groups(mesh.coords["dp"])
         self.is_first, self.is_last = mesh.is_first_stage, mesh.is_last_stage
         self.solver = plan.handoff_solver()  # whose memory travels with the latent
+        slots, shape = plan.cache_slots()  # a step cache's state travels too
+        self.cache = None if not slots else (slots, shape, den.model.dtype)
         spec, pg = plan.frame_spec(), mesh.group("step")
         n_in = len(self.groups) if plan.mode == "filled" else sum(map(len, self.groups))
         # Waits are bounded by the work that must happen first (``wire.work_bound``): every
@@ -168,7 +197,10 @@ class _Stage:
         if (rid, step) != (first, self.steps.start):
             raise RuntimeError(f"rank {self.ctx.rank} expected request {first} at step "
                                f"{self.steps.start}, received request {rid} at step {step}")
-        return handoff.unpack(self.solver, frame, meta, group)
+        states = handoff.unpack(self.solver, frame, meta, group, self.cache)
+        if self.cache is not None:
+            self.den.cache.load(first, states[0].cache_state[1])
+        return states
 
     def give(self, states: Sequence[StepState], out: dict[int, torch.Tensor]) -> None:
         """Pass a group on (latents and solver memory in one frame); the last stage keeps it."""
@@ -176,7 +208,8 @@ class _Stage:
         if not self.is_last:
             with self.tracer.span("send", f"r{first}", request=first, step=states[0].step_index):
                 frame = self.outbox.claim()
-                self.outbox.send(frame, handoff.pack(self.solver, states, frame))
+                self.outbox.send(frame, handoff.pack(self.solver, states, frame,
+                                                     self.cache[0] if self.cache else 0))
             return
         for s in states:
             out[s.request_id] = s.latent.clone()  # it may live in a recycled buffer
@@ -206,6 +239,11 @@ class _Stage:
                 lambda i, n=name, r=first: self.step_span("compute", n, request=r, step=i))
             states = self.den.run(states, group, self.steps, out=frame, on_step=self._report,
                                   span=span)
+            if self.cache is not None and not self.is_last:  # the next stage's expert's state
+                expert = self.den.experts[self.steps.stop]
+                kept = self.den.cache.export(first)
+                states = [replace(states[0], cache_state=(expert, {
+                    k: v for k, v in kept.items() if k[0] == expert}))]
             for r in group:
                 self.den.release(r)
             self.give(states, out)

@@ -1,0 +1,116 @@
+"""Step caching, a policy of the one sampling loop: skip most blocks on steps where the model's
+output would barely move.
+
+First-Block-Cache (ParaAttention's; diffusers' ``FirstBlockCacheConfig``, whose arithmetic this
+is, term for term): every forward runs the first block; if its residual (output - input) moved
+by at most ``threshold`` against the residual of the last *computed* forward,
+``mean |r - r_prev| / mean |r_prev|``, the other blocks are skipped and their last residual is
+added back. Published speedups on Wan 2.1 are 1.85-2.68x (TeaCache, FBC, MagCache): late,
+low-noise steps change little.
+
+Parallel, the decision must be one: under ring or Ulysses a rank holds a slice of the tokens,
+so the two sums are all-reduced over the sequence ranks (``reduce``) before the ratio, and every
+rank skips or computes together (a rank that computed alone would wait in an all-to-all the
+others never start). TP and CFG ranks hold whole hidden states: their decision is already one.
+
+State: per request, expert and branch (the conditional and unconditional forwards of a guided
+step: diffusers' cache contexts), the last computed first-block residual and the rest's
+residual. A step-split handoff carries it to the next stage (``StepState.cache_state``), so
+step split equals the cached single device; at Wan 1.3B's width it is D / 64 = 24 latents per
+tensor, the price of a cache that crosses stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ppdit.model import StageContext, run_blocks
+
+KINDS = ("fbc",)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """A plan's step cache: kind and threshold (the same on every rank; picklable)."""
+
+    threshold: float
+    kind: str = "fbc"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"cache kind={self.kind!r} is not one of {KINDS}")
+        if self.threshold < 0:
+            raise ValueError(f"cache threshold={self.threshold} must be >= 0 (0: skip only "
+                             "where the first block's residual did not move at all)")
+
+
+Key = tuple[int, int, int]  # (request id, expert, branch)
+
+
+class BlockCache:
+    """First-Block-Cache's state and decision for one rank's forwards (module docstring).
+
+    The loop says which request, step and expert a forward serves (``begin``); the forwards of a
+    step are its branches in call order (conditional, then unconditional: diffusers' contexts).
+    ``reduce`` all-reduces a (2,) tensor of sums over the ranks holding other token slices."""
+
+    def __init__(self, config: CacheConfig,
+                 reduce: Callable[[torch.Tensor], torch.Tensor] | None = None):
+        self.config, self.reduce = config, reduce
+        self.states: dict[Key, tuple[torch.Tensor, torch.Tensor]] = {}  # (head, tail residual)
+        self.requests: tuple[int, ...] = ()
+        self.expert = self.calls = self.step = 0
+        self.log: list[tuple[int, int, int, bool]] = []  # (request, step, branch, computed)
+
+    def begin(self, requests: Sequence[int], step: int, expert: int = 0) -> None:
+        """The next forwards serve ``requests`` (one: a batch has one decision) at ``step``."""
+        if len(requests) != 1:
+            raise ValueError(f"step caching decides per request: a batch of {len(requests)} "
+                             "requests would share one decision (run micro_batch 1)")
+        self.requests, self.step, self.expert, self.calls = tuple(requests), step, expert, 0
+
+    def run(self, model, hidden: torch.Tensor, ctx: StageContext) -> torch.Tensor:
+        """Every block, or the first and the others' cached residual: ``run_blocks``' result."""
+        key = (self.requests[0], self.expert, self.calls)
+        self.calls += 1
+        head = model.blocks[0](hidden, ctx.text, ctx.timestep_proj, ctx.rotary_emb)
+        residual = head - hidden
+        state = self.states.get(key)
+        compute = state is None or self._moved(residual, state[0])
+        self.log.append((key[0], self.step, key[2], compute))
+        if not compute:
+            return state[1] + head
+        out = run_blocks(model, head, ctx, range(1, len(model.blocks)))
+        self.states[key] = (residual, out - head)
+        return out
+
+    def _moved(self, residual: torch.Tensor, prev: torch.Tensor) -> bool:
+        """diffusers' test, ``diff > threshold``; over slices, the ratio of reduced sums (the
+        token count cancels)."""
+        if self.reduce is None:
+            diff = (residual - prev).abs().mean() / prev.abs().mean()
+        else:
+            sums = self.reduce(torch.stack([(residual - prev).abs().sum(), prev.abs().sum()]))
+            diff = sums[0] / sums[1]
+        return diff.item() > self.config.threshold
+
+    def export(self, request: int) -> dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]]:
+        """A request's state, by (expert, branch), as a handoff carries it (and forget it)."""
+        keys = [k for k in self.states if k[0] == request]
+        return {k[1:]: self.states.pop(k) for k in keys}
+
+    def load(self, request: int, state: dict | None) -> None:
+        """Take over a request's state from the stage before."""
+        for (expert, branch), pair in (state or {}).items():
+            self.states[(request, expert, branch)] = pair
+
+    def forget(self, request: int) -> None:
+        """A finished request's state goes."""
+        self.export(request)
+
+    def skipped_share(self) -> float:
+        """The share of forwards that skipped the blocks after the first."""
+        return sum(not c for *_, c in self.log) / max(1, len(self.log))
