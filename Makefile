@@ -67,6 +67,8 @@ bench:
 	$(PY) benchmarks/vae.py
 	$(PY) benchmarks/bringup.py
 	$(PY) benchmarks/sequence_parallel.py
+	$(PY) benchmarks/caching.py
+	$(PY) benchmarks/experts.py
 
 # Two commits side by side: make bench-compare REF=<commit> [ARGS="--bench step_split"]. Each
 # round runs both codes' benchmarks in alternating order; verdicts on the per-round new / old.

@@ -32,6 +32,21 @@ def bubble_fraction(num_items: int, num_stages: int) -> float:
     return (num_stages - 1) / (num_items + num_stages - 1)
 
 
+def uneven_speedup(num_items: int, stage_steps: list[int]) -> float:
+    """Step split with stages of unequal length (Wan 2.2 cut at its expert boundary): one
+    device takes M n step-times; the pipeline takes n for the first item, then one per longest
+    stage, M n / (n + (M - 1) max). 26 + 14 steps, M = 8: 1.44x, not 2 x 8 / 9 = 1.78x."""
+    n = sum(stage_steps)
+    return num_items * n / (n + (num_items - 1) * max(stage_steps))
+
+
+def cached_time_share(skipped: float, num_blocks: int, block_share: float = 1.0) -> float:
+    """A cached run's time over the exact run's, when a ``skipped`` share of the forwards ran
+    only the first of ``num_blocks`` blocks and blocks are ``block_share`` of the time (1: Wan
+    14B at 480p, where the roofline puts the prologue, epilogue and solver under 1%)."""
+    return 1 - skipped * block_share * (num_blocks - 1) / num_blocks
+
+
 def layer_split_time(num_micro: int, num_stages: int, virtual: int = 1, steps: int = 1,
                      wrap: bool = False) -> float:
     """Ideal makespan, in stage-times, of N denoising steps of layer-split PP (formulas above)."""

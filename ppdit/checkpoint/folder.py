@@ -139,23 +139,27 @@ def load_folder(path: str | Path, *, dtype: str | torch.dtype = "fp32",
     weights compute bit for bit like the ones that were saved.
     """
     path = check_folder(path)
-    with _no_progress_bars():
+    with no_progress_bars():
         return _load(path, dtype, device, parts)
 
 
 @contextlib.contextmanager
-def _no_progress_bars():
-    """Silence transformers' "Loading weights" bars while loading: a rank's output reaches the
-    caller's (a notebook's, which nbval compares), and the bar's rate differs on every run."""
+def no_progress_bars():
+    """Silence transformers' and diffusers' progress bars ("Loading weights", "Writing model
+    shards", "Loading pipeline components"): a rank's output reaches the caller's (a
+    notebook's, which nbval compares), and a bar's rate differs on every run."""
+    from diffusers.utils import logging as diffusers_logging
     from transformers.utils import logging as hf_logging
 
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
+    was_on = [(m, m.is_progress_bar_enabled()) for m in (hf_logging, diffusers_logging)]
+    for m, _ in was_on:
+        m.disable_progress_bar()
     try:
         yield
     finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
+        for m, on in was_on:
+            if on:
+                m.enable_progress_bar()
 
 
 def _load(path: Path, dtype: str, device, parts: tuple[str, ...]) -> WanFolder:

@@ -122,8 +122,12 @@ def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
     small. Returns the folder's path."""
     from diffusers import WanPipeline
 
+    from ppdit.checkpoint.folder import no_progress_bars
+
     out = Path(out)
-    WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer, vae=vae,
-                scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler,
-                transformer_2=transformer_2, boundary_ratio=boundary_ratio).save_pretrained(out)
+    with no_progress_bars():  # transformers' "Writing model shards" bar: not in an output
+        WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
+                    vae=vae, scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler,
+                    transformer_2=transformer_2, boundary_ratio=boundary_ratio
+                    ).save_pretrained(out)
     return out

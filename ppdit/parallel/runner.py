@@ -32,7 +32,7 @@ from ppdit.parallel.step_split.plan import StepSplitPlan, expert_stages, split_s
 from ppdit.parallel.step_split.run import run_step_split
 from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, work_bound
 from ppdit.runtime.observe.timing import timed
-from ppdit.runtime.observe.trace import Trace, Tracer
+from ppdit.runtime.observe.trace import Rounds, Trace, Tracer
 from ppdit.runtime.rounds import PlanRuns, run_side_by_side
 from ppdit.sampler import Conditioning, Denoiser, Request, SamplingConfig, check_cfg
 
@@ -151,7 +151,7 @@ class LayoutRunner(StackRunner):
 
 
 @dataclass
-class LayoutResult:
+class LayoutResult(Rounds):
     """Every rank's latents (equal: each rank of a forward holds the whole result), what rank
     0's traffic counters said, one merged timeline per round."""
 
