@@ -83,6 +83,10 @@ class ForwardOptions:
                              f"and must divide ulysses={layout.ulysses}")
         if self.collectives not in COLLECTIVES:
             raise ValueError(f"collectives={self.collectives!r} is not one of {COLLECTIVES}")
+        if self.cache is not None and self.cache.kind == "mag" and \
+                len(self.cache.mag_ratios) != sampling.num_steps:
+            raise ValueError(f"MagCache's mag_ratios hold {len(self.cache.mag_ratios)} values: "
+                             f"give one per step (num_steps={sampling.num_steps})")
         if self.cache is not None and (layout.layer > 1 or layout.fsdp > 1
                                        or self.v_major is not None):
             # layer split runs no whole forward to skip; FSDP's gathers and V-Major's copies

@@ -17,7 +17,7 @@ from ppdit.checkpoint.folder import load_folder
 from ppdit.checkpoint.tiny import build_tiny_pipeline
 from ppdit.model import build_model
 from ppdit.parallel.layout import Layout, parse_layout
-from ppdit.parallel.runner import run_plan
+from ppdit.parallel.runner import run_local, run_plan
 from ppdit.parallel.sequence.ring import RING_TOL
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
@@ -97,18 +97,27 @@ def test_two_experts_on_two_stages_equal_one_device_each_holding_one(pools, tmp_
     assert [len(r) for r in out.plan.stages] == [4, 2]
 
 
+@pytest.mark.parametrize("kind", ["fbc", "mag"])
 @pytest.mark.parametrize(("layout", "ranks"), [("ulysses=2", 2), ("step", 2)])
-def test_cached_layouts_equal_the_cached_single_device(pools, folders, layout, ranks):
-    """First-Block-Cache at 0.1 over 8 steps skips steps 1, 2, 4 and 5 on one device. Ulysses'
-    ranks decide on sums reduced over both token slices: the same skips on both ranks, the
-    latent within SP_TOL. Step split (4 + 4 steps) carries the cache in the handoff, so stage
-    1 skips step 4 against stage 0's step-3 residual: bit for bit."""
-    spec = spec_for(folders["unipc"], num_steps=8, cache_threshold=0.1)
+def test_cached_layouts_equal_the_cached_single_device(pools, folders, layout, ranks, kind):
+    """First-Block-Cache at 0.1 over 8 steps skips steps 1, 2, 4 and 5 on one device; MagCache
+    (tests/unit/test_cache.MAG_RATIOS) steps 2, 3, 4 and 6. Ulysses' ranks decide FBC on sums
+    reduced over both token slices: the same skips on both ranks, the latent within SP_TOL.
+    Step split (4 + 4 steps) carries the cache in the handoff, so stage 1 skips step 4 against
+    stage 0's residuals (MagCache: and its accumulated error): bit for bit."""
+    from ppdit.cache import CacheConfig
+    from tests.unit.test_cache import MAG_RATIOS
+
+    cache = CacheConfig(0.1) if kind == "fbc" else CacheConfig(0.06, "mag", MAG_RATIOS)
+    spec = spec_for(folders["unipc"], num_steps=8)
     embeds = encode(spec)
-    reference = generate_latent(spec, embeds)
+    single = replace(plan_for(spec, (1, 16, 2, 8, 8), embeds), cache=cache)
+    reference = run_local(single)[0]
     spec = replace(spec, layout=parse_layout(layout, ranks))
-    out = run_plan(plan_for(spec, reference.shape, embeds), pool=pools(ranks))
-    skips = [(s, b) for s in (1, 2, 4, 5) for b in (0, 1)]
+    out = run_plan(replace(plan_for(spec, reference.shape, embeds), cache=cache),
+                   pool=pools(ranks))
+    steps = (1, 2, 4, 5) if kind == "fbc" else (2, 3, 4, 6)
+    skips = [(s, b) for s in steps for b in (0, 1)]
     if layout == "step":
         assert torch.equal(out.latents[0], reference)
         logs = [out.stages[r].cache_log for r in (0, 1)]

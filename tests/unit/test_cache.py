@@ -63,6 +63,43 @@ def test_first_block_cache_equals_diffusers_enable_cache(folders, threshold):
         assert not torch.equal(ours, plain)
 
 
+# MagCache's per-step residual magnitude ratios (a calibration; these are made up): with
+# threshold 0.06 the accumulated error allows steps 2-4 and 6 to skip (retention: 0-1 run).
+MAG_RATIOS = (1.0, 0.99, 0.995, 0.99, 0.98, 0.99, 0.97, 0.95)
+
+
+def test_magcache_equals_diffusers_mag_cache(folders):
+    """MagCache's schedule-driven skips, every block skipped on steps 2, 3, 4 and 6: the
+    latent equals diffusers' ``enable_cache(MagCacheConfig(...))`` bit for bit."""
+    from diffusers import WanPipeline
+    from diffusers.hooks import MagCacheConfig
+
+    from ppdit.checkpoint.folder import no_progress_bars
+
+    folder = folders["unipc"]
+    spec = spec_for(folder, num_steps=STEPS)
+    plan = replace(prepare(spec).plan, prompts=(encode(spec),),
+                   cache=CacheConfig(0.06, "mag", MAG_RATIOS))
+    stack = ForwardStack(None, plan, None, plan.source.dit())
+    den = stack.denoiser()
+    ours = run_requests(plan, stack, den)[0]
+    assert sorted({s for _, s, _, c in den.cache.log if not c}) == [2, 3, 4, 6]
+    with no_progress_bars():
+        pipe = WanPipeline.from_pretrained(folder, local_files_only=True)
+    for module in (pipe.transformer, pipe.text_encoder, pipe.vae):
+        own_memory(module)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.transformer.enable_cache(MagCacheConfig(threshold=0.06, mag_ratios=list(MAG_RATIOS),
+                                                 num_inference_steps=STEPS))
+    ref = pipe(spec.prompt, negative_prompt=spec.negative_prompt, num_inference_steps=STEPS,
+               num_frames=spec.num_frames, height=spec.height, width=spec.width,
+               guidance_scale=spec.guidance_scale, output_type="latent",
+               generator=torch.Generator().manual_seed(spec.seed)).frames
+    assert torch.equal(ours, ref)
+    with pytest.raises(ValueError, match="mag_ratios hold 8 values: give one per step"):
+        replace(plan, sampling=replace(plan.sampling, num_steps=4))
+
+
 def test_the_state_is_per_request_and_a_batch_is_refused(tiny):
     cache = BlockCache(CacheConfig(0.1))
     with pytest.raises(ValueError, match="a batch of 2 requests would share one decision"):
@@ -71,9 +108,25 @@ def test_the_state_is_per_request_and_a_batch_is_refused(tiny):
     assert set(cache.export(3)) == {(0, 0), (0, 1)} and set(cache.states) == {(4, 0, 0)}
     with pytest.raises(ValueError, match="threshold=-1 must be >= 0"):
         CacheConfig(-1)
+    with pytest.raises(ValueError, match="MagCache needs mag_ratios, one per step"):
+        CacheConfig(0.1, "mag")
 
 
 @pytest.mark.parametrize("layout", ["layer=2", "ulysses=2,fsdp=2"])
 def test_caching_refuses_layouts_whose_ranks_could_not_skip_together(layout):
     with pytest.raises(ValueError, match="step caching runs on one device, step split"):
         LayoutPlan(parse_layout(layout), cache=CacheConfig(0.1))
+
+
+def test_a_step_split_balances_the_cached_costs():
+    """Skips late in the schedule (MagCache: free) make an even 4 + 4 split uneven, 8 forwards
+    against 2; the cost-weighted split moves the cut to balance them."""
+    from ppdit.analysis.bubbles import cached_step_costs
+    from ppdit.parallel.step_split.plan import split_steps
+
+    log = [(0, s, b, s < 4 or s == 7) for s in range(8) for b in (0, 1)]
+    costs = cached_step_costs(log, 8, 0.0)
+    assert costs == [2, 2, 2, 2, 0, 0, 0, 2]
+    assert [sum(costs[i] for i in r) for r in split_steps(8, 2)] == [8, 2]
+    assert [sum(costs[i] for i in r) for r in split_steps(8, 2, weights=[c + 1e-3 for c in costs])
+            ] in ([6, 4], [4, 6])
