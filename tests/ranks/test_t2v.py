@@ -53,12 +53,14 @@ def single_reference(folders):
 
 @pytest.mark.parametrize(("layout", "ranks"), [
     ("step", 2), ("step", 3), ("layer", 2), ("cfg", 2), ("tp", 2), ("sp", 2), ("ring", 3),
+    ("ulysses=3", 3),
     ("ulysses=2,ring=2", 4), ("cfg=2,ulysses=2", 4), ("cfg=2,ulysses=2,fsdp=4", 4),
     ("cfg=2,tp=2", 4), ("step=2,cfg=2", 4), ("step=2,ulysses=2", 4)])
 def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
     """Step split (UniPC state in the handoff), layer split and CFG-parallel run the single
     device's arithmetic: bitwise. TP splits sums over ranks: ``TP_TOL``; Ulysses: ``SP_TOL``;
-    ring attention (3 ranks, 4 heads: Ulysses cannot) and USP (2 Ulysses x 2 ring) merge blocks:
+    Ulysses on 3 ranks deals the 4 heads 2, 1, 1; ring attention (3 ranks, 4 heads: every rank
+    all heads) and USP (2 Ulysses x 2 ring) merge blocks:
     ``RING_TOL``; a composition, its least exact axis' tolerance (CFG x TP: TP's; step split of
     Ulysses stages: Ulysses'; step split of CFG-parallel stages: bitwise)."""
     spec, embeds, reference = single_reference
