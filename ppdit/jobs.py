@@ -153,6 +153,11 @@ def generate(spec, out: Path, device: str | None = None, streaming_decode: bool 
         print(f"ppdit generate: {spec.num_frames} frames at {spec.height}x{spec.width}, "
               f"{spec.num_steps} steps, layout {str(spec.layout)!r} on {spec.ranks} rank(s), "
               f"{spec.dtype}; checkpoint {spec.checkpoint}", flush=True)
+        if spec.layout.step > 1 and prepared.plan.sampling.boundary is not None:
+            from ppdit.parallel.runner import loop_plan
+            cut = " + ".join(str(len(r)) for r in loop_plan(prepared.plan).stages)
+            print(f"two experts: stages of {cut} steps (one expert each; the longest sets a "
+                  "filled pipeline's pace)", flush=True)
     start = time.perf_counter()
     with tqdm(total=spec.num_steps, unit="step", desc="denoising", disable=quiet) as bar:
         # under torchrun every rank encodes on its own device and says where

@@ -1,11 +1,8 @@
 """What step caching costs in quality, beside what it saves: the trained toy pipeline on held-out
-prompts, once exactly and once per First-Block-Cache threshold (``ppdit.cache``), on one rank,
-interleaved round by round as ``ppdit generate`` runs it (guidance, the folder's UniPC).
-
-For each threshold: the share of forwards whose blocks after the first were skipped, the
-speedup over the exact run (per-round ratios, ``teaching.verdict``'s interval), the PSNR of the
-decoded videos against the exact ones, and the detector's colour and direction accuracy (the
-toy's own measure of "the video shows the prompt")."""
+prompts, exactly and per First-Block-Cache threshold (``ppdit.cache``), on one rank, interleaved
+round by round as ``ppdit generate`` runs it (guidance, the folder's UniPC). Per threshold: the
+share of forwards skipped, the time over the exact run's (per-round ratios, ``teaching.verdict``),
+the PSNR against the exact videos, and the detector's colour and direction accuracy."""
 
 from __future__ import annotations
 
@@ -35,8 +32,7 @@ class CachingRow:
     direction_accuracy: float
 
     @property
-    def speedup(self) -> Verdict | None:
-        """The per-round time ratios' median, interval and word (None: the exact run)."""
+    def speedup(self) -> Verdict | None:  # the ratios' median, interval and word
         return change(self.time_ratios) if self.time_ratios else None
 
 
@@ -64,9 +60,8 @@ def run_caching(n: int = 6, thresholds=THRESHOLDS, steps: int = STEPS, rounds: i
 
 
 def _psnr(videos, exact) -> float:
-    """PSNR in dB of videos in [-1, 1] against the exact ones (peak 1 in [0, 1]), from the
-    squared error pooled over all of them (a mean of per-video PSNRs is infinite as soon as
-    one video is untouched)."""
+    """PSNR in dB of videos in [-1, 1] against the exact ones, the squared error pooled (a mean
+    of per-video PSNRs is infinite as soon as one video is untouched)."""
     mse = sum(float(((v - e) / 2).pow(2).mean()) for v, e in zip(videos, exact, strict=True))
     return math.inf if mse == 0 else 10 * math.log10(len(videos) / mse)
 
