@@ -164,10 +164,10 @@ class ModelPlan:
                              f"boundary_ratio={self.source.boundary_ratio}: a two-expert folder "
                              "samples with its boundary (checkpoint.solver.folder_sampling), "
                              "one transformer without")
-        if two and (layout is None or layout.layer > 1 or layout.forward.ranks > 1):
-            raise ValueError(f"layout {layout}: two experts run on one device or on step-split "
-                             "stages (one expert per stage); other axes over experts are not "
-                             "built")
+        if two and (layout is None or layout.layer > 1 or getattr(self, "v_major", None)):
+            raise ValueError(f"layout {layout}: two experts run on every layout but layer split "
+                             "(its stages hold blocks, not steps) and V-Major (its copies are "
+                             "per model)")
         if self.prompts is not None and len(self.prompts) != len(self.requests):
             raise ValueError(f"{len(self.prompts)} prompts for {len(self.requests)} requests: "
                              "give one per request (or None for seeded stand-ins)")

@@ -32,6 +32,7 @@ import torch.distributed._functional_collectives as funcol
 from ppdit.attention import use_diffusers_attention
 from ppdit.cache import BlockCache, CacheConfig
 from ppdit.checkpoint.solver import plan_denoiser
+from ppdit.model import Experts
 from ppdit.parallel.cfg.halves import CFGHalves
 from ppdit.parallel.fsdp.load import load_sharded
 from ppdit.parallel.fsdp.shard import shard_blocks, trace_gathers
@@ -111,11 +112,16 @@ class ForwardStack:
         self.shared = False  # the model is ``base``: other plans route its attention too
         self.model = self._weights(base)
         if plan.compiled:
-            self.model = compile_blocks(self.model)
+            for model in self.models():
+                compile_blocks(model)
         self.split = even_split(plan.preset.num_tokens(plan.shape), self.layout.sp)
         self.hier = None if mesh is None else hierarchy(mesh)
         self.vmajor = None if plan.v_major is None else VMajor(plan.v_major)
-        self.counter, self.ring = A2ACounter(), Ring(None, self.split, 0)
+        self.counters, self.rings = [A2ACounter()], [Ring(None, self.split, 0)]
+
+    def models(self) -> list:
+        """The rank's transformers: Wan 2.2's experts it holds (each gets every axis), or one."""
+        return list(self.model.held.values()) if isinstance(self.model, Experts) else [self.model]
 
     def _weights(self, base):
         """Steps 1 and 3: the model TP-split or FSDP-sharded (read shard by shard from a
@@ -126,7 +132,12 @@ class ForwardStack:
             group = self.mesh.group("tp")
             if base is None:
                 return load_tp(self.plan.source, group, device, **kw)[0]
-            return parallelize_wan(self.plan.source.dit(device), tp_group=group, **kw)
+            held = [int(k) for k in base.held] if isinstance(base, Experts) else None
+            whole = self.plan.source.dit(device, experts=held)
+            if isinstance(whole, Experts):  # each expert this rank runs, split the same way
+                return Experts({int(k): parallelize_wan(m, tp_group=group, **kw)
+                                for k, m in whole.held.items()})
+            return parallelize_wan(whole, tp_group=group, **kw)
         if f.fsdp > 1:
             if self.staged:
                 raise ValueError("FSDP gathers weights with the rank's own backend: ranks "
@@ -136,7 +147,8 @@ class ForwardStack:
             if base is None:  # a folder: read this rank's shards, never the whole model
                 model, self.load_peak_bytes = load_sharded(self.plan.source, group, device)
                 return model
-            shard_blocks(base, group, device.type)  # in place: one mesh per job
+            for model in (base.held.values() if isinstance(base, Experts) else [base]):
+                shard_blocks(model, group, device.type)  # in place: one mesh per job
         elif base is None:
             raise ValueError(f"layout {self.plan.layout}: only TP and FSDP read shards")
         self.shared = True
@@ -150,8 +162,11 @@ class ForwardStack:
             if self.plan.cache is not None:  # one decision: the sums over every token slice
                 cache = BlockCache(self.plan.cache, partial(_all_reduce, group=group,
                                                             staged=self.staged))
-            forward = partial(sp_forward, self.model, group=group, split=self.split,
-                              staged=self.staged, cache=cache)
+            experts = isinstance(self.model, Experts)  # Wan 2.2: a forward per expert held
+            held = self.model.held.items() if experts else [(0, self.model)]
+            forwards = {int(k): partial(sp_forward, m, group=group, split=self.split,
+                                        staged=self.staged, cache=cache) for k, m in held}
+            forward = forwards if experts else forwards[0]
             if self.vmajor is not None:
                 forward = _KeyedByText(forward, self.vmajor)
         cfg = None
@@ -162,24 +177,29 @@ class ForwardStack:
     def install(self, tracer: Tracer | None) -> None:
         """Step 2 for one round: route self-attention for this plan, counters zeroed."""
         f = self.layout
-        self.counter, self.ring = A2ACounter(), Ring(None, self.split, 0)
+        self.counters, self.rings = [A2ACounter()], [Ring(None, self.split, 0)]
         if f.sp == 1:
             return
-        if f.ring > 1 and f.ulysses > 1:
-            self.counter, self.ring = install_usp(self.model, self.mesh, self.split,
-                                                  self.ctx.wire, tracer=tracer)
-        elif f.ring > 1:
-            self.ring = install_ring(self.model, self.mesh.group("ring"), self.split,
-                                     self.ctx.wire, tracer=tracer)
-        else:
-            if self.hier is not None:
-                self.hier.reset()
-            if self.vmajor is not None:
-                self.vmajor.zero_counts()
-            self.counter = install_ulysses(self.model, self.mesh.group("ulysses"), self.split,
-                                           v_first=self.plan.v_first, hier=self.hier,
-                                           vmajor=self.vmajor, staged=self.staged,
-                                           tracer=tracer)
+        if self.hier is not None:
+            self.hier.reset()
+        if self.vmajor is not None:
+            self.vmajor.zero_counts()
+        for model in self.models():  # Wan 2.2: each expert's traffic, summed in ``counts``
+            if f.ring > 1 and f.ulysses > 1:
+                counter, ring = install_usp(model, self.mesh, self.split, self.ctx.wire,
+                                            tracer=tracer)
+            elif f.ring > 1:
+                counter, ring = A2ACounter(), install_ring(model, self.mesh.group("ring"),
+                                                           self.split, self.ctx.wire,
+                                                           tracer=tracer)
+            else:
+                counter = install_ulysses(model, self.mesh.group("ulysses"), self.split,
+                                          v_first=self.plan.v_first, hier=self.hier,
+                                          vmajor=self.vmajor, staged=self.staged,
+                                          tracer=tracer)
+                ring = Ring(None, self.split, 0)
+            self.counters.append(counter)
+            self.rings.append(ring)
 
     def start_request(self, den: Denoiser, request) -> None:
         """V-Major starts a request holding nothing, told which text is the prompt's."""
@@ -200,20 +220,22 @@ class ForwardStack:
         change it, so only they undo it)."""
         self.install(tracer)
         fsdp = self.layout.fsdp > 1 and tracer is not None
-        gathers = trace_gathers(self.model, tracer) if fsdp else []
+        gathers = [h for m in self.models() for h in trace_gathers(m, tracer)] if fsdp else []
         try:
             yield self
         finally:
             for handle in gathers:
                 handle.remove()
             if self.shared and self.layout.sp > 1:
-                use_diffusers_attention(self.model)
+                for model in self.models():
+                    use_diffusers_attention(model)
 
     def counts(self) -> dict:
         """What this round's traffic counters say."""
         hier, vm = self.hier, self.vmajor
-        return {"a2a_calls": self.counter.calls, "a2a_bytes": self.counter.bytes_sent,
-                "ring_bytes": self.ring.bytes_sent,
+        return {"a2a_calls": sum(c.calls for c in self.counters),
+                "a2a_bytes": sum(c.bytes_sent for c in self.counters),
+                "ring_bytes": sum(r.bytes_sent for r in self.rings),
                 "hier": None if hier is None else (hier.intra_bytes, hier.inter_bytes,
                                                    hier.inter_messages),
                 "vmajor": None if vm is None else (vm.rows_sent, vm.rows_total, vm.bytes_sent,
@@ -227,9 +249,10 @@ class StackRunner(ReplicatedRunner):
 
     @staticmethod
     def loads_shards(plans: tuple) -> bool:
-        """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model."""
-        return all(p.source.folder is not None and (p.layout.forward.tp > 1
-                                                    or p.layout.forward.fsdp > 1) for p in plans)
+        """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model
+        (Wan 2.2's experts are built whole, then split: the shard readers know one transformer)."""
+        return all(p.source.folder is not None and p.source.boundary_ratio is None
+                   and (p.layout.forward.tp > 1 or p.layout.forward.fsdp > 1) for p in plans)
 
     def __init__(self, ctx: RankContext, plans: tuple):
         if any(p.layout.fsdp > 1 for p in plans) and len({p.layout for p in plans}) > 1:

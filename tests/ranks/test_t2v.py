@@ -80,15 +80,23 @@ def test_layouts_equal_single_device(pools, single_reference, layout, ranks):
         assert sum(out.handoff_bytes.values()) == 4 * reference.numel() * 4
 
 
-def test_two_experts_on_two_stages_equal_one_device_each_holding_one(pools, tmp_path):
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory):
+    """A two-expert folder (Wan 2.2's layout) of a shape no other test uses."""
+    from tests.support.pipelines import MOE_SHAPE
+
+    return build_tiny_pipeline(tmp_path_factory.mktemp("moe") / "moe", seed=5, preset=MOE_SHAPE,
+                               boundary_ratio=0.875)
+
+
+def test_two_experts_on_two_stages_equal_one_device_each_holding_one(pools, moe):
     """Wan 2.2 on ``--layout step --ranks 2``: the stages cut at the expert boundary (4 + 2
     steps), UniPC's memory crossing it in the handoff; bit for bit the single device, each
     rank holding one expert's parameters."""
     from ppdit.checkpoint.source import ModelSource
     from ppdit.model import num_params
-    from tests.support.pipelines import MOE_SHAPE
 
-    folder = build_tiny_pipeline(tmp_path / "moe", seed=5, preset=MOE_SHAPE, boundary_ratio=0.875)
+    folder = moe
     spec = spec_for(folder, "step", 2, num_steps=6, guidance_scale_2=2.0)
     embeds = encode(spec)
     reference = generate_latent(spec, embeds)
@@ -97,6 +105,23 @@ def test_two_experts_on_two_stages_equal_one_device_each_holding_one(pools, tmp_
     one = num_params(ModelSource(folder=str(folder)).dit(experts=[1]))
     assert [out.stages[r].local_params for r in (0, 1)] == [one, one]
     assert [len(r) for r in out.plan.stages] == [4, 2]
+
+
+@pytest.mark.parametrize(("layout", "ranks"), [("ulysses=2", 2), ("tp", 2), ("cfg", 2),
+                                               ("step=2,ulysses=2", 4)])
+def test_two_experts_on_the_forward_axes_equal_one_device(pools, moe, layout, ranks):
+    """Each expert gets the forward axes (its attention routed, its heads split, its halves on
+    two ranks); the results equal the single device within the axis' tolerance (CFG: bitwise)."""
+    spec = spec_for(moe, num_steps=6, guidance_scale_2=2.0)
+    embeds = encode(spec)
+    reference = generate_latent(spec, embeds)
+    spec = replace(spec, layout=parse_layout(layout, ranks))
+    out = run_layout(plan_for(spec, reference.shape, embeds), pool=pools(ranks))
+    tol = SP_TOL if spec.layout.ulysses > 1 else TP_TOL if spec.layout.tp > 1 else None
+    if tol is None:
+        assert torch.equal(out.latent, reference)
+    else:
+        torch.testing.assert_close(out.latent, reference, **tol)
 
 
 @pytest.mark.parametrize("kind", ["fbc", "mag"])

@@ -78,7 +78,7 @@ def test_the_boundary_cuts_the_stages_and_a_stage_holds_one_expert(moe):
 
 
 def test_two_experts_refuse_what_is_not_built(moe):
-    with pytest.raises(ValueError, match="two experts run on one device or on step-split"):
-        prepare(spec_for(moe, "ulysses=2"))
+    with pytest.raises(ValueError, match="two experts run on every layout but layer split"):
+        prepare(spec_for(moe, "layer", 2))
     with pytest.raises(ValueError, match="guidance_scale_2=2.0 is the second expert's scale"):
         SamplingConfig(guidance_scale_2=2.0)

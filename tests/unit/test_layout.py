@@ -125,14 +125,15 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # and paid ~500 of them (dead functions, one-caller helpers, docstrings said shorter); three
 # passes found no more without cutting the whys, diagrams and formulas docstrings teach. The
 # lower layers' budgets drop to what they hold; L4 and L5 rise by what the features brought.
-# Issue 40: the package 20,350 -> 21,000, about 640 lines for what the field moved to: Wan 2.2's
+# Issue 40: the package 20,350 -> 21,025, about 660 lines for what the field moved to: Wan 2.2's
 # two experts (a module of what a rank holds, the loop's expert per step, the folder's
-# transformer_2, the stage cut at the boundary, A14B in the plan), First-Block-Cache and MagCache
+# transformer_2, the stage cut at the boundary, every forward axis applied to each expert held,
+# A14B in the plan), First-Block-Cache and MagCache
 # as policies of the one loop (FBC's decision reduced over token slices, both states in the
 # step-split frame; the toy's speed-against-quality ablation), and Ulysses for any head count
 # (uneven head chunks, their bytes in the formulas). Each layer's budget is what it holds.)
-BUDGETS = {0: 2_300, 1: 3_895, 2: 5_085, 3: 1_570, 4: 5_535, 5: 2_615}
-PACKAGE_BUDGET = 21_000
+BUDGETS = {0: 2_300, 1: 3_895, 2: 5_110, 3: 1_570, 4: 5_535, 5: 2_615}
+PACKAGE_BUDGET = 21_025
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():
