@@ -30,10 +30,8 @@ from ppdit.analysis.roofline import (
     tp_allreduce_bytes,
 )
 from ppdit.parallel.layout import Layout, check_model
-from ppdit.parallel.partition import even_sizes
-from ppdit.parallel.step_split.plan import expert_stages
+from ppdit.parallel.partition import even_sizes, expert_sizes
 from ppdit.presets import ModelPreset, get_preset
-from ppdit.sampler import SamplingConfig, expert_steps
 
 
 @dataclass(frozen=True)
@@ -170,14 +168,14 @@ def format_op_times(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16") -> str
 
 def busiest_stage_share(preset: ModelPreset, stages: int, num_steps: int) -> float:
     """The share of the steps the busiest step-split stage runs: 1 / stages, or for Wan 2.2 the
-    cut at the expert boundary (``step_split.plan.expert_stages`` on the preset's shifted
-    schedule): 26 of 40 steps on 2 stages, so a filled pipeline's stage 1 idles 12/26 of the
-    time."""
+    cut at the expert boundary (``partition.expert_sizes`` on the preset's shifted schedule):
+    26 of 40 steps on 2 stages, so a filled pipeline's stage 1 idles 12/26 of the time."""
     if preset.experts == 1:
         return 1 / stages
-    experts = expert_steps(SamplingConfig(num_steps=num_steps, shift=preset.shift).timesteps()
-                           .tolist(), preset.boundary)
-    return max(len(r) for r in expert_stages(experts, stages)) / num_steps
+    sigmas = [1 - i / num_steps for i in range(num_steps)]  # Euler's grid, shifted (no torch)
+    high = sum(1000 * preset.shift * s / (1 + (preset.shift - 1) * s) >= preset.boundary
+               for s in sigmas)
+    return max(expert_sizes([0] * high + [1] * (num_steps - high), stages)) / num_steps
 
 
 def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None = None,

@@ -12,6 +12,18 @@ def even_sizes(n: int, parts: int) -> list[int]:
     return [base + (1 if k < extra else 0) for k in range(parts)]
 
 
+def expert_sizes(experts: Sequence[int], parts: int) -> list[int]:
+    """Contiguous sizes that never straddle Wan 2.2's expert boundary (``experts``: each step's,
+    0s then 1s): parts dealt to the experts so that the longest, what bounds a filled pipeline,
+    is shortest. T2V A14B's 26 + 14 steps on 2 parts: 26 and 14; on 3: 13, 13 and 14."""
+    n, n0 = len(experts), list(experts).count(0)
+    if n0 in (0, n) or parts == 1:
+        return even_sizes(n, parts)
+    fits = [k for k in range(1, parts) if k <= n0 and parts - k <= n - n0]
+    k = min(fits, key=lambda k: (max(-(-n0 // k), -(-(n - n0) // (parts - k))), k))
+    return even_sizes(n0, k) + even_sizes(n - n0, parts - k)
+
+
 def balanced_sizes(costs: Sequence[float], parts: int) -> list[int]:
     """Sizes of the contiguous split of ``costs`` into ``parts`` non-empty pieces that minimises
     the most expensive piece (what bounds a pipeline's throughput). Exact, by dynamic

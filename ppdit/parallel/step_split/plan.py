@@ -50,7 +50,7 @@ from ppdit.checkpoint.solver import SchedulerSolver
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.forward import ForwardOptions
 from ppdit.parallel.layout import Layout, check_step_stages
-from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
+from ppdit.parallel.partition import balanced_sizes, even_sizes, expert_sizes, to_ranges
 from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import Conditioning, Request, SamplingConfig, check_cfg
 
@@ -76,17 +76,9 @@ def split_steps(num_steps: int, num_stages: int,
 
 def expert_stages(experts: Sequence[int], num_stages: int) -> list[range]:
     """Stages that never straddle Wan 2.2's expert boundary (``experts``: each step's, as
-    ``checkpoint.solver.step_experts`` says), so each stage loads one expert: the stages dealt
-    to the experts so that the longest, what bounds a filled pipeline, is shortest, each
-    expert's steps split evenly among its own. T2V A14B's 26 + 14 steps on 2 stages: 26 and 14
-    (a filled pipeline's stage 1 idles 12/26 of the time); on 3: 13, 13 and 14."""
-    n, n0 = len(experts), list(experts).count(0)
-    check_step_stages(n, num_stages)
-    if n0 in (0, n) or num_stages == 1:
-        return split_steps(n, num_stages)
-    fits = [k for k in range(1, num_stages) if k <= n0 and num_stages - k <= n - n0]
-    k = min(fits, key=lambda k: (max(-(-n0 // k), -(-(n - n0) // (num_stages - k))), k))
-    return to_ranges(even_sizes(n0, k) + even_sizes(n - n0, num_stages - k))
+    ``checkpoint.solver.step_experts`` says): each loads one expert (``partition.expert_sizes``)."""
+    check_step_stages(len(experts), num_stages)
+    return to_ranges(expert_sizes(experts, num_stages))
 
 
 @dataclass(frozen=True)
