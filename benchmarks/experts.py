@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                            "ceiling", share, 0.9, "higher", unit="")])
     keep("experts", targets, argv)
     if a.json:
+        out["speedup"] = {k: statistics.median(ratios(t["one device"], v)) for k, v in t.items()}
         a.json.write_text(json.dumps(out, indent=2))
     return 0
 

@@ -51,6 +51,9 @@ HEADLINES = {
          "lower"),
         ("funcol TP compiled, ms", ("ms", "funcol compiled"), "lower"),
         ("funcol TP eager, ms", ("ms", "funcol"), "lower")],
+    "caching": [("FBC 0.2: time / exact", ("rows", 3, "time_ratio"), "lower")],
+    "experts": [("boundary cut / one device, speedup", ("speedup", "boundary cut"), "higher"),
+                ("even cut / one device, speedup", ("speedup", "even cut"), "higher")],
     "launch": [("forked / spawned launch", ("forked_over_spawn",), "lower"),
                ("pooled job / spawned launch", ("pool_over_spawn",), "lower")],
 }
