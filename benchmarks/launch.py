@@ -1,7 +1,7 @@
 """Start-up per job: fresh ranks (fresh interpreters, or forked from a server) against a job on a
 live rank pool, side by side; and whether forked ranks compute as fast as fresh ones.
 
-    python benchmarks/launch.py            # 2 ranks, 7 interleaved rounds (~3 min on 2 cores)
+    python benchmarks/launch.py            # 2 ranks, 9 interleaved rounds (~3 min on 2 cores)
     python benchmarks/launch.py --quick    # 5 rounds
 
 Each round times, from the caller's side, one job that does almost nothing (``hello``:
@@ -77,11 +77,11 @@ def measure(world_size: int, rounds: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5 rounds instead of 7")
+    ap.add_argument("--quick", action="store_true", help="5 rounds instead of 9")
     ap.add_argument("--ranks", type=int, default=2, help="world size")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     args = ap.parse_args(argv)
-    out = measure(args.ranks, 5 if args.quick else 7)
+    out = measure(args.ranks, 5 if args.quick else 9)
     print(f"{args.ranks} ranks, {len(out['job_s']['spawn'])} interleaved rounds (median, "
           "min-max)")
     for v in VARIANTS:
