@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     spec = TPCompare(VARIANTS, source=ModelSource(a.preset), rounds=5 if a.quick else 17,
                      repeats=5 if a.quick else 10, warmup=2)
-    res = run_tp_compare(spec, 2, echo=False, timeout_s=1200)[0]  # rank 0's view; rank 1 runs in lockstep
+    # rank 0's view; rank 1 runs in lockstep; 17 rounds with compiles can outlast 600 s here
+    res = run_tp_compare(spec, 2, echo=False, timeout_s=1200)[0]
     print(f"TP=2, preset {a.preset}, latent {spec.shape}, 2 ranks x 1 thread, "
           f"{spec.rounds} rounds x {spec.repeats} forwards")
     print(f"  {'variant':18s} {'forward ms':>11s} {'compile s':>10s} {'max |diff|':>11s} "
