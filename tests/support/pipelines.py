@@ -24,3 +24,32 @@ def spec_for(folder, layout: str | Layout = "single", ranks: int | None = None,
     if isinstance(layout, str):
         layout = parse_layout(layout, ranks)
     return GenerateSpec(str(folder), PROMPT, NEGATIVE, layout=layout, **kw)
+
+
+def wan_pipeline(folder, spec: GenerateSpec, *, aligned: bool = True, cache=None,
+                 output_type: str = "pt"):
+    """diffusers' own ``WanPipeline`` on ``folder``, run as ``spec`` says (its second expert's
+    scale too): the video, or with ``output_type="latent"`` the latent. ``aligned``: weights
+    copied into aligned memory, as ppdit loads them (``test_t2v.UNALIGNED_TOL`` says why);
+    ``cache``: a diffusers cache config for ``enable_cache`` on the transformer."""
+    import torch
+    from diffusers import WanPipeline
+
+    from ppdit.checkpoint.folder import no_progress_bars
+    from ppdit.model import own_memory
+
+    with no_progress_bars():
+        pipe = WanPipeline.from_pretrained(folder, local_files_only=True)
+    if aligned:
+        for module in (pipe.transformer, pipe.transformer_2, pipe.text_encoder, pipe.vae):
+            if module is not None:
+                own_memory(module)
+    if cache is not None:
+        pipe.transformer.enable_cache(cache)
+    pipe.set_progress_bar_config(disable=True)
+    extra = {} if spec.guidance_scale_2 is None else {"guidance_scale_2": spec.guidance_scale_2}
+    return pipe(spec.prompt, negative_prompt=spec.negative_prompt,
+                num_inference_steps=spec.num_steps, num_frames=spec.num_frames,
+                height=spec.height, width=spec.width, guidance_scale=spec.guidance_scale,
+                generator=torch.Generator().manual_seed(spec.seed), output_type=output_type,
+                **extra).frames

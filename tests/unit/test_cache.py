@@ -11,12 +11,11 @@ import pytest
 import torch
 
 from ppdit.cache import BlockCache, CacheConfig
-from ppdit.model import own_memory
 from ppdit.parallel.forward import ForwardStack
 from ppdit.parallel.layout import parse_layout
 from ppdit.parallel.runner import LayoutPlan, run_requests
 from ppdit.t2v.generate import encode, generate, prepare
-from tests.support.pipelines import spec_for
+from tests.support.pipelines import spec_for, wan_pipeline
 
 STEPS = 8
 
@@ -31,21 +30,6 @@ def _skipped(folder, threshold):
     return [(step, branch) for _, step, branch, computed in den.cache.log if not computed]
 
 
-def _diffusers_cached(folder, spec):
-    from diffusers import WanPipeline
-    from diffusers.hooks import FirstBlockCacheConfig
-
-    pipe = WanPipeline.from_pretrained(folder, local_files_only=True)
-    for module in (pipe.transformer, pipe.text_encoder, pipe.vae):
-        own_memory(module)  # aligned weights, as ppdit loads them (test_t2v.UNALIGNED_TOL)
-    pipe.set_progress_bar_config(disable=True)
-    pipe.transformer.enable_cache(FirstBlockCacheConfig(threshold=spec.cache_threshold))
-    return pipe(spec.prompt, negative_prompt=spec.negative_prompt,
-                num_inference_steps=spec.num_steps, num_frames=spec.num_frames,
-                height=spec.height, width=spec.width, guidance_scale=spec.guidance_scale,
-                generator=torch.Generator().manual_seed(spec.seed), output_type="pt").frames
-
-
 @pytest.mark.parametrize("threshold", [0.05, 0.1])
 def test_first_block_cache_equals_diffusers_enable_cache(folders, threshold):
     """At 0.05 nothing is skipped on this folder; at 0.1 steps 1, 2, 4 and 5 skip both
@@ -53,7 +37,10 @@ def test_first_block_cache_equals_diffusers_enable_cache(folders, threshold):
     folder = folders["unipc"]
     spec = spec_for(folder, num_steps=STEPS, cache_threshold=threshold)
     ours = generate(spec).video
-    assert torch.equal(ours, _diffusers_cached(folder, spec))
+    from diffusers.hooks import FirstBlockCacheConfig
+
+    assert torch.equal(ours, wan_pipeline(folder, spec,
+                                          cache=FirstBlockCacheConfig(threshold=threshold)))
     skipped = _skipped(folder, threshold)
     plain = generate(replace(spec, cache_threshold=None)).video
     if threshold == 0.05:
@@ -71,10 +58,7 @@ MAG_RATIOS = (1.0, 0.99, 0.995, 0.99, 0.98, 0.99, 0.97, 0.95)
 def test_magcache_equals_diffusers_mag_cache(folders):
     """MagCache's schedule-driven skips, every block skipped on steps 2, 3, 4 and 6: the
     latent equals diffusers' ``enable_cache(MagCacheConfig(...))`` bit for bit."""
-    from diffusers import WanPipeline
     from diffusers.hooks import MagCacheConfig
-
-    from ppdit.checkpoint.folder import no_progress_bars
 
     folder = folders["unipc"]
     spec = spec_for(folder, num_steps=STEPS)
@@ -84,17 +68,8 @@ def test_magcache_equals_diffusers_mag_cache(folders):
     den = stack.denoiser()
     ours = run_requests(plan, stack, den)[0]
     assert sorted({s for _, s, _, c in den.cache.log if not c}) == [2, 3, 4, 6]
-    with no_progress_bars():
-        pipe = WanPipeline.from_pretrained(folder, local_files_only=True)
-    for module in (pipe.transformer, pipe.text_encoder, pipe.vae):
-        own_memory(module)
-    pipe.set_progress_bar_config(disable=True)
-    pipe.transformer.enable_cache(MagCacheConfig(threshold=0.06, mag_ratios=list(MAG_RATIOS),
-                                                 num_inference_steps=STEPS))
-    ref = pipe(spec.prompt, negative_prompt=spec.negative_prompt, num_inference_steps=STEPS,
-               num_frames=spec.num_frames, height=spec.height, width=spec.width,
-               guidance_scale=spec.guidance_scale, output_type="latent",
-               generator=torch.Generator().manual_seed(spec.seed)).frames
+    ref = wan_pipeline(folder, spec, output_type="latent", cache=MagCacheConfig(
+        threshold=0.06, mag_ratios=list(MAG_RATIOS), num_inference_steps=STEPS))
     assert torch.equal(ours, ref)
     with pytest.raises(ValueError, match="mag_ratios hold 8 values: give one per step"):
         replace(plan, sampling=replace(plan.sampling, num_steps=4))

@@ -11,13 +11,13 @@ import torch
 from ppdit.checkpoint.solver import step_experts
 from ppdit.checkpoint.source import ModelSource
 from ppdit.checkpoint.tiny import build_tiny_pipeline
-from ppdit.model import Experts, own_memory
+from ppdit.model import Experts
 from ppdit.parallel.runner import loop_plan
 from ppdit.parallel.step_split.plan import expert_stages
 from ppdit.runtime.fit import weight_bytes
 from ppdit.sampler import SamplingConfig, expert_steps
 from ppdit.t2v.generate import generate, prepare
-from tests.support.pipelines import MOE_SHAPE, spec_for
+from tests.support.pipelines import MOE_SHAPE, spec_for, wan_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -27,27 +27,13 @@ def moe(tmp_path_factory):
                                boundary_ratio=0.875)
 
 
-def _wan_pipeline(folder, spec):
-    from diffusers import WanPipeline
-
-    pipe = WanPipeline.from_pretrained(folder, local_files_only=True)
-    for module in (pipe.transformer, pipe.transformer_2, pipe.text_encoder, pipe.vae):
-        own_memory(module)  # aligned weights, as ppdit loads them (test_t2v.UNALIGNED_TOL)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe(spec.prompt, negative_prompt=spec.negative_prompt,
-                num_inference_steps=spec.num_steps, num_frames=spec.num_frames,
-                height=spec.height, width=spec.width, guidance_scale=spec.guidance_scale,
-                guidance_scale_2=spec.guidance_scale_2,
-                generator=torch.Generator().manual_seed(spec.seed), output_type="pt").frames
-
-
 def test_two_experts_equal_wan_pipeline(moe):
     """Both experts run (6 steps at shift 12: 4 high-noise, 2 low-noise), each with its own
     guidance scale: the video equals WanPipeline's bit for bit (within 1e-5 is the bar)."""
     spec = spec_for(moe, num_steps=6, guidance_scale=5.0, guidance_scale_2=2.0)
     assert step_experts(prepare(spec).plan) == [0, 0, 0, 0, 1, 1]
     ours = generate(spec).video
-    ref = _wan_pipeline(moe, spec)
+    ref = wan_pipeline(moe, spec)
     assert torch.equal(ours, ref)
     # the second expert's own scale matters: another scale is another video
     one = generate(spec_for(moe, num_steps=6, guidance_scale=5.0, guidance_scale_2=5.0)).video

@@ -20,7 +20,6 @@ from ppdit import cli
 from ppdit.checkpoint.folder import PipelineFolderError, load_folder
 from ppdit.checkpoint.solver import make_denoiser, state_nbytes
 from ppdit.checkpoint.tiny import build_tiny_pipeline, word_tokenizer
-from ppdit.model import own_memory
 from ppdit.parallel.layout import AXES, Layout, parse_layout
 from ppdit.presets import ModelPreset
 from ppdit.runtime.observe.memory import held_bytes
@@ -30,7 +29,7 @@ from ppdit.t2v.layouts import plan_for
 from ppdit.t2v.spec import GenerateSpec
 from ppdit.vae.decode import decode
 from tests.support.gpu import needs_cuda
-from tests.support.pipelines import BF16_TOL, NEGATIVE, PROMPT, spec_for
+from tests.support.pipelines import BF16_TOL, NEGATIVE, PROMPT, spec_for, wan_pipeline
 
 
 def test_tiny_folder_is_a_small_diffusers_pipeline(folders):
@@ -65,43 +64,28 @@ OTHER_SHAPE = ModelPreset("other", num_layers=4, num_heads=4, head_dim=16, ffn_d
                           text_dim=32, text_len=8, freq_dim=256, rope_max_seq_len=1024)
 
 
-def _wan_pipeline(folder, spec: GenerateSpec, aligned: bool = True):
-    """diffusers' own ``WanPipeline`` on ``folder``, run as ``spec`` says: the video."""
-    from diffusers import WanPipeline
-
-    pipe = WanPipeline.from_pretrained(folder, local_files_only=True)
-    if aligned:
-        for module in (pipe.transformer, pipe.text_encoder, pipe.vae):
-            own_memory(module)  # aligned weights, as ppdit loads them (see UNALIGNED_TOL)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe(spec.prompt, negative_prompt=spec.negative_prompt,
-                num_inference_steps=spec.num_steps, num_frames=spec.num_frames,
-                height=spec.height, width=spec.width, guidance_scale=spec.guidance_scale,
-                generator=torch.Generator().manual_seed(spec.seed), output_type="pt").frames
-
-
 @pytest.mark.parametrize("scheduler", ["unipc", "flow_match"])
 @pytest.mark.parametrize("guidance", [5.0, 1.0], ids=["cfg", "no-cfg"])
-def test_single_device_equals_wan_pipeline(folders, scheduler, guidance):
+def test_single_device_equalswan_pipeline(folders, scheduler, guidance):
     """Same folder, prompts, seed, steps, guidance, size and frames: the same video, bit for
     bit (the arithmetic is diffusers' own, step for step)."""
     spec = spec_for(folders[scheduler], guidance_scale=guidance)
     ours = generate(spec)
-    ref = _wan_pipeline(folders[scheduler], spec)
+    ref = wan_pipeline(folders[scheduler], spec)
     assert ours.video.shape == ref.shape == (1, 5, 3, 32, 32)
     assert torch.equal(ours.video, ref)
     assert ours.video.std() > 0.05 and ((ref > 0) & (ref < 1)).float().mean() > 0.5
 
 
 @pytest.mark.parametrize("guidance", [5.0, 1.0], ids=["cfg", "no-cfg"])
-def test_another_folder_shape_equals_wan_pipeline(tmp_path, guidance):
+def test_another_folder_shape_equalswan_pipeline(tmp_path, guidance):
     """Parity is not a property of one folder: another shape, bit for bit with aligned
     weights, and to rounding against a plain ``from_pretrained`` pipeline."""
     folder = build_tiny_pipeline(tmp_path / "other", seed=4, preset=OTHER_SHAPE)
     spec = spec_for(folder, num_steps=1 if guidance == 1.0 else 3, guidance_scale=guidance)
     ours = generate(spec)
-    assert torch.equal(ours.video, _wan_pipeline(folder, spec))
-    torch.testing.assert_close(ours.video, _wan_pipeline(folder, spec, aligned=False),
+    assert torch.equal(ours.video, wan_pipeline(folder, spec))
+    torch.testing.assert_close(ours.video, wan_pipeline(folder, spec, aligned=False),
                                **UNALIGNED_TOL)
 
 
