@@ -19,7 +19,7 @@ from tests.support import workers
 def test_the_rule_and_its_override(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     assert start_method_for("cpu") == "forkserver"
-    assert start_method_for("cuda") == start_method_for("cuda-shared") == "forkserver"
+    assert start_method_for("cuda") == start_method_for("cuda-shared") == "spawn"
     with fresh_interpreters():
         assert start_method_for("cpu") == "spawn"
     assert start_method_for("cpu") == "forkserver"

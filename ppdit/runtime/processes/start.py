@@ -10,10 +10,11 @@ Which is used (``start_method_for``):
 
 * spawn inside ``with fresh_interpreters():`` (lesson 01 reproduces a torchrun's start-up);
 * ``$PPDIT_START_METHOD`` ("spawn" or "forkserver") when set;
-* otherwise ``forkserver``, for CPU and CUDA ranks alike. CUDA does not survive a fork once
-  initialised, so the server must never initialise it: its imports only import (a test fails
-  if one asks CUDA anything, even ``is_available()``), and each CUDA rank initialises CUDA
-  itself after the fork. A spawned CUDA rank paid 10-12 s per launch on an H100 host.
+* otherwise ``forkserver`` for CPU ranks and ``spawn`` for CUDA ranks. CUDA does not survive
+  a fork once anything in the parent asked the driver, even ``torch.cuda.is_available()``, and
+  on an H200 (gpu_runs/h200-2026-11-28.json) the server's imports did: every forked CUDA rank
+  failed with "Cannot re-initialize CUDA in forked subprocess". A spawned CUDA rank pays its
+  imports (10-12 s per launch on an H100 host); a pool pays them once.
 
 A forked rank's parent is the server: ``ppdit._spawn_entry`` gives the rank its caller's
 environment and watches the caller; the working directory and ``sys.path`` travel with
@@ -35,8 +36,8 @@ _FRESH: list[bool] = []  # one entry per open fresh_interpreters() block
 
 
 def start_method_for(kind: str) -> str:
-    """The start method for ranks of this placement kind ("cpu", "cuda", "cuda-shared"): the
-    same for all (the kind stays in the signature: callers say what they start)."""
+    """The start method for ranks of this placement kind ("cpu", "cuda", "cuda-shared"):
+    forkserver for CPU ranks, spawn for CUDA ranks (the module's docstring says why)."""
     if _FRESH:
         return "spawn"
     chosen = os.environ.get(ENV, "").strip()
@@ -44,7 +45,7 @@ def start_method_for(kind: str) -> str:
         if chosen not in METHODS:
             raise ValueError(f"{ENV}={chosen!r}: the start method must be one of {METHODS}")
         return chosen
-    return "forkserver"
+    return "forkserver" if kind == "cpu" else "spawn"
 
 
 def start_context(kind: str):
