@@ -225,18 +225,38 @@ def test_pp_tp_equals_single_device(pools, single_reference):
     torch.testing.assert_close(out.latent, reference, **TP_TOL)
 
 
+# Ring attention at bf16 rounds each block's partial output to bf16 before its fp32 merge, where
+# one device's attention rounds once: another rounding, not a worse one. Its result is compared
+# with the fp32 result, as one device's bf16 result is: at most this many times as far from it.
+# (On an H200, gpu_runs/h200-2026-11-28-2.json, ring vs one device at bf16 differed by 0.061,
+# over BF16_TOL; on this CPU: 0.070 apart, and 1.03% vs 1.02% from fp32, norm-relative.)
+RING_BF16_NO_WORSE = 1.5
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("layout", ["step", "cfg", "ring", "ulysses=2"])
 def test_bf16_layouts_on_cuda(folders, layout):
-    """Two CUDA ranks (a GPU each, or sharing one over gloo) at bf16 vs one GPU (ring: its
-    fp32 merge of bf16 blocks, inside the same bf16 tolerance)."""
+    """Two CUDA ranks (a GPU each, or sharing one over gloo) at bf16 vs one GPU; ring, whose
+    blocks round once more, vs the fp32 result, no further from it than one GPU at bf16."""
     spec = spec_for(folders["unipc"], dtype="bf16", num_steps=4)
     embeds = encode(spec)
     reference = generate_latent(spec, embeds, device="cuda").cpu()
     plan = plan_for(replace(spec, layout=parse_layout(layout, 2)), reference.shape, embeds)
     out = run_layout(plan, device="cuda")
-    torch.testing.assert_close(out.latent.float(), reference.float(), **BF16_TOL)
+    if layout != "ring":
+        torch.testing.assert_close(out.latent.float(), reference.float(), **BF16_TOL)
+        return
+    fp32 = replace(spec, dtype="fp32")
+    exact = generate_latent(fp32, encode(fp32), device="cuda").cpu()
+    ring, one = _relative(out.latent, exact), _relative(reference, exact)
+    assert ring <= RING_BF16_NO_WORSE * one, (
+        f"ring at bf16 is {ring:.3g} from the fp32 result (norm-relative), one GPU at bf16 "
+        f"{one:.3g}: over the allowed {RING_BF16_NO_WORSE}x")
 
 
 def test_a_tp_rank_reads_only_its_shards_from_the_folder(pools, folders):
