@@ -14,6 +14,7 @@ checks that schema first. Numbers only here: the picture is ``ppdit.viz.roofline
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,16 @@ def load_runs(folder: str | Path | None = None, *, committed_only: bool = False)
         if tracked is not None:
             paths = [p for p in paths if p.name in tracked]
     runs = [load_run(p) for p in paths]
-    return sorted(runs, key=lambda r: (r.provenance["date"] or "", r.path.name))
+    return sorted(runs, key=_order)
+
+
+def _order(run: GpuRun) -> tuple[str, str, int]:
+    """Date, then name, then the day's run number: ``x-<date>.json`` is run 1 and comes before
+    ``x-<date>-2.json`` (by name alone "-" sorts before ".", so the second run came first)."""
+    found = re.fullmatch(r"(.*?)-(\d+)", run.path.stem)
+    name, n = (found.group(1), int(found.group(2))) if found and run.provenance["date"] and \
+        found.group(1).endswith(run.provenance["date"]) else (run.path.stem, 1)
+    return (run.provenance["date"] or "", name, n)
 
 
 MULTI_RANK = ("sync_probe", "real_generate", "layouts")  # the sections that run CUDA ranks

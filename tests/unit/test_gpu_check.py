@@ -83,6 +83,15 @@ def test_load_runs_reads_the_folder(tmp_path):
     assert COMMITTED.name in [r.path.name for r in load_runs()]
 
 
+def test_load_runs_puts_a_days_second_run_after_its_first(tmp_path):
+    data = json.loads(COMMITTED.read_text())
+    data["provenance"]["date"] = "2026-11-28"
+    for name in ("h200-2026-11-28-2.json", "h200-2026-11-28.json", "h200-2026-11-28-10.json"):
+        (tmp_path / name).write_text(json.dumps(data))
+    assert [r.path.name for r in load_runs(tmp_path)] == [
+        "h200-2026-11-28.json", "h200-2026-11-28-2.json", "h200-2026-11-28-10.json"]
+
+
 # -- the schema: a bad file is named with the rule it breaks -----------------------------------
 
 
