@@ -84,13 +84,18 @@ def show(targets: Sequence[Target]) -> list[dict]:
     return rows
 
 
+# What a run writes itself: a run that appends to results.jsonl is not a run of a dirty tree.
+OWN_FILES = ("gpu_runs", "benchmarks/results.jsonl")
+
+
 def keep(bench: str, rows: list[dict], argv: Sequence[str] | None = None) -> None:
     """Append this run (machine, commit, every target's rows) to ``results.jsonl``, unless
     ``$PPDIT_BENCH_RECORD`` is 0 (``bench_compare``'s runs are compared, not recorded)."""
     if os.environ.get("PPDIT_BENCH_RECORD", "1") == "0":
         return
     line = {"bench": bench, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "argv": list(sys.argv[1:] if argv is None else argv), "commit": git_state(ROOT),
+            "argv": list(sys.argv[1:] if argv is None else argv),
+            "commit": git_state(ROOT, exclude=OWN_FILES),
             "machine": machine(), "targets": [{k: v for k, v in r.items() if k != "line"}
                                               for r in rows]}
     with RESULTS.open("a") as f:

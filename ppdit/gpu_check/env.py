@@ -36,11 +36,12 @@ def driver_version() -> str | None:
     return next((line.strip() for line in out.strip().splitlines()), None)
 
 
-def git_state(root: Path = REPO) -> dict:
-    """The checkout's commit, and whether tracked files (or untracked ones outside
-    ``gpu_runs/``) differ from it; nulls outside a git checkout."""
+def git_state(root: Path = REPO, exclude: tuple[str, ...] = ("gpu_runs",)) -> dict:
+    """The checkout's commit, and whether files other than ``exclude`` (what the caller itself
+    writes: run files, a results log) differ from it; nulls outside a git checkout."""
     commit = _stdout("git", "rev-parse", "HEAD", cwd=root)
-    changes = _stdout("git", "status", "--porcelain", "--", ".", ":(exclude)gpu_runs", cwd=root)
+    changes = _stdout("git", "status", "--porcelain", "--", ".",
+                      *(f":(exclude){path}" for path in exclude), cwd=root)
     if commit is None or changes is None:
         return {"commit": None, "dirty": None}
     return {"commit": commit.strip() or None, "dirty": bool(changes.strip())}
