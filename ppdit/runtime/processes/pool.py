@@ -1,6 +1,6 @@
 """A pool of live ranks: start-up paid once, jobs run many times, nothing left behind.
 
-Starting a rank costs a process, its imports and a process group: 10-12 s for a spawned rank on
+Starting a rank costs a process, its imports and a process group: 5-12 s for spawned ranks on
 a GPU host; a CPU rank forked from a server that imported torch once (``processes.start``) still
 pays ppdit's imports and the group. A lesson launching dozens of times pays that dozens of
 times; ``ranks(n)`` keeps n initialised ranks across calls and notebook cells instead::

@@ -10,11 +10,11 @@ Which is used (``start_method_for``):
 
 * spawn inside ``with fresh_interpreters():`` (lesson 01 reproduces a torchrun's start-up);
 * ``$PPDIT_START_METHOD`` ("spawn" or "forkserver") when set;
-* otherwise ``forkserver`` for CPU ranks and ``spawn`` for CUDA ranks. CUDA does not survive
-  a fork once anything in the parent asked the driver, even ``torch.cuda.is_available()``, and
-  on an H200 (gpu_runs/h200-2026-11-28.json) the server's imports did: every forked CUDA rank
-  failed with "Cannot re-initialize CUDA in forked subprocess". A spawned CUDA rank pays its
-  imports (10-12 s per launch on an H100 host); a pool pays them once.
+* otherwise ``forkserver`` for CPU ranks and ``spawn`` for CUDA ranks. A fork cannot use CUDA
+  once its parent asked the driver anything, and on an H200 ``import diffusers`` (one of the
+  server's imports) calls ``torch.cuda.is_available()``: every forked CUDA rank failed with
+  "Cannot re-initialize CUDA in forked subprocess" (gpu_runs/h200-2026-11-28*.json). Spawned,
+  two CUDA ranks cost 5.3 s per launch there; a pool pays that once.
 
 A forked rank's parent is the server: ``ppdit._spawn_entry`` gives the rank its caller's
 environment and watches the caller; the working directory and ``sys.path`` travel with
