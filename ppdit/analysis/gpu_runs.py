@@ -97,12 +97,11 @@ def load_runs(folder: str | Path | None = None, *, committed_only: bool = False)
 
 
 def _order(run: GpuRun) -> tuple[str, str, int]:
-    """Date, then name, then the day's run number: ``x-<date>.json`` is run 1 and comes before
-    ``x-<date>-2.json`` (by name alone "-" sorts before ".", so the second run came first)."""
-    found = re.fullmatch(r"(.*?)-(\d+)", run.path.stem)
-    name, n = (found.group(1), int(found.group(2))) if found and run.provenance["date"] and \
-        found.group(1).endswith(run.provenance["date"]) else (run.path.stem, 1)
-    return (run.provenance["date"] or "", name, n)
+    """Date, name, then the day's run number: ``x-<date>.json`` is 1, before ``x-<date>-2.json``
+    (by name alone "-" sorts before ".")."""
+    found = re.fullmatch(r"(.*?\d{4}-\d\d-\d\d)(?:-(\d+))?", run.path.stem)
+    key = (found[1], int(found[2] or 1)) if found else (run.path.stem, 1)
+    return (run.provenance["date"] or "", *key)
 
 
 MULTI_RANK = ("sync_probe", "real_generate", "layouts")  # the sections that run CUDA ranks

@@ -39,9 +39,8 @@ def driver_version() -> str | None:
 def git_state(root: Path = REPO, exclude: tuple[str, ...] = ("gpu_runs",)) -> dict:
     """The checkout's commit, and whether files other than ``exclude`` (what the caller itself
     writes: run files, a results log) differ from it; nulls outside a git checkout."""
-    commit = _stdout("git", "rev-parse", "HEAD", cwd=root)
-    changes = _stdout("git", "status", "--porcelain", "--", ".",
-                      *(f":(exclude){path}" for path in exclude), cwd=root)
+    commit, skip = _stdout("git", "rev-parse", "HEAD", cwd=root), [f":!{p}" for p in exclude]
+    changes = _stdout("git", "status", "--porcelain", "--", ".", *skip, cwd=root)
     if commit is None or changes is None:
         return {"commit": None, "dirty": None}
     return {"commit": commit.strip() or None, "dirty": bool(changes.strip())}

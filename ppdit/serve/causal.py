@@ -109,10 +109,9 @@ def offset_rope(model, chunk_shape: tuple[int, ...], frame_offset: int):
 
 def chunk_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor,
                   frame_offset: int) -> torch.Tensor:
-    """The velocity of one chunk at absolute position ``frame_offset`` (cache per its mode);
-    inputs are cast to the model's dtype, as ``ppdit.sampler.model_forward`` does, and the text
-    moved to the latent's device (diffusers' embedder casts the timestep ``type_as`` the text:
-    a CPU text moved it off the GPU, on an H200)."""
+    """The velocity of one chunk at ``frame_offset`` (cache per its mode); inputs cast to the
+    model's dtype and the text to the latent's device (diffusers casts the timestep ``type_as``
+    the text: a CPU text took it off the GPU)."""
     latent, text = latent.to(model.dtype), text.to(latent.device, model.dtype)
     hidden, ctx = prologue(model, latent, timestep, text)
     ctx.rotary_emb = offset_rope(model, tuple(latent.shape), frame_offset)
