@@ -224,12 +224,14 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     flop_s, mem_s, comm_s = (m * x for x in per_stage[busiest])
     comm_bytes = m * (sizes[busiest] * ar_bytes + send_bytes)
     weights_gb = max(totals(ops).weights for ops in stages) * DTYPE_BYTES[dtype] / 1e9
-    weights_gb *= 1 if layout.step > 1 else p.experts  # Wan 2.2: a stage holds one expert
-    if layout.fsdp > 1:  # held: the root, 1/P of the blocks, and two blocks gathered (the one
-        # running, the next one prefetched); every block's other shards arrive once a forward
+    held = 1 if layout.step > 1 else p.experts  # Wan 2.2: a stage holds one expert
+    weights_gb *= held
+    if layout.fsdp > 1:  # held: the root, 1/P of every held expert's blocks, and two blocks
+        # gathered (the one running, the next one prefetched, of the expert running); every
+        # block's other shards arrive once a forward
         block = totals(block_ops(p, shape, **kw)).weights * DTYPE_BYTES[dtype]
         gather = p.num_layers * block * (layout.fsdp - 1) / layout.fsdp
-        weights_gb += (p.num_layers * block * (1 / layout.fsdp - 1) + 2 * block) / 1e9
+        weights_gb += (held * p.num_layers * block * (1 / layout.fsdp - 1) + 2 * block) / 1e9
         comm_s += m * gather / bw
         comm_bytes += m * gather
     if layout.step > 1:

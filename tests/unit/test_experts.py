@@ -68,3 +68,21 @@ def test_two_experts_refuse_what_is_not_built(moe):
         prepare(spec_for(moe, "layer", 2))
     with pytest.raises(ValueError, match="guidance_scale_2=2.0 is the second expert's scale"):
         SamplingConfig(guidance_scale_2=2.0)
+
+
+def test_the_memory_prediction_shards_both_experts_under_fsdp():
+    """Without a step split a rank holds both experts, and FSDP shards each; only the running
+    expert's two blocks are whole at once. (The prediction once sharded one expert and kept
+    the other whole: 36 GB a GPU for A14B at Ulysses=4 x FSDP=4 instead of 16.)"""
+    from ppdit.analysis.hardware import predict
+    from ppdit.analysis.roofline import block_ops, totals
+    from ppdit.parallel.layout import Layout
+    from ppdit.presets import get_preset
+
+    lay = Layout(ulysses=4, fsdp=4)
+    one, two = (predict(m, "H100 SXM", lay).weights_gb for m in ("wan2.1-14b", "wan2.2-a14b"))
+    p = get_preset("wan2.1-14b")
+    block_gb = totals(block_ops(p, p.latent_shape, ulysses=4, sp=4)).weights * 2 / 1e9
+    assert two == pytest.approx(2 * one - 2 * block_gb, rel=1e-6)
+    assert predict("wan2.2-a14b", "H100 SXM", Layout(step=2)).weights_gb == pytest.approx(
+        predict("wan2.1-14b", "H100 SXM", Layout()).weights_gb)
