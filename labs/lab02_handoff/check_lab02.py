@@ -10,6 +10,9 @@ Three parts, cheapest first:
    the latent *before step 3*). Your receiving stage must refuse with an error that names the
    step, instead of running its steps on a latent from another point of the noise schedule;
 3. your worker on 2 real gloo ranks, bit for bit against one device.
+
+Beside part 1's split, a split and requests drawn at each run (``_check_hidden``): hidden
+cases, which no list holds.
 """
 
 from __future__ import annotations
@@ -47,6 +50,23 @@ def _check_in_process(impl, sampling, requests, expected) -> None:
     stages = split_steps(NUM_STEPS, 3)
     results = run_ranks_in_order(impl.stage_worker, [(stages, sampling, requests)] * 3, [impl])
     _compare(results, expected, f"3 stages ({[len(s) for s in stages]} steps)")
+
+
+def _check_hidden(impl, sampling) -> None:
+    """A split and requests drawn at this run (hidden: no list of them to fit): 2 to 4 stages,
+    cut anywhere, each request with its own seed."""
+    from ppdit.sampler import Request
+    from ppdit.teaching.labkit import hidden_rng, run_ranks_in_order
+
+    rng, seed = hidden_rng()
+    n = rng.randint(2, 4)
+    cuts = sorted(rng.sample(range(1, NUM_STEPS), n - 1))
+    stages = [range(a, b) for a, b in zip((0, *cuts), (*cuts, NUM_STEPS), strict=True)]
+    requests = [Request(i, rng.randrange(10_000)) for i in range(rng.randint(1, 3))]
+    results = run_ranks_in_order(impl.stage_worker, [(stages, sampling, requests)] * n, [impl])
+    _compare(results, _reference(requests, sampling),
+             f"hidden case: {n} stages of {[len(s) for s in stages]} steps, requests "
+             f"{requests} (seed {seed})")
 
 
 def _check_wrong_step_is_refused(impl, sampling, requests) -> None:
@@ -105,6 +125,7 @@ def check(impl, pool=None) -> None:
     with one_thread():  # as the ranks run: threads_per_rank=1
         expected = _reference(requests, sampling)
         _check_in_process(impl, sampling, requests, expected)
+        _check_hidden(impl, sampling)
         _check_wrong_step_is_refused(impl, sampling, requests)
     _check_real_ranks(impl, sampling, requests, expected, pool)
 

@@ -5,22 +5,21 @@ It holds no formula: every expected value comes from ppdit's simulated clock
 rules of the real layer-split ranks.
 
 Since the expected values come from ppdit, the checker also makes sure that the learner's come
-from the learner (``check_own_work``, ``_derived``): the file may not use ppdit's code, and the
-makespan and the fewest micro-batches must be derived, not read off the learner's own clock.
+from the learner (``labkit.check_own_work``, ``_derived``): the file may not use ppdit's code,
+and the makespan and the fewest micro-batches must be derived, not read off the learner's own
+clock.
 """
 
 from __future__ import annotations
 
-import ast
-import inspect
+import contextlib
 import itertools
-import sys
-from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from unittest import mock
 
 import pytest
+
+from ppdit.teaching.labkit import TooManyLines, check_own_work, counting_lines, hidden_rng
 
 HERE = Path(__file__).parent
 EPS = 1e-9  # float sums of 1/V costs: equal up to rounding, not bit for bit
@@ -30,52 +29,15 @@ LATENCIES = (0.0, 0.25, 1.0)
 CLOSED_FORM_CASE, CLOSED_FORM_LINES = (3, 10_000, 2, 0.25), 1_000
 
 
-def _is_ppdit(name: str) -> bool:
-    """Whether a dotted name lies in ppdit, bar ``ppdit.teaching`` (the labs' own toolkit)."""
-    return (name == "ppdit" or name.startswith("ppdit.")) and not (
-        name == "ppdit.teaching" or name.startswith("ppdit.teaching."))
-
-
-def check_own_work(impl) -> None:
-    """The file may not use ppdit's code. Not only ``ppdit.parallel.layer_split.schedule`` and
-    ``ppdit.analysis.bubbles``: the simulator is reachable through several other modules (the
-    plots in ``ppdit.viz.schedules``, for one), and lab 03 needs nothing from ppdit at all.
-    Two looks: every import statement in the source, wherever it sits (inside a function too),
-    and every global of the loaded module (what an import under another spelling left there)."""
-    for node in ast.walk(ast.parse(inspect.getsource(impl))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for name in filter(_is_ppdit, names):
-            raise AssertionError(
-                f"line {node.lineno} of your lab file imports {name}: lab 03 asks for your own "
-                "clock and your own derivation, so it may not use ppdit's own code (its "
-                "simulator is what the checker compares you with)")
-    for name, value in vars(impl).items():
-        origin = value.__name__ if isinstance(value, ModuleType) else getattr(
-            value, "__module__", None)
-        if isinstance(origin, str) and _is_ppdit(origin):
-            raise AssertionError(
-                f"your lab file's global {name!r} comes from {origin}: lab 03 asks for your "
-                "own clock and your own derivation, so it may not use ppdit's own code")
-
-
 class _ScheduleCalled(BaseException):
     """Raised by the stand-in for the learner's ``schedule``: a BaseException, so that an
     ``except Exception`` in the learner's code cannot swallow it (a flag backs it up)."""
 
 
-class _TooManyLines(BaseException):
-    """Raised by the line counter once a call passes its budget."""
-
-
 def _derived(impl, name: str, *args, budget: int | None = None):
     """``impl.<name>(*args)`` with ``impl.schedule`` replaced by a function that refuses to run:
     a closed form has no use for the clock. A copy of the clock under another name escapes
-    that, so ``budget`` (if given) caps the Python lines the call may run (``_counting``)."""
+    that, so ``budget`` (if given) caps the Python lines the call may run."""
     called = []
 
     def refuse(*_, **__):
@@ -83,14 +45,13 @@ def _derived(impl, name: str, *args, budget: int | None = None):
         raise _ScheduleCalled
 
     call = f"{name}({', '.join(map(repr, args))})"
-    lines = [0]
     with mock.patch.object(impl, "schedule", refuse):
         try:
-            with _counting(lines, budget):
+            with counting_lines(budget) if budget else contextlib.nullcontext():
                 value = getattr(impl, name)(*args)
         except _ScheduleCalled:
             value = None
-        except _TooManyLines:
+        except TooManyLines:
             raise AssertionError(
                 f"{call} ran more than {budget} lines of Python: its cost grows with M, so it "
                 "simulates the clock instead of deriving it. The makespan must be a closed "
@@ -101,30 +62,6 @@ def _derived(impl, name: str, *args, budget: int | None = None):
                 "follow from your derivation, not from runs of your clock")
         raise AssertionError(f"{call} calls schedule(): {what}")
     return value
-
-
-@contextmanager
-def _counting(lines: list[int], budget: int | None):
-    """Count into ``lines[0]`` the Python lines (and calls) run in the block, in every frame it
-    opens, with ``sys.settrace``; raise ``_TooManyLines`` past ``budget``. The tracer in place
-    before (a coverage tool's, say) is restored after. No budget: nothing is traced."""
-    if budget is None:
-        yield
-        return
-
-    def tracer(frame, event, arg):
-        if event in ("call", "line"):
-            lines[0] += 1
-            if lines[0] > budget:
-                raise _TooManyLines
-        return tracer
-
-    before = sys.gettrace()
-    sys.settrace(tracer)
-    try:
-        yield
-    finally:
-        sys.settrace(before)
 
 
 def check_closed_form(impl) -> None:
@@ -182,10 +119,29 @@ def check_fewest(impl) -> None:
             f"{case}: M={k - 1} already keeps rank 0 busy: {k} is not the fewest")
 
 
+def check_hidden(impl) -> None:
+    """Cases drawn at this run, outside the grid above (hidden: no list of them to fit)."""
+    rng, seed = hidden_rng()
+    for _ in range(12):
+        p, m, v = rng.randint(1, 7), rng.randint(1, 12), rng.randint(1, 5)
+        lat = round(rng.uniform(0.0, 1.5), 3)
+        case = f"hidden case P={p}, M={m}, V={v}, latency={lat} (seed {seed})"
+        spans = simulated(p, m, v, lat)
+        mine = sorted(tuple(t) for t in impl.schedule(p, m, v, lat))
+        expected = sorted((s.rank, s.task.micro, s.task.chunk, s.start, s.end) for s in spans)
+        assert len(mine) == len(expected) and all(
+            a[:3] == b[:3] and a[3:] == pytest.approx(b[3:], abs=EPS)
+            for a, b in zip(mine, expected, strict=True)), f"{case}: your schedule differs"
+        end = max(s.end for s in spans)
+        assert _derived(impl, "makespan", p, m, v, lat) == pytest.approx(end, abs=EPS), (
+            f"{case}: your makespan differs from the simulated {end}")
+
+
 def check(impl) -> None:
     """Every part, against the simulated clock, and all of it the learner's own work."""
-    check_own_work(impl)
+    check_own_work(impl, "lab 03")
     check_clock(impl)
+    check_hidden(impl)
     check_closed_form(impl)
     check_fewest(impl)
 

@@ -14,11 +14,11 @@ TP_TOL = {"rtol": 1e-5, "atol": 1e-5}
 D, FF = 64, 128
 
 
-def _weights(seed: int = 0):
+def _weights(seed: int = 0, tokens: int = 10):
     g = torch.Generator().manual_seed(seed)
     w1, b1 = torch.randn(FF, D, generator=g) / D**0.5, torch.randn(FF, generator=g)
     w2, b2 = torch.randn(D, FF, generator=g) / FF**0.5, torch.randn(D, generator=g)
-    x = torch.randn(3, 10, D, generator=g)
+    x = torch.randn(3, tokens, D, generator=g)
     return x, w1, b1, w2, b2
 
 
@@ -27,14 +27,14 @@ def dense(x, w1, b1, w2, b2):
     return F.linear(F.gelu(F.linear(x, w1, b1), approximate="tanh"), w2, b2)
 
 
-def tp_worker(ctx, impl_path: str):
+def tp_worker(ctx, impl_path: str, seed: int = 0, tokens: int = 10):
     """On every rank: load the student's file, shard, run the TP block eagerly and compiled."""
     import torch.distributed as dist
 
     from ppdit.teaching.labkit import load_module
 
     impl = load_module(impl_path)
-    x, w1, b1, w2, b2 = _weights()
+    x, w1, b1, w2, b2 = _weights(seed, tokens)
     w1_r, b1_r, w2_r = impl.shard(w1, b1, w2, ctx.rank, ctx.world_size)
     assert w1_r.shape == (FF // ctx.world_size, D), f"w1 shard has shape {tuple(w1_r.shape)}"
     assert w2_r.shape == (D, FF // ctx.world_size), f"w2 shard has shape {tuple(w2_r.shape)}"
@@ -95,17 +95,22 @@ def check(impl, pool=None) -> None:
     every rank must hold the dense output, and the compiled graph one functional all-reduce.
     ``pool``: live ranks to reuse (the test suite's); a student's run starts fresh ones."""
     from ppdit.runtime import RankError, launch
+    from ppdit.teaching.labkit import hidden_rng
 
+    rng, draw = hidden_rng()  # weights and a token count drawn now: a hidden case
+    seed, tokens = rng.randrange(10_000), rng.randint(1, 24)
     try:
-        outs = launch(tp_worker, 2, args=(impl.__file__,), timeout_s=300, threads_per_rank=1,
-                      echo=False, device="cpu", pool=pool)  # gloo ranks on any machine
+        outs = launch(tp_worker, 2, args=(impl.__file__, seed, tokens), timeout_s=300,
+                      threads_per_rank=1, echo=False, device="cpu",  # gloo ranks anywhere
+                      pool=pool)
     except RankError as err:
         if "NotImplementedError" in str(err):
             raise NotImplementedError("lab 04 is not implemented yet") from err
         raise
-    ref = dense(*_weights())
+    ref = dense(*_weights(seed, tokens))
     for rank, (eager, compiled) in enumerate(outs):
-        torch.testing.assert_close(eager, ref, **TP_TOL, msg=lambda m, r=rank: f"rank {r}: {m}")
+        torch.testing.assert_close(eager, ref, **TP_TOL, msg=lambda m, r=rank: (
+            f"rank {r}, weights drawn with seed {draw} ({tokens} tokens): {m}"))
         torch.testing.assert_close(compiled, eager, rtol=0, atol=0)  # the same graph, run eagerly
 
 

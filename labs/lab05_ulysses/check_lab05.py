@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).parent
-WORLD, B, S, H, HD = 3, 2, 11, 6, 8
+WORLD, B, H, HD = 3, 2, 6, 8
 SPLIT = (4, 4, 3)  # uneven, earlier ranks first: no padding token ever enters attention
+# Beside SPLIT, each run draws a token count and value seeds (hidden cases: no list to fit).
 # SDPA over H/P heads against SDPA over all H: the same per-head arithmetic, but the CPU
 # kernel may block its loops differently for another head count, so allow a few ulps.
 ATTN_TOL = {"rtol": 1e-5, "atol": 1e-6}
@@ -144,26 +145,26 @@ class SentBytes(TorchDispatchMode):
         return {"sent": self.sent, "ops": dict(self.ops), "uncounted": sorted(self.uncounted)}
 
 
-def a2a_needs() -> dict[str, list[int]]:
+def a2a_needs(split: tuple[int, ...]) -> dict[str, list[int]]:
     """Bytes each rank must send other ranks in each function, by rank: ``seq_to_heads`` its
     slice (B, S_r, H, hd) less the heads it keeps; ``heads_to_seq`` its (B, S, H/P, hd) less
     its own tokens; ``ulysses_attention`` three of the first and one of the second."""
     row = B * (H // WORLD) * HD * torch.finfo(torch.float32).bits // 8  # a token of H/P heads
-    to_heads = [(WORLD - 1) * s_r * row for s_r in SPLIT]
-    to_seq = [(S - s_r) * row for s_r in SPLIT]
+    to_heads = [(WORLD - 1) * s_r * row for s_r in split]
+    to_seq = [(sum(split) - s_r) * row for s_r in split]
     return {"seq_to_heads": to_heads, "heads_to_seq": to_seq,
             "ulysses_attention": [3 * a + b for a, b in zip(to_heads, to_seq, strict=True)]}
 
 
-def _full(seed: int) -> torch.Tensor:
+def _full(seed: int, tokens: int) -> torch.Tensor:
     """A (B, S, H, hd) tensor every rank can rebuild: all tokens, all heads."""
-    return torch.randn(B, S, H, HD, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(B, tokens, H, HD, generator=torch.Generator().manual_seed(seed))
 
 
-def mine(t: torch.Tensor, rank: int) -> torch.Tensor:
+def mine(t: torch.Tensor, rank: int, split: tuple[int, ...]) -> torch.Tensor:
     """Rank ``rank``'s tokens, all heads."""
-    start = sum(SPLIT[:rank])
-    return t[:, start:start + SPLIT[rank]].contiguous()
+    start = sum(split[:rank])
+    return t[:, start:start + split[rank]].contiguous()
 
 
 def my_heads(t: torch.Tensor, rank: int) -> torch.Tensor:
@@ -172,24 +173,25 @@ def my_heads(t: torch.Tensor, rank: int) -> torch.Tensor:
     return t[:, :, rank * hp:(rank + 1) * hp].contiguous()
 
 
-def a2a_worker(ctx, impl_path: str) -> dict[str, torch.Tensor]:
+def a2a_worker(ctx, impl_path: str, split: tuple[int, ...], seeds: tuple[int, ...]
+               ) -> dict[str, torch.Tensor]:
     """On every rank: run the student's swaps and attention on this rank's slices."""
     import torch.distributed as dist
 
     from ppdit.teaching.labkit import load_module
 
     impl, r, group = load_module(impl_path), ctx.rank, dist.group.WORLD
-    q, k, v, y = (_full(seed) for seed in range(4))
+    q, k, v, y = (_full(seed, sum(split)) for seed in seeds)
     out, sent = {}, {}
     with SentBytes() as count:
-        out["to_heads"] = impl.seq_to_heads(mine(q, r), SPLIT, group, r)
+        out["to_heads"] = impl.seq_to_heads(mine(q, r, split), split, group, r)
     sent["seq_to_heads"] = count.report()
     with SentBytes() as count:
-        out["to_seq"] = impl.heads_to_seq(my_heads(y, r), SPLIT, group, r)
+        out["to_seq"] = impl.heads_to_seq(my_heads(y, r), split, group, r)
     sent["heads_to_seq"] = count.report()
     with SentBytes() as count:
-        out["attention"] = impl.ulysses_attention(mine(q, r), mine(k, r), mine(v, r), SPLIT,
-                                                  group, r)
+        out["attention"] = impl.ulysses_attention(mine(q, r, split), mine(k, r, split),
+                                                  mine(v, r, split), split, group, r)
     sent["ulysses_attention"] = count.report()
     return out | {"sent": sent}
 
@@ -214,19 +216,36 @@ def check_bytes(r: int, name: str, report: dict, need: int, swaps: int) -> None:
 
 def check(impl, pool=None) -> None:
     """3 real gloo ranks: swaps bit for bit, attention to ``ATTN_TOL`` against one device, and
-    every function sending what its all-to-alls need (``check_bytes``), no more, no less.
-    ``pool``: live ranks to reuse (the test suite's); a student's run starts fresh ones."""
+    every function sending what its all-to-alls need (``check_bytes``), no more, no less; on
+    ``SPLIT``, then on a token count and values drawn at this run. ``pool``: live ranks to
+    reuse (the test suite's); a student's run starts fresh ones."""
+    from ppdit.parallel.sequence.comms import even_split
+    from ppdit.teaching.labkit import hidden_rng
+
+    rng, seed = hidden_rng()
+    drawn = tuple(even_split(rng.randint(WORLD, 17), WORLD))
+    for split, seeds, case in ((SPLIT, tuple(range(4)), f"split {SPLIT}"),
+                               (drawn, tuple(rng.randrange(10_000) for _ in range(4)),
+                                f"hidden case: split {drawn} (seed {seed})")):
+        try:
+            _check_split(impl, split, seeds, pool)
+        except AssertionError as err:
+            err.add_note(f"(on {case})")
+            raise
+
+
+def _check_split(impl, split: tuple[int, ...], seeds: tuple[int, ...], pool) -> None:
     from ppdit.runtime import RankError, launch
 
     try:
-        outs = launch(a2a_worker, WORLD, args=(impl.__file__,), timeout_s=300,
+        outs = launch(a2a_worker, WORLD, args=(impl.__file__, split, seeds), timeout_s=300,
                       threads_per_rank=1, echo=False, device="cpu",  # gloo ranks anywhere
                       pool=pool)
     except RankError as err:
         if "NotImplementedError" in str(err):
             raise NotImplementedError("lab 05 is not implemented yet") from err
         raise
-    q, k, v, y = (_full(seed) for seed in range(4))
+    q, k, v, y = (_full(seed, sum(split)) for seed in seeds)
     attention = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)))
     attention = attention.transpose(1, 2)  # (B, S, H, hd) on one device
     for r, out in enumerate(outs):
@@ -236,13 +255,13 @@ def check(impl, pool=None) -> None:
         assert torch.equal(got, want), (f"rank {r}: seq_to_heads moved the right amount of data "
                                         "but not the right numbers: check which piece goes to "
                                         "which rank, and the order of tokens and heads in it")
-        got, want = out["to_seq"], mine(y, r)
+        got, want = out["to_seq"], mine(y, r, split)
         assert got.shape == want.shape, f"rank {r}: heads_to_seq gave {tuple(got.shape)}, " \
             f"expected (B, S_r, H, hd) = {tuple(want.shape)}"
         assert torch.equal(got, want), f"rank {r}: heads_to_seq does not invert the layout swap"
-        torch.testing.assert_close(out["attention"], mine(attention, r), **ATTN_TOL,
+        torch.testing.assert_close(out["attention"], mine(attention, r, split), **ATTN_TOL,
                                    msg=lambda m, r=r: f"rank {r}: ulysses_attention: {m}")
-    needs = a2a_needs()
+    needs = a2a_needs(split)
     for r, out in enumerate(outs):
         for name, swaps in (("seq_to_heads", 1), ("heads_to_seq", 1), ("ulysses_attention", 4)):
             check_bytes(r, name, out["sent"][name], needs[name][r], swaps)

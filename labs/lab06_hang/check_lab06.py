@@ -31,6 +31,7 @@ HERE = Path(__file__).parent
 LIMIT = 0  # the eager limit the ranks keep (bytes): none, as in the test suite
 FRAME_NBYTES = 80 * 64 * 4  # a frame's payload (the lab's SPEC): tells frames from acks
 CASES = ((6, 1), (6, 2), (5, 3), (3, 5))  # (n, max_in_flight); the last never waits for an ack
+# and one more case drawn at each run (``_cases``): a hidden case, in no list to fit
 PARTS = (("part 1", "relay_worker"), ("part 2", "relay_one_communicator"))
 NOT_DONE = "not implemented"
 OUTSIDE = "posted outside NCCL's rules"
@@ -165,14 +166,14 @@ def _every_message_received(ctx, mine: dict) -> None:
                 "would be read by the next run's first receive on that communicator.")
 
 
-def relay_cases(ctx, impl_path: str) -> dict:
+def relay_cases(ctx, impl_path: str, cases: tuple[tuple[int, int], ...]) -> dict:
     """On each rank: every part, every case; a part whose stub is untouched is marked."""
     from ppdit.teaching.labkit import load_module
 
     impl, out = load_module(impl_path), {}
     for part, function in PARTS:
         out[part] = []
-        for n, max_in_flight in CASES:
+        for n, max_in_flight in cases:
             try:
                 mine = _run_case(ctx, impl, function, n, max_in_flight)
                 _every_message_received(ctx, mine)
@@ -209,12 +210,20 @@ def _explain(text: str) -> str:
     return f"a rank failed{where}:\n{text}"
 
 
-def _run(impl) -> dict:
+def _cases() -> tuple[tuple[tuple[int, int], ...], int]:
+    """``CASES`` and one drawn now (n frames, a window), with the draw's seed."""
+    from ppdit.teaching.labkit import hidden_rng
+
+    rng, seed = hidden_rng()
+    return (*CASES, (rng.randint(2, 8), rng.randint(1, 4))), seed
+
+
+def _run(impl, cases) -> dict:
     from ppdit.runtime import RankError, launch
 
     try:
-        outs = launch(relay_cases, 2, args=(str(impl.__file__),), nccl_rules=LIMIT, device="cpu",
-                      threads_per_rank=1, echo=False, timeout_s=120)
+        outs = launch(relay_cases, 2, args=(str(impl.__file__), cases), nccl_rules=LIMIT,
+                      device="cpu", threads_per_rank=1, echo=False, timeout_s=120)
     except RankError as err:
         raise AssertionError(_explain(str(err))) from None
     return {part: (outs[0][part], outs[1][part]) for part, _ in PARTS}
@@ -260,9 +269,10 @@ def _check_one_communicator(where: str, ranks: tuple[dict, dict]) -> None:
         "add a group; here, make the order itself safe.")
 
 
-def _check_part(part: str, outs: tuple) -> None:
-    for (n, max_in_flight), rank0, rank1 in zip(CASES, *outs, strict=True):
-        where = f"{part}, n={n}, max_in_flight={max_in_flight}"
+def _check_part(part: str, outs: tuple, cases, seed: int) -> None:
+    for k, ((n, max_in_flight), rank0, rank1) in enumerate(zip(cases, *outs, strict=True)):
+        where = f"{part}, n={n}, max_in_flight={max_in_flight}" + (
+            f" (the hidden case, seed {seed})" if k >= len(CASES) else "")
         _check_frames(where, n, rank1)
         _check_ahead(where, n, rank1["ahead"])
         _check_window(where, n, max_in_flight, rank0["result"])
@@ -295,12 +305,13 @@ def check(impl) -> None:
     their eager limit are set when a rank starts)."""
     if _untouched(impl.relay_worker):
         raise NotImplementedError("lab 06: part 1 (relay_worker) is not implemented yet")
-    outs = _run(impl)
+    cases, seed = _cases()
+    outs = _run(impl, cases)
     for part, function in PARTS:
         if NOT_DONE in outs[part]:
             done = "" if part == "part 1" else "part 1 passes; "
             raise NotImplementedError(f"lab 06: {done}{part} ({function}) is not implemented yet")
-        _check_part(part, outs[part])
+        _check_part(part, outs[part], cases, seed)
 
 
 def test_lab06():

@@ -9,6 +9,12 @@ With hop_s <= stage_s the replay agrees span by span with ppdit's layer-split cl
 chunk per rank and one denoising step (``ppdit.parallel.layer_split.schedule.simulate``): the
 same pipeline seen from lesson 03. The checker keeps its own replay because that clock has no
 send window, which matters once a hop outlasts a stage (the handout's Going further).
+
+A replay that matches the checker's could pass every comparison without deriving anything, so
+the learner's answers must also be their own (``labkit.check_own_work``: no ppdit code, not this
+checker's ``simulate``) and closed forms (``check_closed_form``: a call at R = 100 000 within a
+budget of Python lines that a clock or a search overruns). Beside the cases listed below, each
+run draws hidden ones (``check_hidden``), so that fitting the visible cases is not enough.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import itertools
 from pathlib import Path
 
 import pytest
+
+from ppdit.teaching.labkit import TooManyLines, check_own_work, counting_lines, hidden_rng
 
 HERE = Path(__file__).parent
 REL = 1e-9  # float sums of stage and hop times: equal up to rounding
@@ -29,6 +37,10 @@ STAGE_TIMES = (1.0, 2.5, 0.3)
 # link, and as long as the stage itself (the longest this lab's rules allow)
 HOP_SHARES = (0.0, 0.004, 0.25, 1.0)
 FRACTIONS = (0.05, 0.3, 0.5, 0.6, 2 / 3, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99)
+# A closed form runs a handful of lines whatever R is; a clock at R = 100 000 places 600 000
+# tasks, and a search for the fewest requests at 0.9999 of the rate tries some 70 000 of them.
+CLOSED_FORM_LINES = 1_000
+HIDDEN = 40  # cases drawn at check time, beside the visible ones
 
 Spans = list[list[tuple[float, float]]]  # spans[stage][request] = (start, end)
 
@@ -184,15 +196,62 @@ def check_requests_for(impl) -> None:
             f"lie in (0, 1), and which value ({bad}) it got")
 
 
+def _closed(impl, name: str, *args):
+    """``impl.<name>(*args)``, refused if it runs more than ``CLOSED_FORM_LINES`` lines."""
+    try:
+        with counting_lines(CLOSED_FORM_LINES):
+            return getattr(impl, name)(*args)
+    except TooManyLines:
+        raise AssertionError(
+            f"{name}{args} ran more than {CLOSED_FORM_LINES} lines of Python: its cost grows "
+            "with the number of requests, so it replays a clock (or searches) instead of "
+            "deriving the answer. Each part asks for a closed form in R, P, stage_s and "
+            "hop_s") from None
+
+
+def check_closed_form(impl) -> None:
+    """Every part's cost must not grow with R (or with how close ``fraction`` is to 1)."""
+    big = (100_000, 6, 1.0, 0.25)
+    for name in ("makespan", "throughput", "in_flight"):
+        _closed(impl, name, *big)
+    _closed(impl, "steady_throughput", *big[1:])
+    _closed(impl, "requests_for", 0.9999, 8)
+
+
+def check_hidden(impl) -> None:
+    """Cases drawn now, none of them in this file: the seed is in every failure message
+    (``PPDIT_LAB_SEED`` replays a run)."""
+    rng, seed = hidden_rng()
+    for _ in range(HIDDEN):
+        r, p = rng.randint(1, 400), rng.randint(1, 12)
+        stage_s = round(rng.uniform(0.05, 5.0), 3)
+        case = (r, p, stage_s, round(rng.uniform(0.0, 1.0) * stage_s, 3))
+        name = f"hidden case R={r}, P={p}, stage_s={stage_s}, hop_s={case[3]:g} (seed {seed})"
+        sim = _sim_makespan(*case)
+        assert impl.makespan(*case) == pytest.approx(sim, rel=REL), (
+            f"{name}: your makespan is {impl.makespan(*case):.6g} s, the clock's {sim:.6g} s")
+        assert impl.in_flight(*case) == pytest.approx(_little(simulate(*case))["L"],
+                                                      rel=NS_REL), f"{name}: your in_flight"
+        fraction = round(rng.uniform(0.01, 0.995), 4)
+        k = impl.requests_for(fraction, p)
+        assert _reaches(k, p, fraction)[0] and (k == 1 or not _reaches(k - 1, p, fraction)[0]), (
+            f"fraction={fraction}, P={p} (seed {seed}): {k} is not the fewest requests that "
+            "reach it")
+
+
 def check(impl, pool=None) -> None:
-    """Raise (AssertionError / NotImplementedError) unless every part agrees with the clock.
-    ``pool`` is unused: this lab starts no ranks."""
+    """Raise (AssertionError / NotImplementedError) unless every part agrees with the clock,
+    on the visible cases and on hidden ones, and is the learner's own closed form. ``pool`` is
+    unused: this lab starts no ranks."""
+    check_own_work(impl, "lab 07", banned=("check_lab07",))
     check_fill(impl)
     check_steady(impl)
     check_hops(impl)
     check_throughput(impl)
     check_in_flight(impl)
     check_requests_for(impl)
+    check_closed_form(impl)
+    check_hidden(impl)
 
 
 def test_lab07():

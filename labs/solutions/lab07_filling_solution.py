@@ -43,16 +43,13 @@ def in_flight(num_requests: int, num_stages: int, stage_s: float, hop_s: float =
     """L = λ W, with W the mean of each request's own time inside.
 
     Request r enters when stage 0 starts it, at start(0, r), and leaves when the last stage
-    finishes it, at start(P − 1, r) + stage_s. Every request turns out to spend the same
-    P·stage_s + (P − 1)·hop_s inside: the fill is spent by idle stages, not by waiting requests.
-    The makespan is longer than that by the R − 1 stage-times between the first exit and the
-    last, which is why it is not the latency.
+    finishes it, at start(P − 1, r) + stage_s. Subtract: r·stage_s cancels, so every request
+    spends the same P·stage_s + (P − 1)·hop_s inside, and that is W: the fill is spent by
+    idle stages, not by waiting requests. The makespan is longer than that by the R − 1
+    stage-times between the first exit and the last, which is why it is not the latency.
     """
-    p, r_count = num_stages, num_requests
-    entries = [r * stage_s for r in range(r_count)]
-    exits = [(p - 1) * (stage_s + hop_s) + r * stage_s + stage_s for r in range(r_count)]
-    mean_latency = sum(b - a for a, b in zip(entries, exits, strict=True)) / r_count
-    return throughput(num_requests, num_stages, stage_s, hop_s) * mean_latency
+    latency = num_stages * stage_s + (num_stages - 1) * hop_s  # the same for every request
+    return throughput(num_requests, num_stages, stage_s, hop_s) * latency
 
 
 def requests_for(fraction: float, num_stages: int) -> int:

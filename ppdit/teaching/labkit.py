@@ -5,12 +5,15 @@ checker can try plans that real ranks would never be given (``run_ranks_in_order
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import inspect
 import os
+import random
 import sys
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -105,8 +108,79 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
     return results
 
 
+def hidden_rng() -> tuple[random.Random, int]:
+    """A checker's generator for its hidden cases: a fresh seed at every run, so that no list of
+    cases can be fitted (``$PPDIT_LAB_SEED`` replays a run); put the seed in every failure."""
+    seed = int(os.environ.get("PPDIT_LAB_SEED") or random.SystemRandom().randrange(2**31))
+    return random.Random(seed), seed
+
+
 def one_thread():
     """Run the block with one intra-op thread, then restore the count. A checker's reference
     runs are tiny: on a CPU shared with its own ranks (or other jobs) a second OpenMP thread
     only spins, and it made a 5-step tiny generation ~20x slower on a loaded 2-core machine."""
     return torch_threads(1)
+
+
+# -- a learner's own work: what a checker that draws its expectations from ppdit must refuse ---
+
+
+def _within(name: str, root: str) -> bool:
+    return name == root or name.startswith(root + ".")
+
+
+def _foreign(name: str, banned: Sequence[str]) -> bool:
+    """Whether a dotted name lies in ppdit (bar ``ppdit.teaching``, the labs' own toolkit) or
+    in one of the ``banned`` modules (a checker, whose reference a learner could import)."""
+    return ((_within(name, "ppdit") and not _within(name, "ppdit.teaching"))
+            or any(_within(name, root) for root in banned))
+
+
+def check_own_work(impl: ModuleType, lab: str, banned: Sequence[str] = ()) -> None:
+    """A learner's file may not use ppdit's code, nor ``banned`` modules: the checker compares
+    it with them. Two looks: every import statement in the source, wherever it sits (inside a
+    function too), and every global of the loaded module (an import under another spelling)."""
+    rule = (f"{lab} asks for your own clock and your own derivation, so it may not use ppdit's "
+            "own code or the checker's (what the checker compares you with)")
+    for node in ast.walk(ast.parse(inspect.getsource(impl))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in (n for n in names if _foreign(n, banned)):
+            raise AssertionError(f"line {node.lineno} of your lab file imports {name}: {rule}")
+    for name, value in vars(impl).items():
+        origin = value.__name__ if isinstance(value, ModuleType) else getattr(
+            value, "__module__", None)
+        if isinstance(origin, str) and _foreign(origin, banned):
+            raise AssertionError(f"your lab file's global {name!r} comes from {origin}: {rule}")
+
+
+class TooManyLines(BaseException):
+    """Raised by ``counting_lines`` past its budget: a BaseException, so that an ``except
+    Exception`` in the learner's code cannot swallow it."""
+
+
+@contextmanager
+def counting_lines(budget: int):
+    """Run the block counting the Python lines (and calls) it runs, in every frame it opens,
+    with ``sys.settrace``; raise ``TooManyLines`` past ``budget``. A closed form runs a handful
+    of lines whatever its size arguments; a clock or a search runs one or more per event. The
+    tracer in place before (a coverage tool's) is restored after."""
+    lines = [0]
+
+    def tracer(frame, event, arg):
+        if event in ("call", "line"):
+            lines[0] += 1
+            if lines[0] > budget:
+                raise TooManyLines
+        return tracer
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        sys.settrace(before)

@@ -132,8 +132,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # as policies of the one loop (FBC's decision reduced over token slices, both states in the
 # step-split frame; the toy's speed-against-quality ablation), and Ulysses for any head count
 # (uneven head chunks, their bytes in the formulas). Each layer's budget is what it holds.)
-BUDGETS = {0: 2_300, 1: 3_895, 2: 5_110, 3: 1_570, 4: 5_535, 5: 2_615}
-PACKAGE_BUDGET = 21_025
+# Issue 41: L4 5,535 -> 5,615. The labs' rules against a gamed answer (a learner's own work,
+# closed forms under a line budget, hidden cases drawn per run) serve four checkers now, so
+# they moved from check_lab03 into teaching.labkit (labs/ lost what labkit gained); and the
+# H200's first run needed its two runs of one day in order (gpu_runs).
+BUDGETS = {0: 2_300, 1: 3_895, 2: 5_110, 3: 1_570, 4: 5_615, 5: 2_615}
+PACKAGE_BUDGET = 21_105
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():
