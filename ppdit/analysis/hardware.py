@@ -226,9 +226,8 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     weights_gb = max(totals(ops).weights for ops in stages) * DTYPE_BYTES[dtype] / 1e9
     held = 1 if layout.step > 1 else p.experts  # Wan 2.2: a stage holds one expert
     weights_gb *= held
-    if layout.fsdp > 1:  # held: the root, 1/P of every held expert's blocks, and two blocks
-        # gathered (the one running, the next one prefetched, of the expert running); every
-        # block's other shards arrive once a forward
+    if layout.fsdp > 1:  # held: the root, 1/P of each held expert's blocks, two blocks gathered
+        # (running, prefetched); every block's other shards arrive once a forward
         block = totals(block_ops(p, shape, **kw)).weights * DTYPE_BYTES[dtype]
         gather = p.num_layers * block * (layout.fsdp - 1) / layout.fsdp
         weights_gb += (held * p.num_layers * block * (1 / layout.fsdp - 1) + 2 * block) / 1e9

@@ -159,8 +159,7 @@ def check_own_work(impl: ModuleType, lab: str, banned: Sequence[str] = ()) -> No
 
 
 class TooManyLines(BaseException):
-    """Raised by ``counting_lines`` past its budget: a BaseException, so that an ``except
-    Exception`` in the learner's code cannot swallow it."""
+    """``counting_lines`` past its budget (no ``except Exception`` of a learner catches it)."""
 
 
 @contextmanager

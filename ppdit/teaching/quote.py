@@ -13,7 +13,7 @@ import torch
 
 from ppdit.runtime.rounds import median_ratio, ratios
 
-UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
+UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6}
 
 
 def spread(values_s: Sequence[float], unit: str = "ms", digits: int = 1) -> str:
