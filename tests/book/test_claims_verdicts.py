@@ -85,3 +85,25 @@ def test_every_committed_record_carries_checks_and_its_computed_verdict(path):
     assert rec["verdict"] == claims.recorded_verdict(rec), (
         f"{path.name} says {rec['verdict']!r} but its checks give "
         f"{claims.recorded_verdict(rec)!r}")
+
+
+def _printed_by_recording_cells(claim: claims.Claim) -> str:
+    """What the committed notebook printed in the cells that record ``claim``."""
+    book = json.loads((ROOT / "notebooks" / f"{claim.notebook}.ipynb").read_text())
+    cells = [c for c in book["cells"] if c["cell_type"] == "code"
+             and f'"{claim.claim_id}"' in "".join(c["source"])]
+    assert cells, f"{claim.notebook} has no cell that records {claim.claim_id!r}"
+    return "".join("".join(o.get("text", "")) for c in cells for o in c.get("outputs", []))
+
+
+@pytest.mark.parametrize("claim", claims.CLAIMS, ids=lambda c: c.claim_id)
+def test_a_committed_verdict_is_the_one_its_notebook_printed(claim):
+    """The ledger file and the lesson's outputs come from the same run: a lesson re-executed
+    without its record re-committed (or the other way round) would tell a learner one direction
+    on the page and another in the ledger. The recording cell prints the verdict."""
+    rec = json.loads((COMMITTED / f"{claim.claim_id}.json").read_text())
+    printed = _printed_by_recording_cells(claim)
+    assert rec["verdict"] in printed, (
+        f"notebooks/claims/{claim.claim_id}.json says {rec['verdict']!r}, but the cell of "
+        f"{claim.notebook} that records it printed: {printed.strip()[-300:]!r}. Re-execute the "
+        "lesson and commit both, or print the verdict in the recording cell")

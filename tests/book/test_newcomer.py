@@ -59,3 +59,50 @@ def test_the_readme_and_the_book_quote_the_gpu_record():
         block = re.search(r"<!-- gpu-record:[^>]*-->\n(.*?)\n<!-- /gpu-record -->", text, re.S)
         assert block is not None and block.group(1) == said, (page, said)
         assert "the same code uses CUDA" not in text and "runs on GPUs with NCCL" not in text
+
+
+# A chapter's stated study time, in the words the lessons and labs use.
+_WORDS = {"an hour and a quarter": 75, "an hour and a half": 90, "an hour": 60}
+
+
+def _study_minutes(text: str) -> int:
+    said = re.search(r"\*\*Study time:\*\* about ([^,.]+)", text)
+    assert said, "no '**Study time:** about ...' line"
+    words = said.group(1).strip()
+    return _WORDS.get(words) or int(re.fullmatch(r"(\d+) minutes", words).group(1))
+
+
+def _chapter_text(doc: str) -> str:
+    path = ROOT / f"{doc}.ipynb" if doc.startswith("notebooks/") else ROOT / f"{doc}.md"
+    if path.suffix == ".ipynb":
+        return "".join(json.loads(path.read_text())["cells"][0]["source"])
+    return path.read_text()
+
+
+def test_the_core_path_adds_up_to_at_most_ten_hours():
+    """The intro's core path: each item's minutes are what its chapter states, and the total
+    line is their sum, at most 10 hours."""
+    intro = (ROOT / "book" / "intro.md").read_text()
+    block = intro.split("<!-- core-path:")[1].split("<!-- /core-path -->")[0]
+    items = re.findall(r"\{doc\}`([^`]+)` — (\d+) min", block)
+    assert len(items) >= 8
+    for doc, minutes in items:
+        assert _study_minutes(_chapter_text(doc)) == int(minutes), f"{doc}: {minutes} min"
+    total = sum(int(m) for _, m in items)
+    hours, minutes = re.search(r"In all: (\d+) h (\d+) min", block).groups()
+    assert int(hours) * 60 + int(minutes) == total <= 600
+
+
+def test_the_layout_page_shows_what_ppdit_plan_prints(capsys):
+    """book/choosing_a_layout.md pastes `ppdit plan`'s output: each block must be what the
+    command prints now (paste it again after the model changes)."""
+    import shlex
+
+    from ppdit.cli import main
+
+    page = (ROOT / "book" / "choosing_a_layout.md").read_text()
+    blocks = re.findall(r"<!-- plan: (.*?) -->\n```text\n(.*?)\n```\n<!-- /plan -->", page, re.S)
+    assert len(blocks) >= 2
+    for args, pasted in blocks:
+        assert main(["plan", *shlex.split(args)]) == 0
+        assert capsys.readouterr().out.rstrip("\n") == pasted, f"ppdit plan {args}"
