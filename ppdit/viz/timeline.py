@@ -12,8 +12,8 @@ from matplotlib.ticker import MaxNLocator
 from ppdit.analysis.trace_stats import busy_fractions
 from ppdit.runtime.observe.trace import Span, Trace
 
-KIND_COLORS = {"compute": "#4C72B0", "send": "#DD8452", "recv": "#55A868", "wait": "#C0C0C0",
-               "collective": "#C44E52", "decode": "#8172B3", "boot": "#937860"}
+KIND_COLORS = {"compute": "#4C72B0", "send": "#DD8452", "gather": "#DA8BC3", "recv": "#55A868",
+               "wait": "#C0C0C0", "collective": "#C44E52", "decode": "#8172B3", "boot": "#937860"}
 _SHADES = (1.0, 0.65)  # alternate compute blocks on a lane so neighbours stay distinguishable
 _INSIDE_COMPUTE = ("collective",)  # spans recorded inside a compute span
 _MIN_PX = 3.0  # the narrowest a short span (a 1 ms send in a 1 s run) is drawn, in pixels
@@ -60,7 +60,7 @@ def _draw_lane(ax, lane: int, spans: list[Span], label: bool, px_ms: float, dpi:
             alpha = 0.9
         else:
             alpha, width = 0.9, max(width, _MIN_PX * px_ms)
-        thin = kind == "send"  # sends overlap compute: drawn thin, on the lane's lower edge
+        thin = kind in ("send", "gather")  # they overlap compute: thin, on the lane's lower edge
         ax.barh(lane + 0.25 if thin else lane, width, left=start / 1e6,
                 height=0.3 if thin else 0.8, color=color, alpha=alpha, edgecolor="white",
                 linewidth=0.3, zorder=2 if kind == "compute" else 3)  # over what it overlaps

@@ -178,7 +178,7 @@ def test_fsdp_beside_ulysses_equals_one_device_holding_half_the_blocks(pools, si
     names = {(s.rank, s.kind, s.name) for s in res.traces[0].spans}
     for rank in (0, 1):
         assert {(rank, "compute", f"block {i}") for i in range(len(model.blocks))} <= names
-        assert (rank, "send", "all-gather block 1: in flight") in names
+        assert (rank, "gather", "all-gather block 1: in flight") in names
         assert (rank, "wait", "all-gather block 0: waited") in names
 
 

@@ -81,7 +81,7 @@ def trace_gathers(model, tracer: Tracer) -> list:
             now = now_ns()
             tracer.record("wait", f"{GATHER_PREFIX} block {i}: waited", marks["asked"], now)
             if "posted" in marks:  # posted by the previous block's pre-forward
-                tracer.record("send", f"{GATHER_PREFIX} block {i}: in flight",
+                tracer.record("gather", f"{GATHER_PREFIX} block {i}: in flight",
                               marks.pop("posted"), now)
             marks["start"] = now
             if i < last:  # the last block prefetches nothing
