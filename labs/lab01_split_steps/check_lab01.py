@@ -40,23 +40,24 @@ def check(impl, pool=None) -> None:
 
 
 def _check_hidden(split) -> None:
-    """Cases drawn at every run, in no list a learner could fit (the seed is in the message)."""
-    from ppdit.teaching.labkit import hidden_rng
+    """Cases drawn at every run, in no list a learner could fit."""
+    from ppdit.teaching.labkit import hidden_cases
 
-    rng, seed = hidden_rng()
-    for _ in range(30):
-        steps = rng.randint(1, 40)
-        stages = rng.randint(1, steps)
-        sizes = [len(r) for r in split(steps, stages)]
-        assert sum(sizes) == steps and max(sizes) - min(sizes) <= 1, (
-            f"hidden case {steps} steps over {stages} stages (seed {seed}): sizes {sizes}")
-        weights = [rng.randint(1, 5) for _ in range(rng.randint(2, 12))]
-        stages = rng.randint(1, min(len(weights), 5))
-        ranges = split(len(weights), stages, weights)
-        worst, best = max(sum(weights[i] for i in r) for r in ranges), _brute_force(weights, stages)
-        assert [i for r in ranges for i in r] == list(range(len(weights))) and worst == best, (
-            f"hidden case weights {weights} over {stages} stages (seed {seed}): your split "
-            f"{ranges} costs {worst} on its slowest stage, the best {best}")
+    with hidden_cases() as rng:
+        for _ in range(30):
+            steps = rng.randint(1, 40)
+            stages = rng.randint(1, steps)
+            sizes = [len(r) for r in split(steps, stages)]
+            assert sum(sizes) == steps and max(sizes) - min(sizes) <= 1, (
+                f"hidden case {steps} steps over {stages} stages: sizes {sizes}")
+            weights = [rng.randint(1, 5) for _ in range(rng.randint(2, 12))]
+            stages = rng.randint(1, min(len(weights), 5))
+            ranges = split(len(weights), stages, weights)
+            worst = max(sum(weights[i] for i in r) for r in ranges)
+            best = _brute_force(weights, stages)
+            assert [i for r in ranges for i in r] == list(range(len(weights))) and worst == best, (
+                f"hidden case weights {weights} over {stages} stages: your split {ranges} costs "
+                f"{worst} on its slowest stage, the best {best}")
 
 
 def _run_pipeline(split, pool=None) -> None:

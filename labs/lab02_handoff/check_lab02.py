@@ -56,17 +56,18 @@ def _check_hidden(impl, sampling) -> None:
     """A split and requests drawn at this run (hidden: no list of them to fit): 2 to 4 stages,
     cut anywhere, each request with its own seed."""
     from ppdit.sampler import Request
-    from ppdit.teaching.labkit import hidden_rng, run_ranks_in_order
+    from ppdit.teaching.labkit import hidden_cases, run_ranks_in_order
 
-    rng, seed = hidden_rng()
-    n = rng.randint(2, 4)
-    cuts = sorted(rng.sample(range(1, NUM_STEPS), n - 1))
-    stages = [range(a, b) for a, b in zip((0, *cuts), (*cuts, NUM_STEPS), strict=True)]
-    requests = [Request(i, rng.randrange(10_000)) for i in range(rng.randint(1, 3))]
-    results = run_ranks_in_order(impl.stage_worker, [(stages, sampling, requests)] * n, [impl])
-    _compare(results, _reference(requests, sampling),
-             f"hidden case: {n} stages of {[len(s) for s in stages]} steps, requests "
-             f"{requests} (seed {seed})")
+    with hidden_cases() as rng:
+        n = rng.randint(2, 4)
+        cuts = sorted(rng.sample(range(1, NUM_STEPS), n - 1))
+        stages = [range(a, b) for a, b in zip((0, *cuts), (*cuts, NUM_STEPS), strict=True)]
+        requests = [Request(i, rng.randrange(10_000)) for i in range(rng.randint(1, 3))]
+        results = run_ranks_in_order(impl.stage_worker, [(stages, sampling, requests)] * n,
+                                     [impl])
+        _compare(results, _reference(requests, sampling),
+                 f"hidden case: {n} stages of {[len(s) for s in stages]} steps, requests "
+                 f"{requests}")
 
 
 def _check_wrong_step_is_refused(impl, sampling, requests) -> None:

@@ -95,23 +95,23 @@ def check(impl, pool=None) -> None:
     every rank must hold the dense output, and the compiled graph one functional all-reduce.
     ``pool``: live ranks to reuse (the test suite's); a student's run starts fresh ones."""
     from ppdit.runtime import RankError, launch
-    from ppdit.teaching.labkit import hidden_rng
+    from ppdit.teaching.labkit import hidden_cases
 
-    rng, draw = hidden_rng()  # weights and a token count drawn now: a hidden case
-    seed, tokens = rng.randrange(10_000), rng.randint(1, 24)
-    try:
-        outs = launch(tp_worker, 2, args=(impl.__file__, seed, tokens), timeout_s=300,
-                      threads_per_rank=1, echo=False, device="cpu",  # gloo ranks anywhere
-                      pool=pool)
-    except RankError as err:
-        if "NotImplementedError" in str(err):
-            raise NotImplementedError("lab 04 is not implemented yet") from err
-        raise
-    ref = dense(*_weights(seed, tokens))
-    for rank, (eager, compiled) in enumerate(outs):
-        torch.testing.assert_close(eager, ref, **TP_TOL, msg=lambda m, r=rank: (
-            f"rank {r}, weights drawn with seed {draw} ({tokens} tokens): {m}"))
-        torch.testing.assert_close(compiled, eager, rtol=0, atol=0)  # the same graph, run eagerly
+    with hidden_cases() as rng:  # weights and a token count drawn now: a hidden case
+        seed, tokens = rng.randrange(10_000), rng.randint(1, 24)
+        try:
+            outs = launch(tp_worker, 2, args=(impl.__file__, seed, tokens), timeout_s=300,
+                          threads_per_rank=1, echo=False, device="cpu",  # gloo ranks anywhere
+                          pool=pool)
+        except RankError as err:
+            if "NotImplementedError" in str(err):
+                raise NotImplementedError("lab 04 is not implemented yet") from err
+            raise
+        ref = dense(*_weights(seed, tokens))
+        for rank, (eager, compiled) in enumerate(outs):
+            torch.testing.assert_close(eager, ref, **TP_TOL, msg=lambda m, r=rank: (
+                f"rank {r} ({tokens} tokens): {m}"))
+            torch.testing.assert_close(compiled, eager, rtol=0, atol=0)  # the same graph
 
 
 def test_lab04():

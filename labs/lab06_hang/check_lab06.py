@@ -210,14 +210,6 @@ def _explain(text: str) -> str:
     return f"a rank failed{where}:\n{text}"
 
 
-def _cases() -> tuple[tuple[tuple[int, int], ...], int]:
-    """``CASES`` and one drawn now (n frames, a window), with the draw's seed."""
-    from ppdit.teaching.labkit import hidden_rng
-
-    rng, seed = hidden_rng()
-    return (*CASES, (rng.randint(2, 8), rng.randint(1, 4))), seed
-
-
 def _run(impl, cases) -> dict:
     from ppdit.runtime import RankError, launch
 
@@ -269,10 +261,10 @@ def _check_one_communicator(where: str, ranks: tuple[dict, dict]) -> None:
         "add a group; here, make the order itself safe.")
 
 
-def _check_part(part: str, outs: tuple, cases, seed: int) -> None:
+def _check_part(part: str, outs: tuple, cases) -> None:
     for k, ((n, max_in_flight), rank0, rank1) in enumerate(zip(cases, *outs, strict=True)):
         where = f"{part}, n={n}, max_in_flight={max_in_flight}" + (
-            f" (the hidden case, seed {seed})" if k >= len(CASES) else "")
+            " (the hidden case)" if k >= len(CASES) else "")
         _check_frames(where, n, rank1)
         _check_ahead(where, n, rank1["ahead"])
         _check_window(where, n, max_in_flight, rank0["result"])
@@ -305,13 +297,17 @@ def check(impl) -> None:
     their eager limit are set when a rank starts)."""
     if _untouched(impl.relay_worker):
         raise NotImplementedError("lab 06: part 1 (relay_worker) is not implemented yet")
-    cases, seed = _cases()
-    outs = _run(impl, cases)
-    for part, function in PARTS:
-        if NOT_DONE in outs[part]:
-            done = "" if part == "part 1" else "part 1 passes; "
-            raise NotImplementedError(f"lab 06: {done}{part} ({function}) is not implemented yet")
-        _check_part(part, outs[part], cases, seed)
+    from ppdit.teaching.labkit import hidden_cases
+
+    with hidden_cases() as rng:  # CASES, and one drawn now (n frames, a window)
+        cases = (*CASES, (rng.randint(2, 8), rng.randint(1, 4)))
+        outs = _run(impl, cases)
+        for part, function in PARTS:
+            if NOT_DONE in outs[part]:
+                done = "" if part == "part 1" else "part 1 passes; "
+                raise NotImplementedError(f"lab 06: {done}{part} ({function}) is not "
+                                          "implemented yet")
+            _check_part(part, outs[part], cases)
 
 
 def test_lab06():

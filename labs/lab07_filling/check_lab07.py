@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from ppdit.teaching.labkit import TooManyLines, check_own_work, counting_lines, hidden_rng
+from ppdit.teaching.labkit import check_own_work, counting_lines, hidden_cases
 
 HERE = Path(__file__).parent
 REL = 1e-9  # float sums of stage and hop times: equal up to rounding
@@ -134,9 +134,9 @@ def check_steady(impl) -> None:
             "wait for its own send before it starts the next request? Read _Stage.give")
 
 
-def check_hops(impl) -> None:
-    """Part 1 with hops."""
-    for case, name in _cases(hops=True):
+def check_hops(impl, cases=None) -> None:
+    """Part 1 with hops (``cases``: (case, name) pairs, by default the listed ones)."""
+    for case, name in cases or _cases(hops=True):
         mine, sim = impl.makespan(*case), _sim_makespan(*case)
         assert mine == pytest.approx(sim, rel=REL), (
             f"{name}: with hops your makespan is {mine:.6g} s, the simulated clock's "
@@ -152,9 +152,9 @@ def check_throughput(impl) -> None:
             "(its requests over its makespan)")
 
 
-def check_in_flight(impl) -> None:
+def check_in_flight(impl, cases=None) -> None:
     """Part 3: L from your numbers against L from the simulated trace."""
-    for case, name in itertools.chain(_cases(hops=False), _cases(hops=True)):
+    for case, name in cases or itertools.chain(_cases(hops=False), _cases(hops=True)):
         mine, law = impl.in_flight(*case), _little(simulate(*case))
         assert mine == pytest.approx(law["L"], rel=NS_REL), (
             f"{name}: your in_flight is {mine:.6g}, but Little's law on the simulated trace "
@@ -170,9 +170,10 @@ def _reaches(num_requests: int, num_stages: int, fraction: float) -> tuple[bool,
     return ratio >= fraction * (1 - REL), ratio
 
 
-def check_requests_for(impl) -> None:
-    """Part 4: at your R the pipeline reaches the fraction; at one request fewer it does not."""
-    for fraction, p in itertools.product(FRACTIONS, (1, 2, 3, 4, 5, 8)):
+def check_requests_for(impl, cases=None) -> None:
+    """Part 4: at your R the pipeline reaches the fraction; at one request fewer it does not
+    (``cases``: (fraction, P) pairs, by default the listed ones)."""
+    for fraction, p in cases or itertools.product(FRACTIONS, (1, 2, 3, 4, 5, 8)):
         name = f"fraction={fraction:g}, P={p}"
         k = impl.requests_for(fraction, p)
         assert isinstance(k, int) and k >= 1, f"{name}: {k!r} is not a number of requests"
@@ -198,15 +199,12 @@ def check_requests_for(impl) -> None:
 
 def _closed(impl, name: str, *args):
     """``impl.<name>(*args)``, refused if it runs more than ``CLOSED_FORM_LINES`` lines."""
-    try:
-        with counting_lines(CLOSED_FORM_LINES):
-            return getattr(impl, name)(*args)
-    except TooManyLines:
-        raise AssertionError(
+    with counting_lines(CLOSED_FORM_LINES, (
             f"{name}{args} ran more than {CLOSED_FORM_LINES} lines of Python: its cost grows "
             "with the number of requests, so it replays a clock (or searches) instead of "
             "deriving the answer. Each part asks for a closed form in R, P, stage_s and "
-            "hop_s") from None
+            "hop_s")):
+        return getattr(impl, name)(*args)
 
 
 def check_closed_form(impl) -> None:
@@ -219,24 +217,17 @@ def check_closed_form(impl) -> None:
 
 
 def check_hidden(impl) -> None:
-    """Cases drawn now, none of them in this file: the seed is in every failure message
-    (``PPDIT_LAB_SEED`` replays a run)."""
-    rng, seed = hidden_rng()
-    for _ in range(HIDDEN):
-        r, p = rng.randint(1, 400), rng.randint(1, 12)
-        stage_s = round(rng.uniform(0.05, 5.0), 3)
-        case = (r, p, stage_s, round(rng.uniform(0.0, 1.0) * stage_s, 3))
-        name = f"hidden case R={r}, P={p}, stage_s={stage_s}, hop_s={case[3]:g} (seed {seed})"
-        sim = _sim_makespan(*case)
-        assert impl.makespan(*case) == pytest.approx(sim, rel=REL), (
-            f"{name}: your makespan is {impl.makespan(*case):.6g} s, the clock's {sim:.6g} s")
-        assert impl.in_flight(*case) == pytest.approx(_little(simulate(*case))["L"],
-                                                      rel=NS_REL), f"{name}: your in_flight"
-        fraction = round(rng.uniform(0.01, 0.995), 4)
-        k = impl.requests_for(fraction, p)
-        assert _reaches(k, p, fraction)[0] and (k == 1 or not _reaches(k - 1, p, fraction)[0]), (
-            f"fraction={fraction}, P={p} (seed {seed}): {k} is not the fewest requests that "
-            "reach it")
+    """Parts 1, 3 and 4 on cases drawn now, none of them in this file."""
+    with hidden_cases() as rng:
+        cases, fractions = [], []
+        for _ in range(HIDDEN):
+            r, p, stage_s = rng.randint(1, 400), rng.randint(1, 12), rng.uniform(0.05, 5.0)
+            case = (r, p, round(stage_s, 3), round(rng.uniform(0.0, 1.0) * stage_s, 3))
+            cases.append((case, "hidden case R={}, P={}, stage_s={}, hop_s={}".format(*case)))
+            fractions.append((round(rng.uniform(0.01, 0.995), 4), p))
+        check_hops(impl, cases)
+        check_in_flight(impl, cases)
+        check_requests_for(impl, fractions)
 
 
 def check(impl, pool=None) -> None:

@@ -89,17 +89,10 @@ def check(impl, pool=None) -> None:
     """Run the student's ``graph_step`` eagerly on every step of the tiny model, under an
     operator recorder, then as one recording replayed; raise on the first broken rule.
     ``pool`` is unused: this lab starts no ranks."""
-    from ppdit.teaching.labkit import hidden_rng, one_thread
+    from ppdit.teaching.labkit import hidden_cases, one_thread
 
-    rng, seed = hidden_rng()
-    seeds = (rng.randrange(10_000), rng.randrange(10_000))
-    with one_thread(), torch.no_grad():
-        try:
-            _check(impl, seeds)
-        except AssertionError as err:
-            err.add_note(f"(request seeds {seeds}, drawn with seed {seed}: PPDIT_LAB_SEED={seed} "
-                         "replays them)")
-            raise
+    with hidden_cases() as rng, one_thread(), torch.no_grad():  # the requests' seeds drawn now
+        _check(impl, (rng.randrange(10_000), rng.randrange(10_000)))
 
 
 def _check(impl, seeds: tuple[int, int]) -> None:

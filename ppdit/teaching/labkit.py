@@ -108,11 +108,16 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
     return results
 
 
-def hidden_rng() -> tuple[random.Random, int]:
-    """A checker's generator for its hidden cases: a fresh seed at every run, so that no list of
-    cases can be fitted (``$PPDIT_LAB_SEED`` replays a run); put the seed in every failure."""
+@contextmanager
+def hidden_cases():
+    """A checker's hidden cases: a generator seeded anew at every run, so that no list of cases
+    can be fitted. A failure inside the block names the seed (``$PPDIT_LAB_SEED`` replays it)."""
     seed = int(os.environ.get("PPDIT_LAB_SEED") or random.SystemRandom().randrange(2**31))
-    return random.Random(seed), seed
+    try:
+        yield random.Random(seed)
+    except Exception as err:
+        err.add_note(f"(hidden cases drawn with seed {seed}: PPDIT_LAB_SEED={seed} replays them)")
+        raise
 
 
 def one_thread():
@@ -125,23 +130,19 @@ def one_thread():
 # -- a learner's own work: what a checker that draws its expectations from ppdit must refuse ---
 
 
-def _within(name: str, root: str) -> bool:
-    return name == root or name.startswith(root + ".")
-
-
 def _foreign(name: str, banned: Sequence[str]) -> bool:
     """Whether a dotted name lies in ppdit (bar ``ppdit.teaching``, the labs' own toolkit) or
     in one of the ``banned`` modules (a checker, whose reference a learner could import)."""
-    return ((_within(name, "ppdit") and not _within(name, "ppdit.teaching"))
-            or any(_within(name, root) for root in banned))
+    dotted = name + "."
+    return (any(dotted.startswith(root + ".") for root in ("ppdit", *banned))
+            and not dotted.startswith("ppdit.teaching."))
 
 
 def check_own_work(impl: ModuleType, lab: str, banned: Sequence[str] = ()) -> None:
     """A learner's file may not use ppdit's code, nor ``banned`` modules: the checker compares
     it with them. Two looks: every import statement in the source, wherever it sits (inside a
     function too), and every global of the loaded module (an import under another spelling)."""
-    rule = (f"{lab} asks for your own clock and your own derivation, so it may not use ppdit's "
-            "own code or the checker's (what the checker compares you with)")
+    rule = f"{lab} asks for your own work: it may not use ppdit's own code or the checker's"
     for node in ast.walk(ast.parse(inspect.getsource(impl))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -158,28 +159,27 @@ def check_own_work(impl: ModuleType, lab: str, banned: Sequence[str] = ()) -> No
             raise AssertionError(f"your lab file's global {name!r} comes from {origin}: {rule}")
 
 
-class TooManyLines(BaseException):
-    """``counting_lines`` past its budget (no ``except Exception`` of a learner catches it)."""
+class _TooManyLines(BaseException):
+    """Past the budget: no ``except Exception`` in a learner's code can catch it."""
 
 
 @contextmanager
-def counting_lines(budget: int):
-    """Run the block counting the Python lines (and calls) it runs, in every frame it opens,
-    with ``sys.settrace``; raise ``TooManyLines`` past ``budget``. A closed form runs a handful
-    of lines whatever its size arguments; a clock or a search runs one or more per event. The
-    tracer in place before (a coverage tool's) is restored after."""
+def counting_lines(budget: int, refusal: str):
+    """Count the Python lines (and calls) the block runs, in every frame, with ``sys.settrace``;
+    past ``budget`` stop it with ``AssertionError(refusal)``: a closed form runs a handful
+    whatever its sizes, a clock or a search one or more per event. The tracer before is kept."""
     lines = [0]
-
     def tracer(frame, event, arg):
-        if event in ("call", "line"):
-            lines[0] += 1
-            if lines[0] > budget:
-                raise TooManyLines
+        lines[0] += event in ("call", "line")
+        if lines[0] > budget:
+            raise _TooManyLines
         return tracer
 
     before = sys.gettrace()
     sys.settrace(tracer)
     try:
         yield
+    except _TooManyLines:
+        raise AssertionError(refusal) from None
     finally:
         sys.settrace(before)

@@ -97,3 +97,16 @@ def test_every_lab_is_in_the_book_and_the_index():
     for lab, _ in CASES:
         assert f"labs/{lab}/README" in toc, f"{lab} is missing from book/_toc.yml"
         assert f"({lab}/README.md)" in index, f"{lab} is missing from labs/README.md"
+
+
+def test_hidden_cases_name_their_seed_and_replay(monkeypatch):
+    """A failure on a drawn case says which seed drew it, and that seed draws the same again."""
+    from ppdit.teaching.labkit import hidden_cases
+
+    monkeypatch.setenv("PPDIT_LAB_SEED", "1234")
+    with pytest.raises(AssertionError) as caught, hidden_cases() as rng:
+        first = rng.random()
+        raise AssertionError("a wrong answer")
+    assert any("PPDIT_LAB_SEED=1234" in note for note in caught.value.__notes__)
+    with hidden_cases() as rng:
+        assert rng.random() == first
