@@ -101,17 +101,10 @@ def _check_wrong_step_is_refused(impl, sampling, requests) -> None:
 
 def _check_real_ranks(impl, sampling, requests, expected, pool=None) -> None:
     from ppdit.parallel.step_split.plan import split_steps
-    from ppdit.runtime import RankError, launch
+    from ppdit.teaching.labkit import run_on_ranks
 
     stages = split_steps(NUM_STEPS, 2)
-    try:
-        results = launch(impl.stage_worker, 2, args=(stages, sampling, requests),
-                         timeout_s=300, threads_per_rank=1, echo=False,
-                         device="cpu", pool=pool)  # the same gloo ranks on any machine
-    except RankError as err:
-        if "NotImplementedError" in str(err):
-            raise NotImplementedError("lab 02 is not implemented yet") from err
-        raise
+    results = run_on_ranks(impl.stage_worker, 2, "lab 02", (stages, sampling, requests), pool)
     _compare(results, expected, "2 real ranks")
 
 

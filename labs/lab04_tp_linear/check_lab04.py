@@ -94,19 +94,11 @@ def check(impl, pool=None) -> None:
     """Run the student's TP block on 2 ranks, eagerly and through ``torch.compile(fullgraph=True)``;
     every rank must hold the dense output, and the compiled graph one functional all-reduce.
     ``pool``: live ranks to reuse (the test suite's); a student's run starts fresh ones."""
-    from ppdit.runtime import RankError, launch
-    from ppdit.teaching.labkit import hidden_cases
+    from ppdit.teaching.labkit import hidden_cases, run_on_ranks
 
     with hidden_cases() as rng:  # weights and a token count drawn now: a hidden case
         seed, tokens = rng.randrange(10_000), rng.randint(1, 24)
-        try:
-            outs = launch(tp_worker, 2, args=(impl.__file__, seed, tokens), timeout_s=300,
-                          threads_per_rank=1, echo=False, device="cpu",  # gloo ranks anywhere
-                          pool=pool)
-        except RankError as err:
-            if "NotImplementedError" in str(err):
-                raise NotImplementedError("lab 04 is not implemented yet") from err
-            raise
+        outs = run_on_ranks(tp_worker, 2, "lab 04", (impl.__file__, seed, tokens), pool)
         ref = dense(*_weights(seed, tokens))
         for rank, (eager, compiled) in enumerate(outs):
             torch.testing.assert_close(eager, ref, **TP_TOL, msg=lambda m, r=rank: (

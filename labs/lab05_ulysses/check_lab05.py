@@ -233,16 +233,9 @@ def check(impl, pool=None) -> None:
 
 
 def _check_split(impl, split: tuple[int, ...], seeds: tuple[int, ...], pool) -> None:
-    from ppdit.runtime import RankError, launch
+    from ppdit.teaching.labkit import run_on_ranks
 
-    try:
-        outs = launch(a2a_worker, WORLD, args=(impl.__file__, split, seeds), timeout_s=300,
-                      threads_per_rank=1, echo=False, device="cpu",  # gloo ranks anywhere
-                      pool=pool)
-    except RankError as err:
-        if "NotImplementedError" in str(err):
-            raise NotImplementedError("lab 05 is not implemented yet") from err
-        raise
+    outs = run_on_ranks(a2a_worker, WORLD, "lab 05", (impl.__file__, split, seeds), pool)
     q, k, v, y = (_full(seed, sum(split)) for seed in seeds)
     attention = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)))
     attention = attention.transpose(1, 2)  # (B, S, H, hd) on one device

@@ -120,6 +120,21 @@ def hidden_cases():
         raise
 
 
+def run_on_ranks(worker: Callable[..., Any], world_size: int, lab: str, args: tuple,
+                 pool=None) -> list[Any]:
+    """A checker's worker on gloo CPU ranks, one thread each, as on any machine; a stub's
+    ``NotImplementedError`` on a rank comes back as one (the suite tells stubs by it)."""
+    from ppdit.runtime import RankError, launch
+
+    try:
+        return launch(worker, world_size, args=args, timeout_s=300, threads_per_rank=1,
+                      echo=False, device="cpu", pool=pool)
+    except RankError as err:
+        if "NotImplementedError" in str(err):
+            raise NotImplementedError(f"{lab} is not implemented yet") from err
+        raise
+
+
 def one_thread():
     """Run the block with one intra-op thread, then restore the count. A checker's reference
     runs are tiny: on a CPU shared with its own ranks (or other jobs) a second OpenMP thread
