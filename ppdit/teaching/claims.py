@@ -8,6 +8,9 @@ or on live ranks; the **verdict** is computed from the checks, never set by hand
 
 * "reproduced live": every check holds, and at least one ran on live ranks;
 * "reproduced in simulation": the simulated checks hold, the live ones (if any) do not;
+* "inconclusive live here": the simulated checks hold, and a live check's 90% interval of its
+  per-round values (``interval``, the rule of ``teaching.verdict``) straddles its bound, the
+  rest holding: this machine's noise cannot decide it, in either direction;
 * "not reproduced": a check that decides it fails;
 * "not reproducible here, because ...": the cell says why (``reproducible_here=False``);
 * "unchecked": recorded without checks (the tests refuse that in a committed record).
@@ -104,6 +107,9 @@ class Check:
     rel_tol: float = 0.0
     at_least: bool = False
     at_most: bool = False
+    # the 90% interval of a median over rounds (teaching.verdict): when given, the check holds
+    # only if all of it agrees, and is undecided when it straddles the bound
+    interval: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.where not in WHERE:
@@ -111,21 +117,37 @@ class Check:
         if self.at_least and self.at_most:
             raise ValueError("a check is at_least, at_most, or two-sided, not both")
 
-    def holds(self) -> bool:
-        """Whether the measurement agrees with the prediction within the tolerance."""
+    def _agrees(self, x: float) -> bool:
         slack = self.abs_tol + self.rel_tol * abs(self.expected)
         if self.at_least:
-            return self.measured >= self.expected - slack
+            return x >= self.expected - slack
         if self.at_most:
-            return self.measured <= self.expected + slack
-        return abs(self.measured - self.expected) <= slack
+            return x <= self.expected + slack
+        return abs(x - self.expected) <= slack
+
+    def holds(self) -> bool:
+        """Whether the measurement (all of its interval, if it has one) agrees with the
+        prediction within the tolerance."""
+        return all(map(self._agrees, self.interval or (self.measured,)))
+
+    def undecided(self) -> bool:
+        """An interval that neither wholly agrees nor wholly disagrees: more rounds, not this
+        run, would decide the check."""
+        if self.interval is None or self.holds():
+            return False
+        spans = not (self.at_least or self.at_most) and (
+            min(self.interval) < self.expected < max(self.interval))
+        return spans or any(map(self._agrees, self.interval))
 
     def describe(self) -> str:
         """"live bubble: 0.24 vs 0.11 (tolerance 0.05): outside"."""
         sign = ">= " if self.at_least else "<= " if self.at_most else ""
         tol = self.abs_tol + self.rel_tol * abs(self.expected)
-        return (f"{self.name}: {self.measured:.4g} vs {sign}{self.expected:.4g} (tolerance "
-                f"{tol:.2g}, {self.where}): {'holds' if self.holds() else 'outside'}")
+        within = "" if self.interval is None else (
+            f" (90% interval {self.interval[0]:.4g}-{self.interval[1]:.4g})")
+        word = "holds" if self.holds() else "undecided" if self.undecided() else "outside"
+        return (f"{self.name}: {self.measured:.4g}{within} vs {sign}{self.expected:.4g} "
+                f"(tolerance {tol:.2g}, {self.where}): {word}")
 
 
 def verdict(checks: list[Check], reproducible_here: bool = True, why_not: str = "") -> str:
@@ -138,6 +160,9 @@ def verdict(checks: list[Check], reproducible_here: bool = True, why_not: str = 
     live = [c.holds() for c in checks if c.where == "live"]
     if live and all(live) and all(sim):
         return "reproduced live"
+    if all(sim) and any(c.undecided() for c in checks) and all(
+            c.holds() or c.undecided() for c in checks if c.where == "live"):
+        return "inconclusive live here"
     if sim and all(sim):
         return "reproduced in simulation"
     return "not reproduced"

@@ -82,3 +82,25 @@ def test_quotes_carry_median_and_spread():
     assert ratio_spread([2.0, 3.0], [1.0, 1.0]) == "2.50x (2.00-3.00, 2 rounds)"
     with pytest.raises(ValueError, match="equal count"):
         ratio_spread([1.0], [1.0, 2.0])
+
+
+def test_a_direction_judged_on_its_interval_can_be_inconclusive(tmp_path, monkeypatch):
+    """A live direction decided by one run's median flipped between executions; with the
+    median's interval it holds, fails or is undecided, and the ledger says which."""
+    monkeypatch.setenv("PPDIT_CLAIMS_DIR", str(tmp_path))
+
+    def faster(lo, hi):
+        return claims.Check("compiled / eager", (lo + hi) / 2, 1.0, "live", at_least=True,
+                            interval=(lo, hi))
+    assert faster(1.1, 1.4).holds() and not faster(1.1, 1.4).undecided()
+    assert not faster(0.9, 1.4).holds() and faster(0.9, 1.4).undecided()
+    assert not faster(0.7, 0.9).holds() and not faster(0.7, 0.9).undecided()
+    assert claims.record("funcol-compile", "x", checks=[faster(1.1, 1.4)]) == "reproduced live"
+    assert claims.record("funcol-compile", "x", checks=[faster(0.9, 1.4)]) == (
+        "inconclusive live here")
+    assert claims.record("funcol-compile", "x", checks=[faster(0.7, 0.9)]) == "not reproduced"
+    assert "undecided" in faster(0.9, 1.4).describe()
+    two_sided = claims.Check("bubble", 0.11, 0.11, "live", abs_tol=0.01, interval=(0.05, 0.2))
+    assert two_sided.undecided()
+    assert claims.recorded_verdict(json.loads((tmp_path / "funcol-compile.json").read_text())) \
+        == "not reproduced"
