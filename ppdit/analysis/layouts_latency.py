@@ -1,4 +1,4 @@
-"""One request alone: which layouts make it faster, on the roofline (lessons 07 and 12).
+"""One request alone: which layouts make it faster, on the roofline (lessons 06 and 10).
 
 Two layouts besides TP cut the latency of a single request; ``hardware.predict`` bounds them
 like the rest, and the two functions here name them as the lessons do:
@@ -7,7 +7,7 @@ like the rest, and the two functions here name them as the lessons do:
   conditional and the unconditional one. Two ranks (or two TP groups) each run one and exchange
   their predictions: one all-gather of the model output (the latent's size) per step. Each rank
   holds the whole model (or its TP shard).
-* **Ulysses SP** (lesson 12): each of P ranks holds S/P tokens and all weights; self-attention
+* **Ulysses SP** (lesson 06): each of P ranks holds S/P tokens and all weights; self-attention
   swaps to a split by heads (H/P heads over all S tokens) with four all-to-alls per block."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def predict_ulysses(model: str, gpu: str, *, degree: int, link: str | None = Non
 
 
 def one_request_rows(model: str, gpu: str, link: str) -> list[Prediction]:
-    """Every layout of lessons 01-12 on 2 and 4 GPUs over ``link``, with CFG on: the rows to
-    compare for the latency of one request (``latency_s``) against one GPU."""
+    """Every layout of ``LAYOUTS``, CFG-parallel and Ulysses on 2 and 4 GPUs over ``link``, with
+    CFG on: the rows to compare for the latency of one request (``latency_s``) against one GPU."""
     rows = [predict(model, gpu), *(predict(model, gpu, layout, link=link)
                                    for layout in LAYOUTS[1:]),
             *(predict_cfg_parallel(model, gpu, tp=tp, link=link) for tp in (1, 2))]

@@ -34,7 +34,7 @@ same moment, times their shape:
   later stage; layer split: the last stage 3 frames of h (2 receives posted + 1 copy), the
   others one frame per micro-batch in flight; CFG-parallel: the two halves' velocities.
 * **solver** — Euler keeps nothing; UniPC 3 fp32 latents per request (2 model outputs and the
-  last sample: with the latent, the 4 latents lesson 13 hands over).
+  last sample: with the latent, the 4 latents lesson 16 hands over).
 * **text_embeddings** — each request's prompt and negative prompt (L x text_dim), and their
   concatenation when the halves run as one batch.
 * **vae_peak** — decoding the video on one rank (fp32, as Wan runs its VAE; ``vae_peak_bytes``).

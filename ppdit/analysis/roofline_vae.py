@@ -1,5 +1,5 @@
 """FLOPs and minimum bytes of the Wan VAE decoder (``diffusers.AutoencoderKLWan``), walked from
-its config: the conv3d-dominated work rank 0 does after the DiT (lessons 06 and 07)."""
+its config: the conv3d-dominated work rank 0 does after the DiT (lessons 09 and 10)."""
 
 from __future__ import annotations
 

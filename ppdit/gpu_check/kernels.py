@@ -5,7 +5,7 @@ The ceilings are the roofline's two numbers as this card reaches them, next to t
 ``forwards`` uses them for a second lower bound (``ppdit.analysis.gpu_runs.ceiling_bound_ms``).
 The graph figures are ``ppdit.analysis.overhead.eager_vs_graph_ms`` on the ``tiny`` and ``small``
 presets, where a step is short enough that issuing its kernels, not computing them, sets its
-time (notebook 05).
+time (notebook 08).
 """
 
 from __future__ import annotations

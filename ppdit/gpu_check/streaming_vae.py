@@ -3,7 +3,7 @@
 Random weights (no checkpoint is downloaded) in fp32, as diffusers runs Wan's VAE; the latent
 is (1, 16, 21, 60, 104), the 480p x 81-frame video of the DiT. Measured: time to the first frame
 of a stream (one latent frame per push) against the full decode, that the stream equals the
-full decode bit for bit, and the peak memory of each (notebook 06 makes the same measurements
+full decode bit for bit, and the peak memory of each (notebook 09 makes the same measurements
 with a tiny VAE on the CPU).
 """
 

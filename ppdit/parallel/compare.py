@@ -3,7 +3,7 @@ Ulysses sequence parallelism (with and without V-first), tensor parallelism, and
 ring attention (``RING``: sequence parallelism for any head count).
 
 Every variant runs in the same launch, interleaved round by round, on identical weights and
-inputs, so their ratios mean something on a shared machine. Used by notebook 12 and
+inputs, so their ratios mean something on a shared machine. Used by notebook 06 and
 ``benchmarks/sequence_parallel.py``.
 """
 

@@ -8,9 +8,8 @@ or on live ranks; the **verdict** is computed from the checks, never set by hand
 
 * "reproduced live": every check holds, and at least one ran on live ranks;
 * "reproduced in simulation": the simulated checks hold, the live ones (if any) do not;
-* "inconclusive live here": the simulated checks hold, and a live check's 90% interval of its
-  per-round values (``interval``, the rule of ``teaching.verdict``) straddles its bound, the
-  rest holding: this machine's noise cannot decide it, in either direction;
+* "inconclusive live here": the simulated checks hold, a live check's 90% interval
+  (``interval``, ``teaching.verdict``'s rule) straddles its bound, and no live check fails;
 * "not reproduced": a check that decides it fails;
 * "not reproducible here, because ...": the cell says why (``reproducible_here=False``);
 * "unchecked": recorded without checks (the tests refuse that in a committed record).
@@ -66,28 +65,28 @@ CLAIMS: tuple[Claim, ...] = (
           "03_layer_split_pp", "5. Interleaving: V chunks per rank"),
     Claim("funcol-compile", GUIDE, "Moving tensor-parallel all-reduces to functional "
           "collectives kept torch.compile's graphs whole: 9.6 -> 24.5 FPS.",
-          "04_tensor_parallel_funcol", "6. Eager against compiled"),
+          "05_tensor_parallel_funcol", "6. Eager against compiled"),
     Claim("vae-first-frame", "Streaming video decoders (StreamDiffusionV2, LightX2V)",
           "A causal VAE decoded chunk by chunk delivers its first frames long before a full "
-          "decode finishes.", "06_streaming_vae",
+          "decode finishes.", "09_streaming_vae",
           "3. What streaming buys: time to first frame, and memory"),
     Claim("cocodiff-v-first", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
           "Issuing V's all-to-all first hides it behind Q/K normalisation and RoPE.",
-          "12_sequence_parallel", "4. V-first on a timeline"),
+          "06_sequence_parallel", "4. V-first on a timeline"),
     Claim("cocodiff-tapa", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
           "Tile-Aware Parallel All-to-all decomposes the all-to-all into topology-aligned "
           "phases (intra-node first, then one inter-node exchange), speeding it up across "
-          "nodes.", "14_context_parallel", "5. Across nodes: the all-to-all in two phases"),
+          "nodes.", "07_context_parallel", "5. Across nodes: the all-to-all in two phases"),
     Claim("cocodiff-v-major", "CoCoDiff (Ulysses sequence parallelism for DiT inference)",
           "V-Major sends only the V projections that changed since the previous step; with "
           "TAPA and V-First, 3.6x average and 8.4x peak speedup over 1-8 nodes (no quality "
-          "ablation given).", "14_context_parallel", "6. V-Major: bytes saved against quality"),
+          "ablation given).", "07_context_parallel", "6. V-Major: bytes saved against quality"),
     Claim("report-oom", REPORT, "One 24 GB GPU runs out of memory part-way through the "
           "steps (memory accumulates over steps); splitting the work over GPUs makes it fit.",
-          "15_memory", "3. The report's out-of-memory, in miniature"),
+          "11_memory", "3. The report's out-of-memory, in miniature"),
     Claim("report-memory-opts", REPORT, "Memory optimisations (flash attention, fp16, "
           "gradient checkpointing) give modest improvements but cannot fit the model on a "
-          "single 24 GB GPU.", "15_memory", "4. The report's memory optimisations, one at a time"),
+          "single 24 GB GPU.", "11_memory", "4. The report's memory optimisations, one at a time"),
 )
 
 
@@ -107,9 +106,7 @@ class Check:
     rel_tol: float = 0.0
     at_least: bool = False
     at_most: bool = False
-    # the 90% interval of a median over rounds (teaching.verdict): when given, the check holds
-    # only if all of it agrees, and is undecided when it straddles the bound
-    interval: tuple[float, float] | None = None
+    interval: tuple[float, float] | None = None  # a median's 90% interval (teaching.verdict)
 
     def __post_init__(self) -> None:
         if self.where not in WHERE:
@@ -119,11 +116,8 @@ class Check:
 
     def _agrees(self, x: float) -> bool:
         slack = self.abs_tol + self.rel_tol * abs(self.expected)
-        if self.at_least:
-            return x >= self.expected - slack
-        if self.at_most:
-            return x <= self.expected + slack
-        return abs(x - self.expected) <= slack
+        low, high = self.expected - slack, self.expected + slack
+        return (self.at_most or x >= low) and (self.at_least or x <= high)
 
     def holds(self) -> bool:
         """Whether the measurement (all of its interval, if it has one) agrees with the
@@ -131,13 +125,10 @@ class Check:
         return all(map(self._agrees, self.interval or (self.measured,)))
 
     def undecided(self) -> bool:
-        """An interval that neither wholly agrees nor wholly disagrees: more rounds, not this
-        run, would decide the check."""
-        if self.interval is None or self.holds():
-            return False
-        spans = not (self.at_least or self.at_most) and (
-            min(self.interval) < self.expected < max(self.interval))
-        return spans or any(map(self._agrees, self.interval))
+        """An interval with the bound inside it: more rounds, not this run, would decide."""
+        lo, hi = self.interval or (0.0, 0.0)
+        return self.interval is not None and not self.holds() and (
+            self._agrees(lo) or self._agrees(hi) or lo < self.expected < hi)
 
     def describe(self) -> str:
         """"live bubble: 0.24 vs 0.11 (tolerance 0.05): outside"."""
@@ -157,15 +148,14 @@ def verdict(checks: list[Check], reproducible_here: bool = True, why_not: str = 
     if not checks:
         return "unchecked: recorded without checks"
     sim = [c.holds() for c in checks if c.where == "simulation"]
-    live = [c.holds() for c in checks if c.where == "live"]
-    if live and all(live) and all(sim):
+    live = [c for c in checks if c.where == "live"]
+    if not all(sim):
+        return "not reproduced"
+    if live and all(c.holds() for c in live):
         return "reproduced live"
-    if all(sim) and any(c.undecided() for c in checks) and all(
-            c.holds() or c.undecided() for c in checks if c.where == "live"):
+    if any(map(Check.undecided, live)) and all(c.holds() or c.undecided() for c in live):
         return "inconclusive live here"
-    if sim and all(sim):
-        return "reproduced in simulation"
-    return "not reproduced"
+    return "reproduced in simulation" if sim else "not reproduced"
 
 
 ENV = "PPDIT_CLAIMS_DIR"
@@ -245,14 +235,10 @@ def ledger_markdown(directory: Path | None = None, notebook_prefix: str = "noteb
         "| claim | source | reproduced in | measured here | verdict |",
         "| --- | --- | --- | --- | --- |",
     ]
-    notebooks = Path(directory or _read_dir()).parent
     for c in CLAIMS:
         rec = data.get(c.claim_id)
-        where = (f"[{c.notebook}]({notebook_prefix}{c.notebook}.ipynb)"
-                 if (notebooks / f"{c.notebook}.ipynb").exists()
-                 else f"{c.notebook} (not written yet)")
-        if c.section:
-            where += f", §{c.section.split('.')[0]}"
+        where = (f"[{c.notebook}]({notebook_prefix}{c.notebook}.ipynb), "
+                 f"§{c.section.split('.')[0]}")
         measured, decided = (("*pending: no notebook has recorded it yet*", "pending")
                              if rec is None else (rec["measured"], recorded_verdict(rec)))
         lines.append(f"| {c.text} | {c.source} | {where} | {measured} | **{decided}** |")

@@ -1,5 +1,5 @@
 """Failures to show safely: a rank that raises, dies, sleeps, waits for a message that never
-comes, or issues collectives in another order than its peer (lesson 00, lesson 11, the tests).
+comes, or issues collectives in another order than its peer (lesson 00, lesson 15, the tests).
 
 Each ends as a named error in bounded time, which is the point the lessons make: the launcher
 re-raises a rank's exception with its rank, reaps a killed rank's peers, and a receive or a

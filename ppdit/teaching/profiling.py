@@ -1,6 +1,6 @@
 """Reading a real ``torch.profiler`` trace of one denoising step, next to ppdit's own spans.
 
-Why: lesson 05 counts a step's operators with ``count_ops``, a profiler run reduced to two
+Why: lesson 08 counts a step's operators with ``count_ops``, a profiler run reduced to two
 numbers. A learner who will read a GPU trace needs the raw material: every aten call as a timed
 event with its parent, the ``key_averages`` table (self vs total time), the Chrome trace that
 Perfetto opens. The events are reduced as the lesson counts them, so the table, the count and

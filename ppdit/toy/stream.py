@@ -1,5 +1,5 @@
 """The toy pipeline as the streaming system's model: a ``BringupConfig`` with the trained folder,
-its prompts and its latent geometry (the demo's default, lessons 08-11 where they show video)."""
+its prompts and its latent geometry (the demo's default, lessons 12-15 where they show video)."""
 
 from __future__ import annotations
 

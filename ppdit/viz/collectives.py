@@ -1,4 +1,4 @@
-"""Pictures of lesson 16: every primitive as (ranks × chunks) before and after, the α-β fit of a
+"""Pictures of lesson 04: every primitive as (ranks × chunks) before and after, the α-β fit of a
 measured link, and where a tree all-reduce beats a ring.
 
 The functions draw what they are given (results of live ranks, fitted numbers, formula

@@ -1,4 +1,4 @@
-"""An explorer: widgets above one picture that redraws when they change (lessons 03 and 07).
+"""An explorer: widgets above one picture that redraws when they change (lessons 03 and 10).
 
 Two things a plain ``interactive_output`` gets wrong in JupyterLab, and this gets right:
 

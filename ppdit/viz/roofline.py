@@ -1,4 +1,4 @@
-"""Roofline pictures and the ipywidgets explorer that redraws them (notebook 07).
+"""Roofline pictures and the ipywidgets explorer that redraws them (notebook 10).
 
 Every figure comes from a plain function, so a notebook can draw the static fallback with the
 same code the widget calls: the book and nbval show the default view without a live kernel."""

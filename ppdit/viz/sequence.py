@@ -1,4 +1,4 @@
-"""Pictures of context parallelism (lesson 14): who attends to whose keys at each ring hop, and
+"""Pictures of context parallelism (lesson 07): who attends to whose keys at each ring hop, and
 which messages of an all-to-all cross the node boundary, flat or in two phases.
 
 Both are drawn from the same index arithmetic the code runs (``ring._post_hop``'s source rank,

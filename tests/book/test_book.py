@@ -66,7 +66,7 @@ def test_no_page_loads_a_script_or_stylesheet_from_elsewhere():
 
 
 def test_widgets_and_maths_are_served_by_the_book():
-    page = (HTML / "notebooks" / "07_rooflines.html").read_text()
+    page = (HTML / "notebooks" / "10_rooflines.html").read_text()
     for script in ("require.js", "widgets/embed-amd.js", "mathjax/tex-mml-chtml.js"):
         assert script in page, f"{script} is not referenced"
         assert (HTML / "_static" / script).exists(), f"{script} is not in _static"

@@ -22,7 +22,7 @@ def test_readme_opens_with_demo_lab_and_test():
 
 
 def test_lab_installs_what_every_lesson_imports():
-    """Lesson 13 imports transformers (a pipeline folder's text encoder): the `notebooks`
+    """Lesson 16 imports transformers (a pipeline folder's text encoder): the `notebooks`
     extra must pull the `pipeline` extra in."""
     text = ROOT.joinpath("pyproject.toml").read_text()
     notebooks = re.search(r"^notebooks = \[(.*?)\]$", text, re.MULTILINE | re.DOTALL).group(1)
@@ -93,6 +93,18 @@ def test_the_core_path_adds_up_to_at_most_ten_hours():
     assert int(hours) * 60 + int(minutes) == total <= 600
 
 
+def test_the_series_totals_are_the_chapters_times_added_up():
+    """The intro's totals for all the lessons and all the labs are the sums of what each one
+    states, so a chapter that grows moves them."""
+    said = re.search(r"(\d+) h (\d+) min of\s+lessons and (\d+) h (\d+) min of labs",
+                     (ROOT / "book" / "intro.md").read_text())
+    lessons_h, lessons_min, labs_h, labs_min = map(int, said.groups())
+    lessons = [f"notebooks/{p.stem}" for p in ROOT.joinpath("notebooks").glob("[0-9][0-9]_*.ipynb")]
+    labs = [f"labs/{p.parent.name}/README" for p in ROOT.joinpath("labs").glob("lab*/README.md")]
+    assert sum(_study_minutes(_chapter_text(d)) for d in lessons) == lessons_h * 60 + lessons_min
+    assert sum(_study_minutes(_chapter_text(d)) for d in labs) == labs_h * 60 + labs_min
+
+
 def test_the_layout_page_shows_what_ppdit_plan_prints(capsys):
     """book/choosing_a_layout.md pastes `ppdit plan`'s output: each block must be what the
     command prints now (paste it again after the model changes)."""
@@ -106,3 +118,17 @@ def test_the_layout_page_shows_what_ppdit_plan_prints(capsys):
     for args, pasted in blocks:
         assert main(["plan", *shlex.split(args)]) == 0
         assert capsys.readouterr().out.rstrip("\n") == pasted, f"ppdit plan {args}"
+
+
+def test_the_files_are_numbered_in_the_books_order():
+    """JupyterLab lists the notebooks by file name: that must be the order the book teaches
+    them, every lesson numbered once, with no gap, and every lesson's title opening with its
+    number."""
+    toc = ROOT.joinpath("book", "_toc.yml").read_text()
+    in_book = re.findall(r"file: notebooks/(\d\d)_(\w+)", toc)
+    on_disk = sorted(p.stem for p in ROOT.joinpath("notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert [f"{n}_{name}" for n, name in in_book] == on_disk
+    assert [int(n) for n, _ in in_book] == list(range(len(in_book)))
+    for stem in on_disk:
+        cells = json.loads(ROOT.joinpath("notebooks", f"{stem}.ipynb").read_text())["cells"]
+        assert "".join(cells[0]["source"]).startswith(f"# {stem[:2]} ·"), stem

@@ -1,4 +1,4 @@
-"""Lesson 16's primitives on four live ranks: each one's result, reduce-scatter then all-gather
+"""Lesson 04's primitives on four live ranks: each one's result, reduce-scatter then all-gather
 equal to all-reduce, and a fused receive-before-send exchange under NCCL's rules."""
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ SERIAL = OverlapPlan(num_chunks=3, sampling=SamplingConfig(num_steps=2), max_ahe
 
 
 def test_decode_overlap_serial_traced_hangs_only_with_a_device_wide_sync(pools, no_orphans):
-    """Lesson 06's serial baseline, traced: the decoder posts chunk 1's receive, then its first
+    """Lesson 09's serial baseline, traced: the decoder posts chunk 1's receive, then its first
     GPU span synchronises. The stream-level sync passes; the device-wide one, which timing and
     tracing used before, waits for chunk 1, which the generator sends only after chunk 0's
     credit (a hang on two GPUs, named here)."""

@@ -26,7 +26,7 @@ from tests.support.tp_workers import TINY, V, tiny_tp_comm
 TP_STYLES = ("funcol", "c10d", "c10d_async", "dtensor")
 
 
-# compiled: funcol only (notebook 04 compiles it too); DTensor's compile costs a cold Inductor
+# compiled: funcol only (notebook 05 compiles it too); DTensor's compile costs a cold Inductor
 # compile of its own, and its graph is checked above without one (block trace: one graph, the
 # all-reduces inside it)
 TP2_VARIANTS = (V("single"), *(V(s) for s in TP_STYLES), V("funcol", True))

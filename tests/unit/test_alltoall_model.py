@@ -1,4 +1,4 @@
-"""The α-β all-to-all model (analysis.alltoall) and the pictures of lesson 14 (viz.sequence)."""
+"""The α-β all-to-all model (analysis.alltoall) and the pictures of lesson 07 (viz.sequence)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Lesson 16's helpers without ranks: the α-β formulas, the ring/tree crossover, the fit, the
+"""Lesson 04's helpers without ranks: the α-β formulas, the ring/tree crossover, the fit, the
 sweep's sizes (the primitives on live ranks: tests/ranks/test_collectives_lesson.py)."""
 
 from __future__ import annotations

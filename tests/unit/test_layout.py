@@ -137,9 +137,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # they moved from check_lab03 into teaching.labkit (labs/ lost what labkit gained); and the
 # H200's first run needed its two runs of one day in order (gpu_runs). L4 5,615 -> 5,630: the
 # three checkers' copies of "launch on gloo ranks, a stub's NotImplementedError back as one"
-# became labkit.run_on_ranks (labs/ lost 24 lines for these 15).
-BUDGETS = {0: 2_300, 1: 3_895, 2: 5_110, 3: 1_570, 4: 5_630, 5: 2_615}
-PACKAGE_BUDGET = 21_120
+# became labkit.run_on_ranks (labs/ lost 24 lines for these 15). L4 5,630 -> 5,641: a ledger
+# check judged on its 90% interval, so a direction this machine cannot decide reads
+# "inconclusive live here" instead of a median's flip (25 lines, 14 paid in claims.py).
+BUDGETS = {0: 2_300, 1: 3_895, 2: 5_110, 3: 1_570, 4: 5_641, 5: 2_615}
+PACKAGE_BUDGET = 21_131
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():

@@ -1,4 +1,4 @@
-"""The one-request layouts of lesson 07's comparison: CFG-parallel and Ulysses SP bounds."""
+"""The one-request layouts of lesson 10's comparison: CFG-parallel and Ulysses SP bounds."""
 
 import math
 

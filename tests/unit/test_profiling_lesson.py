@@ -1,4 +1,4 @@
-"""Lesson 05's profiler section (``ppdit.teaching.profiling``), on one step of the tiny model.
+"""Lesson 08's profiler section (``ppdit.teaching.profiling``), on one step of the tiny model.
 
 The lesson states an exact relation between the profiler's events and ``count_ops``: the
 top-level aten events (no aten op above them) are the operators ``count_ops`` counts, one for

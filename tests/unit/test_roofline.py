@@ -320,7 +320,7 @@ def test_explorer_draws_defaults_and_explains_impossible_choices():
 
 def test_the_bandwidth_bound_line_in_tokens_per_gpu():
     """The crossing is where a projection's intensity m D / (2 m + D) (bf16) meets the ridge;
-    a 480p video is far above it, one 480p frame over 8 GPUs far below (lesson 07)."""
+    a 480p video is far above it, one 480p frame over 8 GPUs far below (lesson 10)."""
     from ppdit.analysis.hardware import GPUS, bandwidth_bound_share, bandwidth_bound_tokens
 
     h100 = GPUS["H100 SXM"]

@@ -1,5 +1,5 @@
 """``trace_report(collectives="if_whole")``: all-reduces counted only for a function that traces
-as one graph (what keeps lesson 04's TP comparison cheap), on one process."""
+as one graph (what keeps lesson 05's TP comparison cheap), on one process."""
 
 import torch
 

@@ -1,6 +1,6 @@
 """A link measured: send/recv and all-reduce over message sizes, in interleaved rounds.
 
-``ppdit.analysis.measure.comm_sweep`` (lesson 07) keeps the best of three runs per size and
+``ppdit.analysis.measure.comm_sweep`` (lesson 10) keeps the best of three runs per size and
 reads latency and bandwidth off the extremes. Here every round is kept, so the lesson can quote
 medians with their spread and fit ``t = α + n / β`` through all sizes at once
 (``costs.fit_alpha_beta``). Rounds are interleaved: round k runs every size, starting at a
