@@ -124,7 +124,7 @@ class RingAttnProcessor:
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None):
-        with self.ring.span("compute", "q, k, v: project, norm, rope"):
+        with self.ring.span("compute", "q, k, v"):  # project, norm, rope
             q, k = project_qk(attn, hidden_states, rotary_emb)
             v = project_v(attn, hidden_states)
         return attention_out(attn, self.attend(q, k, v), q)

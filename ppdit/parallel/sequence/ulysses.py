@@ -1,16 +1,14 @@
 """Ulysses sequence parallelism for the Wan DiT: split the tokens, not the weights.
 
-Every rank holds the whole model and a slice of the S tokens (any degree: a rank attends with
-its share of the heads, ``comms.head_split``). All of a block but self-attention
-works token by token (norms, modulation, FFN, cross-attention against the text every rank has;
-even Wan's q/k RMSNorm "across heads" is per token: no all-reduce, unlike TP), so it runs on the
-slice without talking. Self-attention needs every token, so it swaps layouts twice
-(``comms.py``): Q, K, V to a head split, attention over all tokens for H_r heads, back.
+Every rank holds the whole model and a slice of the S tokens (any degree: it attends with its
+share of the heads, ``comms.head_split``). All but self-attention works token by token (norms,
+modulation, FFN, cross-attention against the text every rank has; even Wan's q/k RMSNorm
+"across heads" is per token: no all-reduce, unlike TP), so it runs on the slice without talking.
+Self-attention needs every token: it swaps layouts twice (``comms.py``), Q, K, V to a head
+split, attention over all tokens for H_r heads, back.
 
-V-first (CoCoDiff's scheduling): V needs only its projection, Q and K also their norm and rope,
-so V's all-to-all is issued first and waited for just before attention, hidden behind the Q/K
-work; without V-first each all-to-all is waited for at once.
-"""
+V-first (CoCoDiff's scheduling): V needs only its projection, so its all-to-all is issued first
+and waited for just before attention, hidden behind Q and K's norm and rope."""
 
 from __future__ import annotations
 
@@ -60,6 +58,7 @@ class UlyssesAttnProcessor:
         a2a = dict(split=self.split, group=self.group, rank=self.rank, counter=self.counter,
                    staged=self.staged, hier=self.hier)
         in_flight = ExitStack()  # V's all-to-all, from issue to arrival: drawn beside the compute
+        v_last = not self.v_first and self.vmajor is None
         if self.vmajor is not None:  # only V's changed rows travel (vmajor.py): no V-first
             with self._span("wait", "all-to-all v (V-Major)"):
                 v_far = self._v_major(project_v(attn, hidden_states))
@@ -68,9 +67,9 @@ class UlyssesAttnProcessor:
                 v = project_v(attn, hidden_states)
             in_flight.enter_context(self._span("send", "all-to-all v, in flight"))
             v_far = seq_to_heads(v, **a2a)
-        with self._span("compute", "q, k: project, norm, rope"):
+        with self._span("compute", "q, k, v" if v_last else "q, k"):  # project, norm, rope
             q, k = project_qk(attn, hidden_states, rotary_emb)
-            if not self.v_first and self.vmajor is None:
+            if v_last:
                 v = project_v(attn, hidden_states)
         with self._span("wait", "all-to-all q, k, v"):
             q_far = seq_to_heads(q, **a2a).wait()
