@@ -5,6 +5,8 @@ the boundary; what a rank holds. Step split on ranks: tests/ranks/test_t2v.py.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -66,6 +68,10 @@ def test_the_boundary_cuts_the_stages_and_a_stage_holds_one_expert(moe):
 def test_two_experts_refuse_what_is_not_built(moe):
     with pytest.raises(ValueError, match="two experts run on every layout but layer split"):
         prepare(spec_for(moe, "layer", 2))
+    plan = prepare(spec_for(moe, "ulysses=2", 2, num_steps=6)).plan
+    for threshold in (0.1, 0.0):  # 0.0 (send every changed row) is a threshold too
+        with pytest.raises(ValueError, match=r"and V-Major \(its copies are per model\)"):
+            replace(plan, v_major=threshold)
     with pytest.raises(ValueError, match="guidance_scale_2=2.0 is the second expert's scale"):
         SamplingConfig(guidance_scale_2=2.0)
 
