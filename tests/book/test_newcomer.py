@@ -93,6 +93,16 @@ def test_the_core_path_adds_up_to_at_most_ten_hours():
     assert int(hours) * 60 + int(minutes) == total <= 600
 
 
+def test_every_lesson_opens_with_the_same_four_headings():
+    """What you will learn, what it needs, how long it runs, how long it takes to study: once
+    each and in that order, so a reader finds them in the same place in every lesson."""
+    for path in sorted(ROOT.joinpath("notebooks").glob("[0-9][0-9]_*.ipynb")):
+        opening = _chapter_text(f"notebooks/{path.stem}")
+        said = re.findall(r"\*\*(What you will learn|What it needs|Time|Study time)[.:]\*\*",
+                          opening)
+        assert said == ["What you will learn", "What it needs", "Time", "Study time"], path.stem
+
+
 def test_the_series_totals_are_the_chapters_times_added_up():
     """The intro's totals for all the lessons and all the labs are the sums of what each one
     states, so a chapter that grows moves them."""
