@@ -57,15 +57,15 @@ def plot_ops_roofline(ops: Sequence[Op], hw: Hardware, dtype: str = "bf16", ax=N
         ax.scatter(x, min(peak, x * hw.mem_bw), s=20 + 600 * secs / total,
                    color=GROUP_COLORS[group], alpha=0.7, edgecolor="white", zorder=3)
     ranked = sorted(points.values(), key=lambda e: -e[1])[:label_top]
-    # the top label slot to the highest point (leftmost first along the flat roof), so leader
-    # lines do not cross one another; each label sits on a white box drawn over the lines that
-    # rise from the slots below it, so no line runs through a label's text
+    # the top label slot to the highest point (leftmost first along the flat roof), each line
+    # from its label's top-left corner, so leader lines do not cross; each label sits on a white
+    # box drawn over the lines rising from the slots below it: no line runs through its text
     ranked.sort(key=lambda e: (-min(peak, e[0] * hw.mem_bw), e[0]))
     for i, (x, secs, names) in enumerate(ranked):
         text = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
         ax.annotate(f"{text}: {100 * secs / total:.0f}%", (x, min(peak, x * hw.mem_bw)),
                     xytext=(0.42, 0.72 - 0.07 * i), textcoords="axes fraction", fontsize=7,
-                    arrowprops={"arrowstyle": "-", "color": "gray", "lw": 0.5},
+                    arrowprops={"arrowstyle": "-", "color": "gray", "lw": 0.5, "relpos": (0, 1)},
                     bbox={"fc": "white", "ec": "none", "alpha": 0.85, "pad": 1.0},
                     zorder=5 + len(ranked) - i)
     _group_legend(ax, {op.group for op in ops})

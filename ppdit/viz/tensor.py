@@ -76,10 +76,10 @@ def plot_comm_volume(dims: Sequence[int], tps: Sequence[int], *, tokens: int, te
                                 bytes_per_element=bytes_per_element).wire_bytes_per_rank / 1e6
               for d in dims]
         ax.plot(dims, mb, marker="o", ms=3, color=RANK_COLORS[i % 4], label=f"tp={tp}")
-    for name, d in (marks or {}).items():
+    for d in (marks := marks or {}).values():
         ax.axvline(d, color=SHARED, lw=0.7, ls=":")
-        ax.text(d, ax.get_ylim()[1] * 0.95, f" {name}", rotation=90, va="top", fontsize=7)
     ax.set_xscale("log", base=2)
+    ax.secondary_xaxis("top").set_xticks(list(marks.values()), list(marks), fontsize=8)
     ax.set(yscale="log", xlabel="hidden size D (features, log₂ scale)",
            ylabel="MB sent per rank per block (log scale)")
     ax.set_title(f"TP traffic per block, S={tokens:,} tokens, "
