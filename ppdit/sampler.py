@@ -258,12 +258,12 @@ class Denoiser:
         # replaces the Euler update (a folder's scheduler, ``ppdit.checkpoint.solver``): its own
         # timesteps, its state carried in ``StepState.solver_state``
         self.solver = solver
-        self.forward = forward if callable(forward) else model_forward(model, cache)
-        # Wan 2.2: each expert this rank holds, by index (one model: expert 0 does every step)
-        self.forwards = {0: self.forward}
-        if isinstance(model, Experts):  # ``forward``: one per expert (a forward axis's), or None
-            self.forwards = forward or {int(k): model_forward(m, cache)
-                                        for k, m in model.held.items()}
+        # Wan 2.2: each expert this rank holds, by index, and no one forward (a step runs its
+        # expert's); one model: expert 0 does every step. ``forward``: a forward axis's, or None
+        held = model.held.items() if isinstance(model, Experts) else None
+        self.forward = None if held else forward or model_forward(model, cache)
+        self.forwards = ((forward or {int(k): model_forward(m, cache) for k, m in held}) if held
+                         else {0: self.forward})
         # sizes the seeded stand-in prompts; None when every prompt is given by ``condition_on``
         self.preset = None if preset is None else get_preset(preset)
         self.sampling = sampling
