@@ -164,7 +164,3 @@ class BlockCache:
     def forget(self, request: int) -> None:
         """A finished request's state goes."""
         self.export(request)
-
-    def skipped_share(self) -> float:
-        """The share of forwards that skipped the blocks after the first."""
-        return sum(not c for *_, c in self.log) / max(1, len(self.log))
