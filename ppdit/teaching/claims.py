@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ppdit.teaching.verdict import median_interval
 
 REPORT = "Earlier step-split experiment report (SVD, 7x RTX A5000)"
 GUIDE = "Bring-up study guide (PP0 -> PP1)"
@@ -108,6 +112,13 @@ class Check:
     at_most: bool = False
     interval: tuple[float, float] | None = None  # a median's 90% interval (teaching.verdict)
 
+    @classmethod
+    def over_rounds(cls, name: str, values: Sequence[float], expected: float, where: str,
+                    **kw) -> Check:
+        """Per-round values, judged by their median's 90% interval (``teaching.verdict``)."""
+        return cls(name, statistics.median(values), expected, where,
+                   interval=median_interval(values), **kw)
+
     def __post_init__(self) -> None:
         if self.where not in WHERE:
             raise ValueError(f"where={self.where!r} is not one of {WHERE}")
@@ -167,25 +178,19 @@ def _checkout() -> Path | None:
     return root if (root / "notebooks").is_dir() else None
 
 
-def ledger_dir() -> Path:
-    """The committed ledger, ``notebooks/claims`` of the checkout (else ``./claims``)."""
-    root = _checkout()
-    return root / "notebooks" / "claims" if root else Path("claims")
-
-
 def claims_dir() -> Path:
     """Where ``record`` writes: ``$PPDIT_CLAIMS_DIR``, else ``out/claims`` of the checkout. Not
     the ledger itself: a learner running a lesson would rewrite tracked files with their own
     machine's timings (``make notebooks`` sets ``PPDIT_CLAIMS_DIR=notebooks/claims``)."""
+    return _claims_under("out", "claims")
+
+
+def _claims_under(*parts: str) -> Path:
+    """``$PPDIT_CLAIMS_DIR`` when set, else ``parts`` of the checkout (``./claims`` outside)."""
     if os.environ.get(ENV):
         return Path(os.environ[ENV])
     root = _checkout()
-    return root / "out" / "claims" if root else Path("claims")
-
-
-def _read_dir() -> Path:
-    """What the ledger page shows: ``$PPDIT_CLAIMS_DIR`` when set, else the committed ledger."""
-    return Path(os.environ[ENV]) if os.environ.get(ENV) else ledger_dir()
+    return root.joinpath(*parts) if root else Path("claims")
 
 
 def record(claim_id: str, measured: str, *, checks: list[Check] | None = None,
@@ -216,8 +221,8 @@ def recorded_verdict(rec: dict) -> str:
 
 
 def load(directory: Path | None = None) -> dict[str, dict]:
-    """Every recorded claim, by id."""
-    directory = directory or _read_dir()
+    """Every recorded claim, by id: by default the committed ledger, ``notebooks/claims``."""
+    directory = directory or _claims_under("notebooks", "claims")
     return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
 
 

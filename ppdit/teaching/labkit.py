@@ -136,9 +136,8 @@ def run_on_ranks(worker: Callable[..., Any], world_size: int, lab: str, args: tu
 
 
 def one_thread():
-    """Run the block with one intra-op thread, then restore the count. A checker's reference
-    runs are tiny: on a CPU shared with its own ranks (or other jobs) a second OpenMP thread
-    only spins, and it made a 5-step tiny generation ~20x slower on a loaded 2-core machine."""
+    """One intra-op thread for the block: a checker's reference runs are tiny, and beside its own
+    ranks a second OpenMP thread only spins (a 5-step tiny generation ran ~20x slower)."""
     return torch_threads(1)
 
 

@@ -61,6 +61,9 @@ def median_interval(values: Sequence[float]) -> tuple[float, float] | None:
     return None if best is None else (xs[best - 1], xs[n - best])
 
 
+MIN_ROUNDS = next(n for n in range(1, 64) if median_interval([0.0] * n))  # 5 at 90%
+
+
 def verdict(values: Sequence[float], target: float, better: str = "lower") -> Verdict:
     """OK, MISSED or "inconclusive here" for per-round ``values`` against ``target``
     (``better``: "lower" for a bound from above, such as a cost; "higher" from below)."""
@@ -70,7 +73,7 @@ def verdict(values: Sequence[float], target: float, better: str = "lower") -> Ve
         raise ValueError("a verdict needs at least one round")
     med, interval = statistics.median(values), median_interval(values)
     if interval is None:
-        return Verdict(med, None, len(values), "inconclusive here", _min_rounds())
+        return Verdict(med, None, len(values), "inconclusive here", MIN_ROUNDS)
     lo, hi = interval
     good, bad = (hi <= target, lo > target) if better == "lower" else (lo >= target, hi < target)
     if good or bad:
@@ -87,13 +90,6 @@ def change(new_over_old: Sequence[float], better: str = "lower") -> Verdict:
     if v.interval is not None and v.interval[0] <= 1.0 <= v.interval[1]:
         word = "no change this machine can see"  # 1.0 itself inside: neither side
     return Verdict(v.median, v.interval, v.rounds, word, v.settle)
-
-
-def _min_rounds() -> int:
-    n = 1
-    while median_interval([0.0] * n) is None:
-        n += 1
-    return n
 
 
 def _rounds_to_settle(n: int, interval: tuple[float, float], med: float,

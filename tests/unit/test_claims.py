@@ -100,6 +100,8 @@ def test_a_direction_judged_on_its_interval_can_be_inconclusive(tmp_path, monkey
         "inconclusive live here")
     assert claims.record("funcol-compile", "x", checks=[faster(0.7, 0.9)]) == "not reproduced"
     assert "undecided" in faster(0.9, 1.4).describe()
+    rounds = claims.Check.over_rounds("x", [1.5, 1.1, 1.3, 1.2, 1.4], 1.0, "live", at_least=True)
+    assert (rounds.measured, rounds.interval) == (1.3, (1.1, 1.5)) and rounds.holds()
     two_sided = claims.Check("bubble", 0.11, 0.11, "live", abs_tol=0.01, interval=(0.05, 0.2))
     assert two_sided.undecided()
     assert claims.recorded_verdict(json.loads((tmp_path / "funcol-compile.json").read_text())) \
