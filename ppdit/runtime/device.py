@@ -21,9 +21,11 @@ tests and notebooks is the same code a GPU user runs.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
@@ -168,6 +170,24 @@ def _cuda(ranks: int, gpus: int, backend: str, stage: bool | None) -> PlacementD
                              "message is staged through pinned host buffers")
 
 
+def exact_mkl_threads() -> bool:
+    """Make MKL use exactly the thread count torch sets, whatever else the machine runs.
+    MKL may pick fewer threads at run time (``MKL_DYNAMIC``, on by default), and a GEMM's
+    summation order follows its thread count: oneMKL's conditions for run-to-run equal results
+    are a fixed count with dynamic adjustment off. ``False`` where torch has no MKL."""
+    if not torch.backends.mkl.is_available():
+        return False
+    lib = next(iter(sorted(Path(torch.__file__).parent.glob("lib/libtorch_cpu.*"))), None)
+    try:
+        ctypes.CDLL(str(lib)).MKL_Set_Dynamic(0)  # C API, by value
+    except (OSError, AttributeError, TypeError):
+        return False
+    return True
+
+
+exact_mkl_threads()  # once per process, before any caller or rank computes a reference
+
+
 @contextlib.contextmanager
 def torch_threads(n: int) -> Iterator[int]:
     """Run the body with ``torch.set_num_threads(n)``, then restore the previous count."""
@@ -181,13 +201,18 @@ def torch_threads(n: int) -> Iterator[int]:
 
 @contextlib.contextmanager
 def cpu_share(placement: Placement) -> Iterator[int]:
-    """Threads for work this rank does on the CPU (encoding, decoding) while its placement is
-    the CPU: this host's cores divided among its local ranks. torchrun starts every rank with
-    ``OMP_NUM_THREADS=1``, right for many ranks busy at once, but a 480p decode on one thread
-    takes hours. Restores the previous count after."""
+    """Threads for work this process does on the CPU (encoding, decoding): the caller's own
+    count, so a reference the caller computes at that count runs the same arithmetic (MKL
+    sums a GEMM in an order that depends on its thread count: issue 49). Under torchrun,
+    which starts every rank with ``OMP_NUM_THREADS=1`` (right for many ranks busy at once, but
+    a 480p decode on one thread takes hours): this host's cores divided among its local
+    ranks. Restores the previous count after."""
+    from ppdit._spawn_entry import in_torchrun
+
     before = torch.get_num_threads()
     share = max(1, (os.cpu_count() or 1) // max(1, local_world_size()))
-    with torch_threads(before if placement.is_cuda or share <= before else share) as n:
+    raise_it = in_torchrun() and not placement.is_cuda and share > before
+    with torch_threads(share if raise_it else before) as n:
         yield n
 
 
