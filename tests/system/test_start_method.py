@@ -131,3 +131,32 @@ def test_the_fork_server_ignores_an_interrupt_while_it_imports():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=False, cwd=Path(__file__).resolve().parents[2])
     assert run.stdout.strip() == "still importing" and "KeyboardInterrupt" not in run.stderr
+
+
+SCRIPT = """from ppdit.runtime import launch
+from ppdit.runtime.processes.hello import hello
+
+def main():
+    print(sum(r["all_reduce_sum"] for r in launch(hello, 2, timeout_s=120)))
+
+{call}
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_that_starts_ranks_outside_its_main_guard_is_told_so(tmp_path, guarded):
+    # issue 49: every rank re-runs the script's top level as it starts, where the launch fails
+    # again; before this check the caller heard only "rank 0 died (exit code 1)"
+    call = 'if __name__ == "__main__":\n    main()' if guarded else "main()"
+    script = tmp_path / "start.py"
+    script.write_text(SCRIPT.format(call=call))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=180, env={**os.environ, "PPDIT_DEVICE": "cpu"})
+    if guarded:
+        assert (done.returncode, done.stdout.strip()) == (0, "6.0"), done.stderr
+        return
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"RuntimeError: {script}:7 starts ranks from the script's top level, outside "
+        '`if __name__ == "__main__":`; each rank re-runs the script\'s top level as it starts '
+        "(multiprocessing imports it as __mp_main__), so move the call under it")

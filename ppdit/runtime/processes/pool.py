@@ -46,7 +46,7 @@ from ppdit._spawn_entry import main as spawn_entry
 from ppdit.runtime.comm.wire import WorkBound
 from ppdit.runtime.device import decide_placement
 from ppdit.runtime.processes.rank import DEFAULT_TIMEOUT_S, PoolSpec, RankJob, child_main, loads
-from ppdit.runtime.processes.start import start_context
+from ppdit.runtime.processes.start import check_main_guard, start_context
 
 _POLL_S = 0.05
 _GRACE_S = 2.0  # how long a dead rank's last queue message may still be in flight
@@ -104,6 +104,7 @@ class RankPool:
     def _start(self, first: RankJob) -> None:
         """Spawn the ranks; ``first`` is their first job (its setup runs before the group)."""
         self._spent = False
+        check_main_guard()
         ctx = start_context(self.placement.kind)
         main_thread = threading.current_thread() is threading.main_thread()
         # A forked rank's parent is the fork server, whose one thread lives as long as it does.
