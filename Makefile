@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 NBVAL := --nbval --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
 
-.PHONY: demo lab test test-fast lint book notebooks bench bench-compare clean gpu-check
+.PHONY: demo lab test test-load test-fast lint book notebooks bench bench-compare clean gpu-check
 
 # Let Python cache the bytecode of what it imports even where PYTHONDONTWRITEBYTECODE is set:
 # bootstrap installs with --no-compile, and every rank process would otherwise recompile the
@@ -19,7 +19,9 @@ lab:
 	scripts/lab.sh
 
 # Everything CI checks: lint, unit + multi-rank tests, the labs (stub fails, solution passes),
-# nbval over every committed notebook, and the offline book with its HTML scan.
+# nbval over every committed notebook, and the offline book with its HTML scan; the tests and
+# notebooks that state a claim (marked `claim`: bit for bit, or a named tolerance) run in the
+# load lane, with one busy process per core beside them (scripts/load_lane.sh: issue 49).
 test:
 	EXTRAS=test,notebooks,book scripts/build_book.sh  # sets up .venv (npm installs meanwhile)
 	$(PY) -m ruff check .
@@ -29,7 +31,13 @@ test:
 	# The lanes in order, fastest first (tests/conftest.py marks each test by its folder).
 	PPDIT_DEVICE=cpu PPDIT_CLAIMS_DIR=$$(mktemp -d) PPDIT_REQUIRE_BOOK=1 \
 		$(PY) -m pytest tests/unit tests/ranks tests/system tests/gpu tests/book notebooks \
-		$(NBVAL) --durations=60
+		$(NBVAL) -m "not claim" --durations=30
+	scripts/load_lane.sh
+
+# The load lane alone: every claim, while one busy process per core loads the machine.
+test-load:
+	scripts/bootstrap.sh test,notebooks
+	scripts/load_lane.sh
 
 # On a GPU machine: the GPU tests, then the GPU measurements, in stages within 8 minutes on one
 # H100; writes gpu_runs/<gpu>-<date>.json. Runs on the interpreter whose torch sees a GPU, with

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
 import time
 from pathlib import Path
 
@@ -64,12 +67,56 @@ def lane_of(path: Path) -> str:
     return lane
 
 
+# A test states a claim when its body compares results (bit for bit or to a named tolerance):
+# the load lane (``make test-load``) runs exactly these while every core is busy.
+CLAIM = re.compile(r"torch\.equal|assert_close|allclose|bit for bit|bitwise")
+
+
+@functools.cache
+def _notebook_claims(path: Path) -> bool:
+    return bool(CLAIM.search(path.read_text()))
+
+
+def states_a_claim(item) -> bool:
+    """Whether the test's own source compares results (``CLAIM``); for a notebook's cell,
+    whether its notebook does anywhere (a cell needs the cells before it)."""
+    if item.path.suffix == ".ipynb":
+        return _notebook_claims(item.path)
+    try:
+        return bool(CLAIM.search(inspect.getsource(item.function)))
+    except (AttributeError, OSError, TypeError):  # a generated test
+        return False
+
+
+STACK = ("torch", "diffusers", "transformers", "accelerate", "numpy", "nbval", "nbclient",
+         "ipykernel", "matplotlib", "jupyter-book")
+
+
+def pytest_report_header(config) -> list[str]:
+    """The versions under test, first thing in ``make test``, against constraints.txt."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = dict(line.strip().lower().split("==", 1) for line in
+                (ROOT / "constraints.txt").read_text().splitlines() if "==" in line)
+    shown = []
+    for name in STACK:
+        try:
+            got = version(name)
+        except PackageNotFoundError:
+            got = "absent"
+        want = pins.get(name)
+        shown.append(f"{name} {got}" + ("" if want in (None, got) else f" (constraints: {want})"))
+    return ["versions: " + ", ".join(shown)]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         lane = lane_of(item.path)
         item.add_marker(getattr(pytest.mark, lane))
         if lane != "unit":
             item.add_marker(pytest.mark.slow)
+        if states_a_claim(item):
+            item.add_marker(pytest.mark.claim)
 
 
 @pytest.fixture(scope="session")

@@ -108,6 +108,12 @@ def test_cpu_parts_under_torchrun_take_the_ranks_share_of_the_cores(monkeypatch)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        # outside torchrun the caller's count stays: its own references run at that count,
+        # and MKL's sums follow it (issue 49)
+        with cpu_share(Placement(torch.device("cpu"), "gloo")) as n:
+            assert n == 1
+        for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "localhost")):
+            monkeypatch.setenv(name, value)
         with cpu_share(Placement(torch.device("cpu"), "gloo")) as n:
             assert n == 4 and torch.get_num_threads() == 4
         assert torch.get_num_threads() == 1

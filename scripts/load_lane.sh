@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The load lane: every test that states a claim (marked `claim`: it compares results bit for bit
+# or to a named tolerance) and every notebook that states one, while one busy process per core loads the machine.
+#   scripts/load_lane.sh [pytest options, e.g. -x]   (make test runs it; make test-load alone)
+# On a CPU that is not Intel, MKL is made to take its Intel code path (scripts/mkl_intel_path.c),
+# where a GEMM's sums depend on the thread count: the path on which issue 49's mismatch showed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+unset PYTHONDONTWRITEBYTECODE  # every rank would recompile what it imports (see the Makefile)
+py=.venv/bin/python
+scratch="$(mktemp -d)"
+busy=()
+cleanup() { [ ${#busy[@]} -eq 0 ] || kill "${busy[@]}" 2>/dev/null || true; rm -rf "$scratch"; }
+trap cleanup EXIT INT TERM
+
+preload=""
+# libtorch_cpu carries MKL, and exports the function MKL asks for the CPU vendor
+has_vendor_check="$($py -c 'import ctypes, pathlib, torch
+lib = next(pathlib.Path(torch.__file__).parent.glob("lib/libtorch_cpu.*"))
+print(int(hasattr(ctypes.CDLL(str(lib)), "mkl_serv_intel_cpu_true")))')"
+if ! grep -q GenuineIntel /proc/cpuinfo && [ "$has_vendor_check" = 1 ]; then
+    cc -shared -fPIC -o "$scratch/mkl_intel_path.so" scripts/mkl_intel_path.c
+    preload="$scratch/mkl_intel_path.so"
+    echo "load lane: not an Intel CPU, so MKL is made to take its Intel code path"
+fi
+cores="$(nproc)"
+for _ in $(seq "$cores"); do $py -c "while True: pass" & busy+=($!); done
+echo "load lane: ${cores} busy processes (one per core) run beside the tests"
+
+[ -z "$preload" ] || export LD_PRELOAD="$preload${LD_PRELOAD:+:$LD_PRELOAD}"
+export PPDIT_DEVICE=cpu PPDIT_CLAIMS_DIR="$scratch/claims"
+lane=(-m claim --nbval --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout 600
+      --nbval-kernel-startup-timeout 300 --durations=20 "$@")
+status=0
+$py -m pytest "${lane[@]}" tests/unit tests/ranks tests/system tests/gpu tests/book || status=$?
+# the notebooks in a session of their own (tests/conftest.py marks their cells, as in make test)
+$py -m pytest "${lane[@]}" -p tests.conftest notebooks || status=$?
+exit "$status"
