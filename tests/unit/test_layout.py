@@ -140,8 +140,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # became labkit.run_on_ranks (labs/ lost 24 lines for these 15). L4 5,630 -> 5,641: a ledger
 # check judged on its 90% interval, so a direction this machine cannot decide reads
 # "inconclusive live here" instead of a median's flip (25 lines, 14 paid in claims.py).
-BUDGETS = {0: 2_300, 1: 3_895, 2: 5_110, 3: 1_570, 4: 5_641, 5: 2_615}
-PACKAGE_BUDGET = 21_131
+# Issue 49: L1 3,895 -> 3,946 and the package 21,131 -> 21,182, not paid yet: a launch from a
+# script's top level refused in one line before any rank starts (the script's main guard read
+# from its syntax tree, 28 lines), MKL's run-time thread choice turned off (10), the caller's
+# thread count kept for encode and decode.
+BUDGETS = {0: 2_300, 1: 3_946, 2: 5_110, 3: 1_570, 4: 5_641, 5: 2_615}
+PACKAGE_BUDGET = 21_182
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():
