@@ -170,19 +170,13 @@ def _cuda(ranks: int, gpus: int, backend: str, stage: bool | None) -> PlacementD
                              "message is staged through pinned host buffers")
 
 
-def exact_mkl_threads() -> bool:
-    """Make MKL use exactly the thread count torch sets, whatever else the machine runs.
-    MKL may pick fewer threads at run time (``MKL_DYNAMIC``, on by default), and a GEMM's
-    summation order follows its thread count: oneMKL's conditions for run-to-run equal results
-    are a fixed count with dynamic adjustment off. ``False`` where torch has no MKL."""
-    if not torch.backends.mkl.is_available():
-        return False
-    lib = next(iter(sorted(Path(torch.__file__).parent.glob("lib/libtorch_cpu.*"))), None)
-    try:
-        ctypes.CDLL(str(lib)).MKL_Set_Dynamic(0)  # C API, by value
-    except (OSError, AttributeError, TypeError):
-        return False
-    return True
+def exact_mkl_threads() -> None:
+    """Make MKL use exactly the thread count torch sets, whatever else the machine runs:
+    ``MKL_DYNAMIC`` (on by default) lets it pick fewer at run time, and a GEMM's summation
+    order follows the count (oneMKL's reproducibility conditions: a fixed count, dynamic off)."""
+    lib = next(Path(torch.__file__).parent.glob("lib/libtorch_cpu.*"), None)
+    with contextlib.suppress(OSError, AttributeError, TypeError):  # no MKL in this torch
+        ctypes.CDLL(str(lib)).MKL_Set_Dynamic(0)  # the C API, by value
 
 
 exact_mkl_threads()  # once per process, before any caller or rank computes a reference

@@ -26,7 +26,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import multiprocessing.spawn
 import os
 import sys
 from collections.abc import Iterator
@@ -69,40 +68,28 @@ def fresh_interpreters() -> Iterator[None]:
 
 def check_main_guard() -> None:
     """Refuse, before any rank starts, a launch from a script's top level outside
-    ``if __name__ == "__main__":``. Every rank re-runs the caller's script as it starts (spawn
-    and forkserver import it as ``__mp_main__``), so that launch would run again in each rank,
-    where multiprocessing refuses it and the rank dies before it can say why."""
-    path = _script_children_rerun()
-    frame = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "<module>"
-                                     and os.path.abspath(frame.f_code.co_filename) == path):
+    ``if __name__ == "__main__":``: each rank re-runs that script as it starts (spawn and
+    forkserver import it as ``__mp_main__``, multiprocessing.spawn's rule below), where the
+    launch runs again, multiprocessing refuses it, and the rank dies before it can say why."""
+    main = sys.modules["__main__"]
+    spec, path = getattr(main, "__spec__", None), getattr(main, "__file__", None)
+    if path is None or (spec is not None and spec.name.rpartition(".")[2] == "__main__"):
+        return  # no script, or python -m pkg (never re-run)
+    path, frame = os.path.abspath(path), sys._getframe(1)
+    while frame and (frame.f_code.co_name, os.path.abspath(frame.f_code.co_filename)) != (
+            "<module>", path):  # the script's own top level (not a notebook cell's)
         frame = frame.f_back
-    if frame is not None and frame.f_lineno not in _guarded_lines(path):
+    if frame and frame.f_lineno not in _guarded_lines(path):
         raise RuntimeError(
             f"{path}:{frame.f_lineno} starts ranks from the script's top level, outside "
             "`if __name__ == \"__main__\":`; each rank re-runs the script's top level as it "
             "starts (multiprocessing imports it as __mp_main__), so move the call under it")
 
 
-def _script_children_rerun() -> str | None:
-    """The file a rank re-runs as ``__mp_main__`` (multiprocessing.spawn's rule), if any."""
-    data = multiprocessing.spawn.get_preparation_data("rank")
-    if "init_main_from_path" in data:
-        return os.path.abspath(data["init_main_from_path"])
-    name = data.get("init_main_from_name", "__main__")
-    if name == "__main__" or name.endswith(".__main__"):  # python -m pkg: never re-run
-        return None
-    return getattr(sys.modules["__main__"], "__file__", None)
-
-
 @functools.cache
 def _guarded_lines(path: str) -> frozenset[int]:
     """The lines of ``path`` inside an ``if __name__ == "__main__":`` block."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    guard = ast.parse('__name__ == "__main__"', mode="eval").body
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.dump(node.test) == ast.dump(guard):
-            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
-    return frozenset(lines)
+    guard = ast.dump(ast.parse('__name__ == "__main__"', mode="eval").body)
+    return frozenset(line for node in ast.walk(ast.parse(open(path, encoding="utf-8").read()))
+                     if isinstance(node, ast.If) and ast.dump(node.test) == guard
+                     for line in range(node.lineno, node.end_lineno + 1))
