@@ -39,6 +39,10 @@ def _watch(caller: int, alive: int | None) -> None:
     os._exit(0)
 
 
+# diffusers and transformers ask whether CUDA is available as they import; answered by the CUDA
+# runtime, that initialises CUDA in the server and every fork of it fails to use it ("Cannot
+# re-initialize CUDA in forked subprocess"), a CPU rank's compile or probe included (issue 50)
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 threading.Thread(target=_watch, args=(os.getppid(), _alive_fd()), name="ppdit-server-watch",
                  daemon=True).start()
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides (see the module)

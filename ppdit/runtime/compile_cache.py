@@ -9,7 +9,8 @@ One sub-folder per key, because a checkout outlives its machine (a shared home d
 clone on a laptop and a GPU box) and Inductor compiles CPU kernels for *this* CPU
 (``-march=native``, ``ATEN_CPU_CAPABILITY``) without naming either in its key: served another
 CPU's kernels, compiled TP gave wrong answers. ``cache_key()`` names the torch build, the CPU
-architecture, capability and model, the CUDA version and the GPUs' architecture.
+architecture, capability and model, the CUDA version and, once this process uses CUDA, the
+GPUs' architecture (a CPU rank never asks: a fork that did could not use CUDA after).
 
 Call ``use_project_compile_cache()`` before the first ``torch.compile``. Inductor writes its own
 default into the environment the first time it needs the folder, so a value equal to that
@@ -46,7 +47,7 @@ def cache_key() -> str:
         parts.append("nocuda")
     else:
         parts.append(f"cu{torch.version.cuda}")
-        if torch.cuda.is_available():
+        if torch.cuda.is_initialized():  # asking would initialise CUDA in a CPU rank
             caps = sorted({torch.cuda.get_device_capability(i)
                            for i in range(torch.cuda.device_count())})
             parts.append("sm" + "+".join(f"{a}{b}" for a, b in caps))

@@ -46,6 +46,21 @@ def test_compile_cache_key_names_the_cpu_capability():
     assert torch.__version__ in cache_key() and cache_key().count("/") == 0
 
 
+
+def test_compile_cache_key_asks_cuda_nothing_before_the_process_uses_it(monkeypatch):
+    """A CPU rank forked on a GPU machine must not initialise CUDA (issue 50): on a CUDA build,
+    simulated, the key names the CUDA version and asks the GPUs only once CUDA is in use."""
+    asked = []
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    for name in ("is_available", "device_count", "get_device_capability", "init"):
+        monkeypatch.setattr(torch.cuda, name, lambda *a, _n=name: asked.append(_n) or 1)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert cache_key().endswith("-cu13.0") and asked == []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0))
+    assert cache_key().endswith("-cu13.0-sm90")
+
+
 _COMPILE_UNDER = """
 import json, torch
 from ppdit.runtime.compile_cache import cache_key, use_project_compile_cache

@@ -25,6 +25,9 @@ def test_the_rule_and_its_override(monkeypatch):
     assert start_method_for("cpu") == "forkserver"
     monkeypatch.setenv(ENV, "spawn")
     assert start_method_for("cpu") == "spawn"
+    monkeypatch.setenv(ENV, "forkserver")
+    with pytest.raises(ValueError, match=r"forkserver with cuda ranks: a fork cannot use CUDA"):
+        start_method_for("cuda")
     monkeypatch.setenv(ENV, "fork")
     with pytest.raises(ValueError, match=r"PPDIT_START_METHOD='fork'.*forkserver.*spawn"):
         start_method_for("cpu")
@@ -102,25 +105,44 @@ def test_a_script_that_imports_the_runtime_at_the_top_launches(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "6.0"  # 1 + 2 on each of the two ranks
 
 
+# A CUDA build, simulated on any wheel: the accelerator is CUDA, and ``is_available`` answers as
+# a CUDA build's does, through NVML when told to, else through the CUDA runtime, which
+# initialises CUDA in the server and poisons every fork of it: the probe records that call.
 PROBE = """
 import importlib, torch
 asked = []
-for name in ("is_available", "device_count", "_lazy_init", "init", "set_device"):
-    setattr(torch.cuda, name, lambda *a, _n=name, **k: asked.append(_n) or 0)
+def ask(name):
+    return lambda *a, **k: asked.append(name) or 1
+def is_available():
+    if not torch.cuda._nvml_based_avail():
+        asked.append("is_available")
+    return True
+torch.cuda.is_available = is_available
+torch.accelerator.current_accelerator = lambda *a, **k: torch.device("cuda")
+for name in ("_lazy_init", "init", "set_device", "device_count", "get_device_capability"):
+    setattr(torch.cuda, name, ask(name))
 from ppdit._fork_server import PRELOAD
-for module in PRELOAD[1:]:  # the guard watches a caller this probe does not have
+for module in {preload}:
     importlib.import_module(module)
 print(sorted(set(asked)) or "none")
 """
 
 
-def test_the_fork_servers_imports_never_touch_cuda():
-    """A rank forked from a server that asked CUDA anything (even ``is_available()``, which
-    registers PyTorch's fork poisoning on a CUDA build) fails with "Cannot re-initialize CUDA
-    in forked subprocess": none of the server's preloaded imports may ask."""
-    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
-                         timeout=300, check=True, cwd=Path(__file__).resolve().parents[2])
-    assert run.stdout.strip().splitlines()[-1] == "none", run.stdout + run.stderr
+def _probe(preload: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    run = subprocess.run([sys.executable, "-c", PROBE.format(preload=preload)], env=env,
+                         capture_output=True, text=True, timeout=300, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    return run.stdout.strip().splitlines()[-1]
+
+
+def test_the_fork_servers_imports_never_initialise_cuda():
+    """A rank forked from a server that initialised CUDA (even through ``is_available()``,
+    which asks the CUDA runtime unless NVML answers) fails with "Cannot re-initialize CUDA in
+    forked subprocess" (issue 50): diffusers and transformers ask at import, so the server's
+    first import makes NVML answer. Without that first import the probe sees the call."""
+    assert _probe("PRELOAD") == "none"
+    assert _probe("PRELOAD[1:]") == "['is_available']"
 
 
 def test_the_fork_server_ignores_an_interrupt_while_it_imports():

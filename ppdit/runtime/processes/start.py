@@ -47,6 +47,9 @@ def start_method_for(kind: str) -> str:
     if chosen:
         if chosen not in METHODS:
             raise ValueError(f"{ENV}={chosen!r}: the start method must be one of {METHODS}")
+        if chosen == "forkserver" and kind != "cpu":
+            raise ValueError(f"{ENV}=forkserver with {kind} ranks: a fork cannot use CUDA once "
+                             "its server's imports asked the driver; CUDA ranks spawn")
         return chosen
     return "forkserver" if kind == "cpu" else "spawn"
 
