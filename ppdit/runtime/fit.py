@@ -66,26 +66,41 @@ def device_bytes(decision: PlacementDecision) -> int:
     """The memory of one device of the decision: a GPU's total, or the host's RAM."""
     if decision.kind != "cpu" and torch.cuda.is_available():
         return torch.cuda.get_device_properties(0).total_memory
+    return host_bytes()
+
+
+def host_bytes() -> int:
+    """This host's RAM."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_fits(source, world_size: int, decision: PlacementDecision,
                capacity: int | None = None, part: str = "dit",
-               split: dict[str, int] | None = None) -> None:
+               split: dict[str, int] | None = None, host: int | None = None) -> None:
     """``ValueError`` naming the sizes when the ranks on one device cannot hold their shares
-    (layout degrees ``split``) of the weights. ``capacity``: the device's memory (tests)."""
+    (layout degrees ``split``) of the weights; on GPUs, also when this host's ranks cannot
+    build them in its RAM at once (each builds its share on the host, then moves it:
+    ``runtime.rounds``). ``capacity``, ``host``: the device's and the host's memory (tests)."""
     each = weight_bytes(source, part, split)
     cpu = decision.kind == "cpu" or decision.gpus == 0  # then every rank shares the host
     sharing = world_size if cpu else math.ceil(world_size / decision.gpus)  # the busiest device
     have = device_bytes(decision) if capacity is None else capacity
+    layout = ",".join(f"{k}={v}" for k, v in (split or {}).items())
+    shared = part == "dit" and source.folder and {"tp", "fsdp", "layer"} & {*(split or ())}
+    held = (f"its share under {layout}" if shared else f"the whole {part.upper()}") + (
+        f", in {source.dtype}")
     if sharing * each > have:
         where = "the host's RAM" if decision.kind == "cpu" else "one GPU"
-        layout = ",".join(f"{k}={v}" for k, v in (split or {}).items())
-        shared = part == "dit" and source.folder and {"tp", "fsdp", "layer"} & {*(split or ())}
-        held = f"its share under {layout}" if shared else f"the whole {part.upper()}"
         raise ValueError(
             f"{sharing} rank(s) on {where} would hold {sharing} x {each / 1e9:.3g} GB of "
             f"{source.name} weights = {sharing * each / 1e9:.3g} GB, more than its "
-            f"{have / 1e9:.3g} GB (each holds {held}, in {source.dtype}). Use fewer ranks "
-            "per device, more devices, a layout that shards the weights (tp, fsdp, layer) or "
-            "a smaller dtype.")
+            f"{have / 1e9:.3g} GB (each holds {held}). Use fewer ranks per device, more "
+            "devices, a layout that shards the weights (tp, fsdp, layer) or a smaller dtype.")
+    ram = host_bytes() if host is None else host
+    if not cpu and world_size * each > ram:
+        raise ValueError(
+            f"{world_size} rank(s) on this host would each build {each / 1e9:.3g} GB of "
+            f"{source.name} weights in host RAM before moving them to a GPU: "
+            f"{world_size * each / 1e9:.3g} GB at once, more than the host's {ram / 1e9:.3g} GB "
+            f"(each builds {held}). Use fewer ranks per host or a layout that shards the "
+            "weights (tp, fsdp, layer).")

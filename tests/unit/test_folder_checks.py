@@ -124,14 +124,14 @@ def test_tp_ranks_on_one_gpu_hold_one_model_between_them(wan14b):
     assert whole / 1e9 == pytest.approx(28.6, rel=0.01)
     assert whole / 4 < share < 1.1 * whole / 4  # + 0.4 GB unsplit: embedders, head, norms
     for fits in (Layout(tp=4), Layout(cfg=2, ulysses=2, fsdp=4), Layout(layer=4)):
-        check_fits(source, 4, SHARED, capacity=80e9, split=fits.split())
+        check_fits(source, 4, SHARED, capacity=80e9, host=512e9, split=fits.split())
     with pytest.raises(ValueError, match=r"4 rank\(s\) on one GPU would hold 4 x 28\.6 GB of "
                        r"wan14b weights = 115 GB, more than its 80 GB \(each holds the whole "
                        r"DIT, in bf16\)"):
         check_fits(source, 4, SHARED, capacity=80e9, split=Layout(step=4).split())
     preset = ModelSource("wan2.1-14b", dtype="bf16")  # seeded: every rank builds it whole
     with pytest.raises(ValueError, match="each holds the whole DIT"):
-        check_fits(preset, 4, SHARED, capacity=80e9, split=Layout(tp=4).split())
+        check_fits(preset, 4, SHARED, capacity=80e9, host=512e9, split=Layout(tp=4).split())
 
 
 def test_the_fit_rule_splits_what_tensor_parallel_splits():

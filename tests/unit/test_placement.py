@@ -79,11 +79,26 @@ def test_weights_that_cannot_fit_are_refused_with_the_sizes():
     big = ModelSource("wan2.1-14b", dtype="bf16")
     assert weight_bytes(big) / 1e9 == pytest.approx(28.6, rel=0.01)
     shared = PlacementDecision("cuda-shared", "gloo", 1, True, "ranks share one GPU")
-    check_fits(big, 2, shared, capacity=80e9)
+    check_fits(big, 2, shared, capacity=80e9, host=512e9)
     with pytest.raises(ValueError, match=r"3 rank\(s\) on one GPU would hold 3 x 28\.6 GB"):
         check_fits(big, 3, shared, capacity=80e9)
     own = PlacementDecision("cuda", "nccl", 3, False, "a GPU each")
-    check_fits(big, 3, own, capacity=80e9)  # one copy per GPU
+    check_fits(big, 3, own, capacity=80e9, host=512e9)  # one copy per GPU
+
+
+def test_ranks_that_would_build_more_than_the_hosts_ram_are_refused():
+    """Each whole-model GPU rank builds its weights on the host first (issue 50): four 14B
+    bf16 ranks hold 115 GB of host RAM at once, more than a 64 GB host, though each GPU fits."""
+    from ppdit.checkpoint.source import ModelSource
+    from ppdit.runtime.device import PlacementDecision
+    from ppdit.runtime.fit import check_fits
+
+    big, four = ModelSource("wan2.1-14b", dtype="bf16"), PlacementDecision(
+        "cuda", "nccl", 4, False, "a GPU each")
+    check_fits(big, 4, four, capacity=80e9, host=128e9)
+    with pytest.raises(ValueError, match=r"4 rank\(s\) on this host would each build 28\.6 GB "
+                                         r".* 115 GB at once, more than the host's 64 GB"):
+        check_fits(big, 4, four, capacity=80e9, host=64e9)
 
 
 def test_a_layout_refuses_before_any_rank_starts(monkeypatch):
