@@ -5,7 +5,7 @@ Why a schema at all: these files are evidence. A notebook prints their numbers n
 ones, so a misspelt field (silently missing from a table) or a string where a number belongs
 (``"617 ms"``) must stop the reader with the file, the field and the rule, not print nonsense.
 
-The shape, version ``ppdit.gpu_run/2`` (every field present; ``null`` where unknown), is
+The shape, version ``ppdit.gpu_run/3`` (every field present; ``null`` where unknown), is
 ``REPORT`` below: ``schema``, ``provenance`` (where the numbers come from: source, a sentence;
 origin, its short form for labels; ``unknown``, the dotted names of the fields left null), the
 GPU ``tests``, and one ``measurements`` section each for sync_probe, ring_memory, real_generate
@@ -22,7 +22,7 @@ import math
 import re
 from typing import Any
 
-SCHEMA = "ppdit.gpu_run/2"
+SCHEMA = "ppdit.gpu_run/3"  # /3: the tree that ran, the failed tests by name
 STATUSES = ("ok", "partial", "skipped", "error", "not_measured")
 
 # Leaf types: name -> (test, the rule a wrong value breaks). A trailing "?" allows null.
@@ -55,10 +55,11 @@ PROVENANCE = {
     "source": "str", "origin": "str", "command": "str?", "date": "date?", "duration_s": "num?",
     "gpu": {"name": "str?", "count": "int?", "memory_gb": "num?", "capability": "str?"},
     "driver": "str?", "cuda": "str?", "torch": "str?", "diffusers": "str?", "python": "str?",
-    "git": {"commit": "str?", "dirty": "bool?"}, "unknown": "strlist", "notes": "str?",
+    "git": {"commit": "str?", "dirty": "bool?"}, "tree": "str?", "unknown": "strlist",
+    "notes": "str?",
 }
 TESTS = {**_SECTION, "command": "str?", "scope": "str?", "passed": "int?", "failed": "int?",
-         "skipped": "int?", "errors": "int?"}
+         "skipped": "int?", "errors": "int?", "failed_names": "strlist?"}
 LAUNCH = {**_SECTION, "world_size": "int?", "devices": "strlist?", "fresh_s": "num?",
           "fresh_s_range": "range?", "pool_start_s": "num?", "pool_job_s": "num?"}
 LAYOUTS = {**_SECTION, "world_size": "int?", "devices": "strlist?", "backend": "str?",

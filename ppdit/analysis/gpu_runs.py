@@ -104,20 +104,37 @@ def _order(run: GpuRun) -> tuple[str, str, int]:
     return (run.provenance["date"] or "", *key)
 
 
-MULTI_RANK = ("sync_probe", "real_generate", "layouts")  # the sections that run CUDA ranks
+MULTI_RANK = ("sync_probe", "real_generate", "layouts", "launch")  # sections of CUDA ranks
 
 
 def record(runs: list[GpuRun]) -> str:
     """What has run on GPUs, from the run files: the sentence the README and the book quote
-    (a test keeps their copies equal to it), never a bare claim that the code runs there."""
+    (a test keeps their copies equal to it), never a bare claim that the code runs there: the
+    tests that failed by name, and how multi-rank sections ran (gloo ranks sharing a GPU are
+    not NCCL)."""
     if not runs:
         return "GPU record (gpu_runs/): nothing has run on a GPU yet."
-    ranks = [r.path.name for r in runs if any(r.section(name) for name in MULTI_RANK)]
     last, tests = runs[-1], runs[-1].data["tests"]
+    failed = tests["failed"] or 0
+    names = ", ".join(tests.get("failed_names") or []) or "names not recorded"
+    shown = f"{tests['passed'] or 0} passed, {failed} failed" + (f" ({names})" if failed else "")
     return (f"GPU record (gpu_runs/): latest {last.path.name} [{last.label}]: "
-            f"{tests['passed'] or 0} GPU tests passed ({tests['scope'] or 'the GPU suite'}); "
-            + (f"multi-rank CUDA measured in {', '.join(ranks)}." if ranks else
-               "multi-rank CUDA: not yet run."))
+            f"{tests['scope'] or 'the GPU suite'}: {shown}; {_ranks_ran(runs)}.")
+
+
+def _ranks_ran(runs: list[GpuRun]) -> str:
+    """How CUDA ranks have run: by backend, with the devices of the sections that ran them."""
+    seen: dict[str, set[str]] = {}
+    for run in runs:
+        for name in MULTI_RANK:
+            part = run.section(name)
+            if part and len(part.get("devices") or []) > 1:
+                shared = len(set(part["devices"])) < len(part["devices"])
+                how = f"{part.get('backend') or 'gloo'}" + (" sharing one GPU" if shared else "")
+                seen.setdefault(how, set()).add(run.path.name)
+    ran = [f"{k} in {', '.join(sorted(v))}" for k, v in sorted(seen.items())]
+    nccl = "" if any(k.startswith("nccl") for k in seen) else "; NCCL: not yet run"
+    return "multi-rank CUDA: " + ("; ".join(ran) if ran else "not yet run") + nccl
 
 
 def _tracked(folder: Path) -> set[str] | None:

@@ -9,6 +9,7 @@ commit of the checkout (plus whether it had uncommitted changes). Whatever canno
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import platform
 import re
 import subprocess
@@ -46,6 +47,21 @@ def git_state(root: Path = REPO, exclude: tuple[str, ...] = ("gpu_runs",)) -> di
     return {"commit": commit.strip() or None, "dirty": bool(changes.strip())}
 
 
+def tree_hash(root: Path = REPO, exclude: tuple[str, ...] = ("gpu_runs",)) -> str | None:
+    """12 hex digits of the files that ran: every file git would track (tracked or not
+    ignored), hashed by path and content as they are on disk, so a copy whose git metadata is
+    stale (a device machine's) still names its own tree; ``None`` outside a git checkout."""
+    listed = _stdout("git", "ls-files", "-z", "-co", "--exclude-standard", cwd=root)
+    if listed is None:
+        return None
+    digest = hashlib.sha256()
+    for name in sorted(set(listed.split("\0")) - {""}):
+        path = root / name
+        if path.is_file() and name.split("/")[0] not in exclude:
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 def _stdout(*command: str, cwd: Path | None = None) -> str | None:
     """A command's output, or ``None`` where it is missing, fails or takes over 20 s."""
     try:
@@ -58,9 +74,10 @@ def _stdout(*command: str, cwd: Path | None = None) -> str | None:
 def provenance(*, command: str, duration_s: float | None, today: dt.date | None = None) -> dict:
     """The provenance block of a run made on this machine now (see the module docstring)."""
     date = (today or dt.date.today()).isoformat()
-    git = git_state()
-    commit = f", commit {git['commit'][:7]}" if git["commit"] else ""
-    dirty = " with uncommitted changes" if git["dirty"] else ""
+    git, tree = git_state(), tree_hash()
+    commit = f", tree {tree}" if tree else ""
+    dirty = f" (git metadata: {git['commit'][:7]}{' + changes' if git['dirty'] else ''})" if (
+        git["commit"]) else ""
     block = {
         "source": "measured by make gpu-check (python -m ppdit gpu-check) on this machine",
         "origin": f"make gpu-check, {date}{commit}{dirty}",
@@ -69,7 +86,8 @@ def provenance(*, command: str, duration_s: float | None, today: dt.date | None 
         "gpu": gpu_facts(), "driver": driver_version(), "cuda": torch.version.cuda,
         "torch": torch.__version__,
         "diffusers": next((d.version for d in metadata.distributions(name="diffusers")), None),
-        "python": platform.python_version(), "git": git, "unknown": [], "notes": None,
+        "python": platform.python_version(), "git": git, "tree": tree, "unknown": [],
+        "notes": None,
     }
     block["unknown"] = unknown_fields(block)
     return block

@@ -3,7 +3,7 @@
 Without CUDA it stops at once, says why and writes nothing: a GPU run file made on a CPU would
 be evidence of nothing. With CUDA, every section ends with a status (see ``sections``), the
 report is checked against its schema before it is written, and the exit status is 0 only when
-the tests passed and no measurement failed (a section skipped for memory is not a failure).
+the tests passed and no measurement failed (out of GPU memory is a failure, with its message).
 """
 
 from __future__ import annotations

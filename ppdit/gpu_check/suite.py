@@ -58,20 +58,26 @@ def run_gpu_tests(*, timeout_s: float, root: Path = REPO, marker: str = "gpu") -
 
 
 def parse_junit(xml: Path) -> dict:
-    """passed / failed / skipped / errors from a JUnit XML file (pytest's ``--junitxml``)."""
+    """passed / failed / skipped / errors from a JUnit XML file (pytest's ``--junitxml``), and
+    the failed or erring tests by name (``file::test``)."""
     root = ET.parse(xml).getroot()
     suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
     total = {k: sum(int(s.get(k, 0)) for s in suites)
              for k in ("tests", "failures", "errors", "skipped")}
+    failed = [f"{c.get('classname', '').replace('.', '/')}.py::{c.get('name')}"
+              for c in root.iter("testcase") if c.find("failure") is not None
+              or c.find("error") is not None]
     return {"passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
-            "failed": total["failures"], "skipped": total["skipped"], "errors": total["errors"]}
+            "failed": total["failures"], "skipped": total["skipped"], "errors": total["errors"],
+            "failed_names": failed}
 
 
 def _counts(xml: Path) -> dict:
     try:
         return parse_junit(xml)
     except (OSError, ET.ParseError):  # stopped before pytest wrote it
-        return {"passed": None, "failed": None, "skipped": None, "errors": None}
+        return {"passed": None, "failed": None, "skipped": None, "errors": None,
+                "failed_names": None}
 
 
 def _end_group(proc: subprocess.Popen) -> None:

@@ -144,3 +144,31 @@ def test_real_generate_runs_tiny_on_cpu_ranks():
     assert one["peak_gb"][0] > 0 and step["peak_gb"] is None
     assert step["bitwise_equal"] and layer["bitwise_equal"] and step["max_abs_diff"] == 0
     assert 0 < ring["rel_diff"] <= REL_TOL and ring["within_tol"]
+
+
+def test_a_run_names_the_tree_that_ran_by_content_not_git_metadata(tmp_path):
+    """A device machine's copy kept stale git metadata (issue 50): the tree hash follows the
+    files as they are, tracked or not, ignoring what git ignores and the run files."""
+    import subprocess
+
+    from ppdit.gpu_check.env import tree_hash
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("out/\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    first = tree_hash(tmp_path)
+    (tmp_path / "a.py").write_text("x = 2\n")  # changed, not committed
+    changed = tree_hash(tmp_path)
+    (tmp_path / "b.py").write_text("y = 1\n")  # untracked
+    grown = tree_hash(tmp_path)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "c.txt").write_text("ignored")
+    (tmp_path / "gpu_runs").mkdir()
+    (tmp_path / "gpu_runs" / "run.json").write_text("{}")  # what the run itself writes
+    assert len({first, changed, grown}) == 3 and tree_hash(tmp_path) == grown
+    assert tree_hash(tmp_path / "not-a-checkout-at-all") is None

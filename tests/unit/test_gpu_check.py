@@ -186,7 +186,8 @@ def test_a_failing_or_short_of_memory_section_becomes_its_status(capsys):
     assert failed["status"] == "error" and failed["reason"] == "RuntimeError: the layout broke"
     assert "Traceback" in capsys.readouterr().err
     short = run_section("layouts", LAYOUTS, oom)
-    assert short["status"] == "skipped" and short["reason"].startswith("not enough GPU memory")
+    assert short == {**short, "status": "error",  # a failure, not "skipped" (issue 50)
+                     "reason": "OutOfMemoryError: CUDA out of memory. Tried to allocate 30 GiB"}
     partial = run_section("layouts", LAYOUTS, lambda: {"status": "partial", "reason": "SP: x",
                                                        "world_size": 2})
     assert partial["status"] == "partial" and partial["world_size"] == 2
@@ -195,9 +196,14 @@ def test_a_failing_or_short_of_memory_section_becomes_its_status(capsys):
 
 def test_junit_counts(tmp_path):
     xml = tmp_path / "j.xml"
-    xml.write_text('<testsuites><testsuite tests="7" failures="1" errors="1" skipped="2"/>'
-                   "</testsuites>")
-    assert parse_junit(xml) == {"passed": 3, "failed": 1, "skipped": 2, "errors": 1}
+    xml.write_text('<testsuites><testsuite tests="7" failures="1" errors="1" skipped="2">'
+                   '<testcase classname="tests.gpu.test_a" name="test_b"><failure/></testcase>'
+                   '<testcase classname="tests.gpu.test_a" name="test_c"><error/></testcase>'
+                   '<testcase classname="tests.gpu.test_a" name="test_d"/>'
+                   "</testsuite></testsuites>")
+    assert parse_junit(xml) == {"passed": 3, "failed": 1, "skipped": 2, "errors": 1,
+                                "failed_names": ["tests/gpu/test_a.py::test_b",
+                                                 "tests/gpu/test_a.py::test_c"]}
 
 
 def test_models_built_on_the_device_keep_diffusers_fp32_modules():
@@ -345,11 +351,17 @@ def test_the_gpu_record_says_what_ran_and_what_did_not():
 
     assert record([]) == "GPU record (gpu_runs/): nothing has run on a GPU yet."
     run = load_run(ROOT / "gpu_runs" / "h100-issue14-report.json")
-    assert record([run]).endswith("multi-rank CUDA: not yet run.")
+    assert record([run]).endswith("multi-rank CUDA: not yet run; NCCL: not yet run.")
     data = copy.deepcopy(run.data)
-    data["measurements"]["layouts"]["status"] = "ok"
+    data["measurements"]["layouts"].update(status="ok", devices=["cuda:0", "cuda:0"],
+                                           backend="gloo")
     assert record([GpuRun(run.path, data)]).endswith(
-        f"multi-rank CUDA measured in {run.path.name}.")
+        f"multi-rank CUDA: gloo sharing one GPU in {run.path.name}; NCCL: not yet run.")
+    data["measurements"]["layouts"].update(devices=["cuda:0", "cuda:1"], backend="nccl")
+    data["tests"].update(passed=30, failed=1, failed_names=["tests/gpu/test_a.py::test_b"])
+    assert record([GpuRun(run.path, data)]).endswith(
+        ": 30 passed, 1 failed (tests/gpu/test_a.py::test_b); "
+        f"multi-rank CUDA: nccl in {run.path.name}.")
 
 
 # -- the unknowns (gpu_check.unknowns): their code on the CPU, tiny ---------------------------
@@ -438,7 +450,7 @@ def test_the_unknowns_read_back_as_sentences_and_count_as_multi_rank_cuda():
                    "bitwise True", "ring=2: error, ? s, peak ? GB per rank",
                    "real_generate: partial: ring=2: RuntimeError: boom"):
         assert quoted in text, quoted
-    assert record([run_]).endswith(f"multi-rank CUDA measured in {COMMITTED.name}.")
+    assert record([run_]).endswith(f"multi-rank CUDA: nccl in {COMMITTED.name}.")
     data["measurements"]["sync_probe"]["as_modelled"] = False
     assert "(NOT as ppdit assumes)" in format_report(GpuRun(COMMITTED, data))
 
