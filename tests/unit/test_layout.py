@@ -144,8 +144,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # script's top level refused in one line before any rank starts (the script's main guard read
 # from its syntax tree, 28 lines), MKL's run-time thread choice turned off (10), the caller's
 # thread count kept for encode and decode.
-BUDGETS = {0: 2_300, 1: 3_946, 2: 5_110, 3: 1_570, 4: 5_641, 5: 2_615}
-PACKAGE_BUDGET = 21_182
+# Issue 50: L1 3,946 -> 3,969, L4 5,641 -> 5,659, L5 2,615 -> 2,637, the package -> 21,245, not
+# paid yet: the host's RAM at load in check_fits (20), the record's tree hash, failed tests by
+# name and backend per multi-rank section (35), NVML for the fork server, forkserver refused
+# for CUDA ranks (8).
+BUDGETS = {0: 2_300, 1: 3_969, 2: 5_110, 3: 1_570, 4: 5_659, 5: 2_637}
+PACKAGE_BUDGET = 21_245
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():
