@@ -238,7 +238,9 @@ def test_library_code_changes_no_global_state():
         assert "matplotlib.use(" not in text, path
         # the documented environment writes: the compile cache's folder, a forked rank
         # taking its caller's environment (in the rank's own process, before anything runs),
-        # a rank choosing how NCCL reports a failure (rank.name_failures, in the rank), and a
-        # lesson keeping its ranks on the CPU (teaching.placement, in the notebook's kernel)
-        if path.name not in ("compile_cache.py", "_spawn_entry.py", "rank.py", "placement.py"):
+        # a rank choosing how NCCL reports a failure (rank.name_failures, in the rank), a
+        # lesson keeping its ranks on the CPU (teaching.placement, in the notebook's kernel),
+        # and the fork server asking NVML about CUDA (its own process, before torch loads)
+        if path.name not in ("compile_cache.py", "_spawn_entry.py", "rank.py", "placement.py",
+                             "_fork_server_guard.py"):
             assert not ENV_WRITE.search(text), f"{path} writes os.environ"
