@@ -4,7 +4,8 @@
 # sees a GPU: $PYTHON, then .venv/bin/python, then python3 (a rented box's system torch is a
 # CUDA build; `make test`'s .venv holds the CPU wheel). What that interpreter lacks of ppdit's
 # dependencies (diffusers, transformers, pytest, ...) comes from $WHEELS, a folder of wheels
-# (`pip download` them where an index is reachable), never from the network. Without a CUDA
+# (`pip download` them where an index is reachable), never from the network, into a venv
+# beside the checkout (.venv-gpu, seeing the system's torch), never the system interpreter. Without a CUDA
 # torch anywhere it says so within seconds and writes nothing. Arguments go to gpu-check
 # (`make gpu-check ARGS=--dry-run` lists the stages and their budgets).
 set -euo pipefail
@@ -24,6 +25,11 @@ if [ -z "$py" ]; then
   exit 1
 fi
 if [ -n "${WHEELS:-}" ]; then  # offline: only what is missing, only from the folder
+  if ! "$py" -c "import sys; sys.exit(sys.prefix == sys.base_prefix)"; then
+    # never into the system's interpreter: a venv beside the checkout that sees its CUDA torch
+    "$py" -m venv --system-site-packages .venv-gpu
+    py=.venv-gpu/bin/python
+  fi
   "$py" -m pip install --quiet --no-index --find-links "$WHEELS" -e ".[test,pipeline]"
 fi
 missing=$("$py" -c "import importlib.util as u; print(' '.join(m for m in ('diffusers', \
