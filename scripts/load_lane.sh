@@ -16,9 +16,10 @@ trap cleanup EXIT INT TERM
 preload=""
 # libtorch_cpu carries MKL, and exports the function MKL asks for the CPU vendor
 has_vendor_check="$($py -c 'import ctypes, pathlib, torch
-lib = next(pathlib.Path(torch.__file__).parent.glob("lib/libtorch_cpu.*"))
-print(int(hasattr(ctypes.CDLL(str(lib)), "mkl_serv_intel_cpu_true")))')"
-if ! grep -q GenuineIntel /proc/cpuinfo && [ "$has_vendor_check" = 1 ]; then
+lib = next(pathlib.Path(torch.__file__).parent.glob("lib/libtorch_cpu.*"), None)
+print(int(lib is not None and hasattr(ctypes.CDLL(str(lib)), "mkl_serv_intel_cpu_true")))')"
+if ! grep -q GenuineIntel /proc/cpuinfo && [ "$has_vendor_check" = 1 ] && command -v cc >/dev/null
+then
     cc -shared -fPIC -o "$scratch/mkl_intel_path.so" scripts/mkl_intel_path.c
     preload="$scratch/mkl_intel_path.so"
     echo "load lane: not an Intel CPU, so MKL is made to take its Intel code path"
