@@ -109,9 +109,8 @@ MULTI_RANK = ("sync_probe", "real_generate", "layouts", "launch")  # sections of
 
 def record(runs: list[GpuRun]) -> str:
     """What has run on GPUs, from the run files: the sentence the README and the book quote
-    (a test keeps their copies equal to it), never a bare claim that the code runs there: the
-    tests that failed by name, and how multi-rank sections ran (gloo ranks sharing a GPU are
-    not NCCL)."""
+    (a test keeps their copies equal to it), never a bare claim that the code runs there:
+    failed tests by name, and how CUDA ranks ran (gloo ranks sharing a GPU are not NCCL)."""
     if not runs:
         return "GPU record (gpu_runs/): nothing has run on a GPU yet."
     last, tests = runs[-1], runs[-1].data["tests"]
@@ -130,7 +129,8 @@ def _ranks_ran(runs: list[GpuRun]) -> str:
             part = run.section(name)
             if part and len(part.get("devices") or []) > 1:
                 shared = len(set(part["devices"])) < len(part["devices"])
-                how = f"{part.get('backend') or 'gloo'}" + (" sharing one GPU" if shared else "")
+                how = part.get("backend") or ("gloo" if shared else "backend unknown")  # NCCL
+                how += " sharing one GPU" if shared else ""  # refuses ranks sharing a GPU
                 seen.setdefault(how, set()).add(run.path.name)
     ran = [f"{k} in {', '.join(sorted(v))}" for k, v in sorted(seen.items())]
     nccl = "" if any(k.startswith("nccl") for k in seen) else "; NCCL: not yet run"

@@ -75,12 +75,12 @@ def provenance(*, command: str, duration_s: float | None, today: dt.date | None 
     """The provenance block of a run made on this machine now (see the module docstring)."""
     date = (today or dt.date.today()).isoformat()
     git, tree = git_state(), tree_hash()
-    commit = f", tree {tree}" if tree else ""
-    dirty = f" (git metadata: {git['commit'][:7]}{' + changes' if git['dirty'] else ''})" if (
+    ran = f", tree {tree}" if tree else ""
+    said = f" (git metadata: {git['commit'][:7]}{' + changes' if git['dirty'] else ''})" if (
         git["commit"]) else ""
     block = {
         "source": "measured by make gpu-check (python -m ppdit gpu-check) on this machine",
-        "origin": f"make gpu-check, {date}{commit}{dirty}",
+        "origin": f"make gpu-check, {date}{ran}{said}",
         "command": command, "date": date,
         "duration_s": None if duration_s is None else round(duration_s, 1),
         "gpu": gpu_facts(), "driver": driver_version(), "cuda": torch.version.cuda,
