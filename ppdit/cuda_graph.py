@@ -76,6 +76,7 @@ class StepGraph:
         self.sigmas = sampling.sigmas().to(device)
         self.timesteps = sampling.timesteps().to(device)
         self._closed = False
+        self.placement.implicit_sync("entering torch.cuda.graph (it synchronises the device)")
         self.graph = self._capture(warmup) if self.placement.is_cuda else None
 
     @property

@@ -40,4 +40,12 @@ if [ -n "$missing" ]; then
 fi
 echo "gpu-check: $py, $("$py" -c 'import torch; print("torch", torch.__version__, "CUDA",
 torch.version.cuda)')"
-PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m ppdit gpu-check "$@"
+export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
+# The first stage: the open unknowns, each probe in its own process (scripts/gpu_unknowns/run.py,
+# FIRST_STAGE_BUDGET_S, default 120 s) into gpu_runs/first_stage/. FIRST_STAGE=0 leaves it out,
+# FIRST_STAGE=only runs nothing else.
+if [[ " $* " != *" --dry-run "* && "${FIRST_STAGE:-1}" != 0 ]]; then
+  FIRST_STAGE_BUDGET_S=${FIRST_STAGE_BUDGET_S:-120} "$py" scripts/gpu_unknowns/run.py gpu_runs
+  [ "${FIRST_STAGE:-1}" = only ] && exit 0
+fi
+exec "$py" -m ppdit gpu-check "$@"

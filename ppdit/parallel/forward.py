@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
-import torch.distributed._functional_collectives as funcol
 
 from ppdit.attention import use_diffusers_attention
 from ppdit.cache import BlockCache, CacheConfig
@@ -43,13 +42,13 @@ from ppdit.parallel.sequence.topology import hierarchy
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.parallel.sequence.usp import install_usp
 from ppdit.parallel.sequence.vmajor import VMajor
-from ppdit.parallel.tensor.layers import COLLECTIVES
+from ppdit.parallel.tensor.layers import COLLECTIVES, all_reduce_sum
 from ppdit.parallel.tensor.load import load_tp
 from ppdit.parallel.tensor.parallelize import compile_blocks, parallelize_wan
 from ppdit.runtime.comm.mesh import RankMesh
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
-from ppdit.runtime.rounds import ReplicatedRunner
+from ppdit.runtime.rounds import Runner
 from ppdit.sampler import Denoiser
 
 
@@ -160,8 +159,8 @@ class ForwardStack:
         if self.layout.sp > 1:
             group = self.mesh.group(*SEQUENCE)
             if self.plan.cache is not None:  # one decision: the sums over every token slice
-                cache = BlockCache(self.plan.cache, partial(_all_reduce, group=group,
-                                                            staged=self.staged))
+                cache = BlockCache(self.plan.cache, partial(
+                    all_reduce_sum, group=group, collectives="funcol", staged=self.staged))
             experts = isinstance(self.model, Experts)  # Wan 2.2: a forward per expert held
             held = self.model.held.items() if experts else [(0, self.model)]
             forwards = {int(k): partial(sp_forward, m, group=group, split=self.split,
@@ -243,9 +242,12 @@ class ForwardStack:
                 "load_peak_bytes": self.load_peak_bytes}
 
 
-class StackRunner(ReplicatedRunner):
+class StackRunner(Runner):
     """One rank's runner for plans that run forward axes (``runner.LayoutRunner``, step-split
-    stages): per plan its groups (``meshes``), its ``ForwardStack``, its ``Denoiser``."""
+    stages): per plan its groups (``meshes``), its ``ForwardStack``, its ``Denoiser``. The
+    whole model is built from the plans' one ``source`` before the process group exists, then
+    moved to the rank's device (``self.model``), unless ``loads_shards``: then every plan reads
+    only this rank's share of a folder's weights once the groups exist (``self.model`` None)."""
 
     @staticmethod
     def loads_shards(plans: tuple) -> bool:
@@ -254,12 +256,26 @@ class StackRunner(ReplicatedRunner):
         return all(p.source.folder is not None and p.source.boundary_ratio is None
                    and (p.layout.forward.tp > 1 or p.layout.forward.fsdp > 1) for p in plans)
 
+    @staticmethod
+    def experts_of(rank: int, plans: tuple) -> list[int] | None:
+        """Of a two-expert source, the experts this rank runs (None: all; a stage says)."""
+        return None
+
+    @classmethod
+    def prepare(cls, rank: int, world_size: int, plans: tuple):
+        """The whole model (every plan shares one source: ``check_one_model``), or None."""
+        if not cls.loads_shards(plans):
+            return plans[0].source.dit(experts=cls.experts_of(rank, plans))
+        return None
+
     def __init__(self, ctx: RankContext, plans: tuple):
         if any(p.layout.fsdp > 1 for p in plans) and len({p.layout for p in plans}) > 1:
             raise ValueError("FSDP shards the rank's one model in place: every plan of a job "
                              f"must ask for it on the same layout, got "
                              f"{[str(p.layout) for p in plans]}")
         super().__init__(ctx, plans)
+        model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
+        self.model = None if model is None else model.to(ctx.device)
         # every rank creates every plan's groups, in plan order (group creation is collective)
         self.meshes = [p.mesh().build(ctx.rank) for p in plans]
         self.stacks = [None if m is None else ForwardStack(ctx, p, m, self.model)
@@ -272,12 +288,6 @@ class StackRunner(ReplicatedRunner):
 
     def model_of(self, i: int):
         return self.stacks[i].model
-
-
-def _all_reduce(t: torch.Tensor, group, staged: bool) -> torch.Tensor:
-    """A sum over ``group``, on a host copy where ranks share a GPU over gloo."""
-    wire = t.to("cpu") if staged else t
-    return funcol.wait_tensor(funcol.all_reduce(wire, "sum", group)).to(t.device)
 
 
 class _KeyedByText:

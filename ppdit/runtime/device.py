@@ -58,12 +58,26 @@ class Placement:
         keeping NCCL's rules it waits for every posted operation, so the hang shows here."""
         if device_wide and self.is_cuda:
             torch.cuda.synchronize(self.device)
-        elif device_wide and self.nccl_rules is not None:
-            from ppdit.runtime.comm.nccl_rules import device_sync
-
-            device_sync()
+        elif device_wide:
+            self.implicit_sync("an explicit device-wide sync (cudaDeviceSynchronize)")
         elif self.is_cuda:
             torch.cuda.current_stream(self.device).synchronize()
+
+    def implicit_sync(self, cause: str) -> None:
+        """Where CUDA may synchronise the whole device by itself (``cause``: entering
+        ``torch.cuda.graph``, ``cudaFree``): nothing to do on a GPU, which does it; CPU ranks
+        keeping NCCL's rules wait there for every posted operation, so the hang shows here."""
+        if self.nccl_rules is not None:
+            from ppdit.runtime.comm.nccl_rules import device_sync
+
+            device_sync(cause)
+
+    def empty_cache(self) -> None:
+        """Give the caching allocator's free blocks back to the device: a ``cudaFree``, which
+        synchronises the device (modelled on CPU ranks keeping the rules)."""
+        if self.is_cuda:
+            torch.cuda.empty_cache()
+        self.implicit_sync("the caching allocator's cudaFree (empty_cache)")
 
 
 @dataclass(frozen=True)

@@ -90,39 +90,6 @@ class Runner:
         """Release what must go before the process group does (CUDA graphs, groups)."""
 
 
-_LOADS_LATER = "the rank reads its share of the weights once its groups exist"
-
-
-class ReplicatedRunner(Runner):
-    """A layout whose every rank holds the whole model: built from the plans' one ``source``
-    before the process group exists, then moved to the rank's device (``self.model``). Unless
-    ``loads_shards(plans)``: then every plan reads only this rank's share of a folder's weights
-    once the groups exist (FSDP, TP), and no rank builds the whole model (``self.model`` is
-    ``None``)."""
-
-    @staticmethod
-    def loads_shards(plans: tuple) -> bool:
-        """Whether every plan reads its own share of the weights later (subclasses say)."""
-        return False
-
-    @staticmethod
-    def experts_of(rank: int, plans: tuple) -> list[int] | None:
-        """Of a two-expert source, the experts this rank runs (None: all; subclasses say)."""
-        return None
-
-    @classmethod
-    def prepare(cls, rank: int, world_size: int, plans: tuple) -> Any:
-        """The whole model (every plan shares one source: ``check_one_model``)."""
-        if cls.loads_shards(plans):
-            return _LOADS_LATER
-        return _source(plans[0]).dit(experts=cls.experts_of(rank, plans))
-
-    def __init__(self, ctx: RankContext, plans: tuple):
-        super().__init__(ctx, plans)
-        model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
-        self.model = None if model is _LOADS_LATER else model.to(ctx.device)
-
-
 @dataclass(frozen=True)
 class Job:
     """What every rank runs: a ``Runner`` class, its plans, and how many rounds (picklable)."""
@@ -196,7 +163,7 @@ class PlanRuns(Rounds):
     traces: list[Trace]  # one merged timeline per round
     outputs: dict[int, list[Any]]  # rank -> its outputs, round by round (ranks that took part)
     results: dict[int, Any]  # rank -> its ``Runner.result``
-    boot_ns: dict[int, dict[str, int]]  # rank -> start-up stamps (see observe.trace.boot_trace)
+    boot_ns: dict[int, dict[str, int]]  # rank -> start-up stamps (observe.trace.BOOT_PHASES)
     held: dict[int, int] = field(default_factory=dict)  # rank -> bytes of its model
 
     def last(self) -> dict[int, Any]:

@@ -214,5 +214,5 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
         with cpu_share(place):
             video = decode(vae, latent, streaming=streaming_decode)
         del vae
-        _free(place.device)
+        place.empty_cache()
     return Generated(spec, latent, video, trace, handoff, text, vae_cost)

@@ -8,6 +8,7 @@ must end within seconds with both queues named, not at a timeout.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -108,13 +109,31 @@ def test_a_slow_peer_is_not_a_deadlock(pools):
 STRICT = 0  # the suite's own setting: every send waits for its receive
 
 
-def test_a_device_wide_sync_waits_for_a_receive_posted_ahead(pools, no_orphans):
-    assert launch(w.sync_with_a_receive_posted, 2, args=(False,), pool=pools(2)) == ["done"] * 2
-    assert "P2PDeadlock" in _fails(w.sync_with_a_receive_posted, (True,), STRICT)
+@pytest.mark.parametrize("how", w.SYNCS)
+def test_a_device_wide_sync_waits_for_a_receive_posted_ahead(pools, no_orphans, how):
+    """The explicit sync and the three CUDA makes by itself where ppdit causes them: each
+    deadlocks with a receive posted ahead, and the message names it; a stream sync passes."""
+    if how == "stream":
+        assert launch(w.sync_with_a_receive_posted, 2, args=(how,), pool=pools(2)) == ["done"] * 2
+        return
+    text = _fails(w.sync_with_a_receive_posted, (how,), STRICT)
+    named = {"device": "cudaDeviceSynchronize", "first launch": "first launch of NeverRunHere",
+             "cudaFree": "cudaFree", "graph capture": "torch.cuda.graph"}[how]
+    assert "P2PDeadlock" in text and "device-wide sync" in text and named in text
 
 
 SERIAL = OverlapPlan(num_chunks=3, sampling=SamplingConfig(num_steps=2), max_ahead=0,
                      push_frames=1)
+
+
+def test_decode_overlap_serial_warms_its_decoder_before_posting(no_orphans):
+    """Cold ranks (a fresh launch): the decoder's first VAE launches, a device-wide sync under
+    lazy loading, come before chunk 1's receive is posted. Without that warm-up the serial
+    baseline deadlocks on its first chunk."""
+    job = Job(OverlapRunner, (replace(SERIAL, warmup=False),), rounds=1)
+    launch(rounds_worker, 2, args=(job,), nccl_rules=STRICT, echo=False, threads_per_rank=1)
+    text = _fails(w.cold_decoder, (job,), STRICT)
+    assert "P2PDeadlock" in text and "first launch of" in text
 
 
 def test_decode_overlap_serial_traced_hangs_only_with_a_device_wide_sync(pools, no_orphans):
@@ -158,6 +177,16 @@ def test_a_pairs_first_operation_blocks_until_the_peer_posts(pools, no_orphans, 
     else:
         text = _fails(w.first_op_blocks, (False,), STRICT)
         assert "P2PDeadlock" in text and "first operation blocks" in text
+
+
+def test_a_timeout_raised_after_posting_does_not_reach_the_work(no_orphans):
+    """NCCL's work keeps the timeout in force when it was posted (``expect`` raises it later)."""
+    start = time.monotonic()
+    with pytest.raises(RankError) as err:
+        launch(w.timeout_raised_after_posting, 2, nccl_rules=STRICT, echo=False, timeout_s=60,
+               pg_timeout_s=2, threads_per_rank=1)
+    assert time.monotonic() - start < QUICK
+    assert "timeout when it was posted" in str(err.value)
 
 
 def test_the_process_groups_timeout_bounds_every_wait(no_orphans):

@@ -67,7 +67,7 @@ def both_give_up(ctx: RankContext) -> str:
 def layer_split_fixture(ctx: RankContext, micro: int, fixed: bool) -> dict:
     """Layer split on 2 ranks through its own executor; pre-fix, every message went on the
     default communicator (``lanes=None``)."""
-    from ppdit.parallel.layer_split.ranks import _Rank, build_stage_model
+    from ppdit.parallel.layer_split.ranks import _Rank, _warm_up, build_stage_model
     from ppdit.parallel.layer_split.schedule import LayerSplitPlan
     from ppdit.runtime.observe.trace import Tracer
     from ppdit.sampler import Request, SamplingConfig
@@ -76,6 +76,8 @@ def layer_split_fixture(ctx: RankContext, micro: int, fixed: bool) -> dict:
                           sampling=SamplingConfig(num_steps=2), timeout_s=30)
     lanes = build_lanes() if fixed else None
     model = build_stage_model(plan, ctx.rank)
+    if fixed:  # as the runner does: first launches before any posting
+        _warm_up(ctx, plan, model)
     tracer = Tracer(ctx.rank, ctx.placement, enabled=False)
     out = _Rank(ctx, plan, model, tracer, lanes).run()
     return {k: v.sum().item() for k, v in out.items()}
@@ -142,10 +144,24 @@ def device_wide(ctx: RankContext, job) -> object:
         Placement.synchronize = stream_only
 
 
-def sync_with_a_receive_posted(ctx: RankContext, device_wide: bool) -> str:
+def cold_decoder(ctx: RankContext, job) -> object:
+    """``rounds_worker`` with decode overlap's decoder warm-up cut: its first VAE launches come
+    after chunk 1's receive is posted. Run it in a launch of its own: the rank is patched."""
+    from ppdit.parallel.decode_overlap import ranks
+    from ppdit.runtime.rounds import rounds_worker
+
+    ranks._Decoder.warm = lambda self, plan: None
+    return rounds_worker(ctx, job)
+
+
+SYNCS = ("stream", "device", "first launch", "cudaFree", "graph capture")  # what rank 0 does
+
+
+def sync_with_a_receive_posted(ctx: RankContext, how: str) -> str:
     """Rank 0 posts a receive from rank 1 ahead (answers come up one lane), then synchronises
-    and sends rank 1 the go (down the other lane); rank 1 answers only after the go. A stream
-    sync passes; a device-wide one waits for the receive, whose sender waits for rank 0."""
+    (``how``: one of ``SYNCS``) and sends rank 1 the go (down the other lane); rank 1 answers
+    only after the go. A stream sync passes; a device-wide one, explicit or one CUDA makes by
+    itself, waits for the receive, whose sender waits for rank 0."""
     from ppdit.runtime.comm.mesh import build_lanes
 
     lanes = build_lanes([0, 1])
@@ -154,13 +170,30 @@ def sync_with_a_receive_posted(ctx: RankContext, device_wide: bool) -> str:
         exchange(1 - ctx.rank, ctx.wire, lane)
     if ctx.rank == 0:
         ahead = ctx.wire.recv(torch.zeros(4), 1, up)
-        ctx.placement.synchronize(device_wide=device_wide)
+        _sync(ctx, how)
         wait_for(ctx.wire.send(torch.ones(4), 1, down), 20, "go")
         wait_for(ahead, 20, "answer")
     else:
         wait_for(ctx.wire.recv(torch.zeros(4), 0, down), 20, "go")
         wait_for(ctx.wire.send(torch.ones(4), 0, up), 20, "answer")
     return "done"
+
+
+def _sync(ctx: RankContext, how: str) -> None:
+    """One of ``SYNCS``, as ppdit's code does it."""
+    from ppdit.cuda_graph import StepGraph
+    from ppdit.model import build_model
+    from ppdit.sampler import SamplingConfig
+
+    if how in ("stream", "device"):
+        ctx.placement.synchronize(device_wide=how == "device")
+    elif how == "first launch":
+        type("NeverRunHere", (torch.nn.Identity,), {})()(torch.zeros(1))  # a new module type
+    elif how == "cudaFree":
+        ctx.placement.empty_cache()
+    else:
+        StepGraph(build_model("tiny"), latent_shape=(1, 4, 1, 4, 4), placement=ctx.placement,
+                  sampling=SamplingConfig(num_steps=2, guidance_scale=1.0)).close()
 
 
 def batch_then_collective(ctx: RankContext, same_order: bool) -> float:
@@ -215,6 +248,23 @@ def first_op_blocks(ctx: RankContext, warmed: bool) -> str:
     else:
         wait_for(ctx.wire.send(frame, 1, down), 20, "frame")
         wait_for(ctx.wire.recv(credit, 1, up), 20, "credit")
+    return "done"
+
+
+def timeout_raised_after_posting(ctx: RankContext) -> str:
+    """Rank 1 posts its receive under the group's 2 s, then the job's bound rises to 60 s
+    (``ctx.expect``); rank 0 sends after 4 s. NCCL keeps the timeout in force at the posting."""
+    import time
+
+    exchange(1 - ctx.rank, ctx.wire)
+    if ctx.rank == 0:
+        time.sleep(4)
+        wait_for(ctx.wire.send(torch.zeros(4), 1), 20, "late message")
+    else:
+        posted = ctx.wire.recv(torch.zeros(4), 0)
+        ctx.follows_work = True
+        ctx.expect(60)
+        wait_for(posted, 20, "late message")
     return "done"
 
 

@@ -21,21 +21,6 @@ import torch.distributed as dist
 from ppdit.sampler import guide
 
 
-def exchange_halves(mine: torch.Tensor, half: int, group=None, staged: bool = False
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """All-gather the two ranks' velocities; returns (v_cond, v_uncond) on every rank.
-
-    ``half`` is this rank's half (0: conditional, 1: unconditional); ``staged`` exchanges host
-    copies (gloo between ranks that share a GPU moves host memory only)."""
-    if half not in (0, 1):
-        raise ValueError(f"half={half} must be 0 (conditional) or 1 (unconditional)")
-    wire = mine.detach().to("cpu") if staged else mine.contiguous()
-    both = [torch.empty_like(wire) for _ in range(2)]
-    dist.all_gather(both, wire, group=group)  # rank order = half order: [v_cond, v_uncond]
-    v_cond, v_uncond = (b.to(mine.device) for b in both)
-    return v_cond, v_uncond
-
-
 class CFGHalves:
     """The CFG-parallel policy a ``Denoiser`` calls for each guided step, so every loop runs it
     the same way (``sampler.predict_velocity``): this branch's half of the forward, whatever
@@ -49,5 +34,7 @@ class CFGHalves:
     def __call__(self, forward, latent: torch.Tensor, timestep: torch.Tensor, cond,
                  guidance_scale: float) -> torch.Tensor:
         mine = forward(latent, timestep, cond.null_text if self.half else cond.text)
-        v_cond, v_uncond = exchange_halves(mine, self.half, self.group, self.staged)
-        return guide(v_cond, v_uncond, guidance_scale)
+        wire = mine.detach().to("cpu") if self.staged else mine.contiguous()  # gloo: host only
+        both = [torch.empty_like(wire) for _ in range(2)]
+        dist.all_gather(both, wire, group=self.group)  # rank order = half order: [cond, uncond]
+        return guide(*(b.to(mine.device) for b in both), guidance_scale)

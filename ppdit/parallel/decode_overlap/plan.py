@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppdit.checkpoint.source import ModelSource
-from ppdit.presets import ModelPreset
+from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.runtime.comm.wire import FrameSpec
 from ppdit.sampler import Request, SamplingConfig
 from ppdit.vae.presets import get_vae_preset
@@ -31,7 +30,7 @@ GENERATOR_RANK = 1
 
 
 @dataclass(frozen=True)
-class OverlapPlan:
+class OverlapPlan(ModelPlan):
     """Everything both ranks must agree on; picklable."""
 
     num_chunks: int = 4
@@ -60,11 +59,6 @@ class OverlapPlan:
             raise ValueError(f"max_ahead={self.max_ahead} must be >= 0 (0 = serial)")
         if self.push_frames is not None and self.push_frames < 1:
             raise ValueError(f"push_frames={self.push_frames} must be >= 1 (or None)")
-
-    @property
-    def preset(self) -> ModelPreset:
-        """The DiT's sizes (``source.spec``)."""
-        return self.source.spec
 
     @property
     def chunk_shape(self) -> tuple[int, ...]:

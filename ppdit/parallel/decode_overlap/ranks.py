@@ -125,11 +125,23 @@ class _Generator:
 class _Decoder:
     def __init__(self, ctx: RankContext, vae, chunks, credits):
         self.ctx, self.vae, self.chunks, self.credits = ctx, vae, chunks, credits
+        self.cold = True
 
     def close(self) -> None:
         """Nothing outlives a run: each run's StreamingDecoder is closed when it ends."""
 
+    def warm(self, plan: OverlapPlan) -> None:
+        """Decode a zero chunk before any receive is posted: the VAE's first kernel launches
+        may synchronise the device (lazy loading), and that sync would wait for chunk 1's
+        receive, posted ahead, whose sender waits for chunk 0's credit (``max_ahead=0``)."""
+        if self.cold:
+            with StreamingDecoder(self.vae) as decoder:
+                for piece in plan.pushes(torch.zeros(plan.chunk_shape, device=self.ctx.device), 0):
+                    decoder.push(piece)
+            self.cold = False
+
     def run(self, plan: OverlapPlan, tracer: Tracer) -> tuple[torch.Tensor, torch.Tensor]:
+        self.warm(plan)
         inbox = FrameReceiver(plan.frame_spec(), GENERATOR_RANK, self.ctx.wire, group=self.chunks,
                               count=plan.num_chunks, timeout_s=plan.timeout_s)
         credits = (FrameSender(CREDIT, GENERATOR_RANK, self.ctx.wire, group=self.credits,

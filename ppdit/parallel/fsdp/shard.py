@@ -24,8 +24,7 @@ from ppdit.runtime.observe.timing import now_ns
 from ppdit.runtime.observe.trace import Tracer
 
 
-def shard_blocks(model, group, device_type: str, prefetch: bool = True,
-                 materialized: bool = True) -> None:
+def shard_blocks(model, group, device_type: str, materialized: bool = True) -> None:
     """Shard every transformer block of ``model`` over ``group`` (in place). A model on the
     meta device (``materialized=False``) calls ``ready`` once its shards hold their values.
 
@@ -37,9 +36,8 @@ def shard_blocks(model, group, device_type: str, prefetch: bool = True,
     blocks = list(model.blocks)
     for block in blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=True)
-    if prefetch:  # post block i + 1's all-gather when block i starts
-        for block, nxt in itertools.pairwise(blocks):
-            block.set_modules_to_forward_prefetch([nxt])
+    for block, nxt in itertools.pairwise(blocks):  # block i + 1's all-gather posted at block i
+        block.set_modules_to_forward_prefetch([nxt])
     if materialized:
         ready(model)
 

@@ -102,9 +102,9 @@ class StepStageRunner(StackRunner):
             return
         pipe = g.group("step")
         pairs = [(g.prev_rank, pipe), (g.next_rank, pipe)]
-        if g.is_first_stage:
+        if g.prev_rank is None:
             pairs.append((g.last_stage_rank, g.back_group))
-        elif g.is_last_stage:
+        elif g.next_rank is None:
             pairs.append((g.first_stage_rank, g.back_group))
         for peer, group in pairs:
             if peer is not None:
@@ -143,7 +143,7 @@ class _Stage:
         self.step_span = tracer.span if step_spans else None
         self.steps = plan.stages[mesh.stage]
         self.groups = plan.groups(mesh.coords["dp"])
-        self.is_first, self.is_last = mesh.is_first_stage, mesh.is_last_stage
+        self.is_first, self.is_last = mesh.prev_rank is None, mesh.next_rank is None
         self.solver = plan.handoff_solver()  # whose memory travels with the latent
         slots, shape = plan.cache_slots()  # a step cache's state travels too
         self.cache = None if not slots else (slots, shape, den.model.dtype)

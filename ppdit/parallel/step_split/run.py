@@ -22,7 +22,7 @@ class StepSplitResult(Rounds):
     plan: StepSplitPlan
     latents: dict[int, torch.Tensor]  # final latents by request id (rank 0 of each last stage)
     traces: list[Trace]
-    boot_ns: dict[int, dict[str, int]] = field(default_factory=dict)  # per rank: boot_trace
+    boot_ns: dict[int, dict[str, int]] = field(default_factory=dict)  # per rank: BOOT_PHASES
     stages: dict[int, StageInfo] = field(default_factory=dict)  # per rank
     rank_latents: dict[int, dict[int, torch.Tensor]] = field(default_factory=dict)  # last round
 

@@ -236,14 +236,6 @@ class RankMesh:
         pipe = self.mesh.pipeline
         return self._stage_rank(self.size(pipe) - 1) if pipe else self.rank
 
-    @property
-    def is_first_stage(self) -> bool:
-        return self.prev_rank is None
-
-    @property
-    def is_last_stage(self) -> bool:
-        return self.next_rank is None
-
 
 def world_group(rank: int, world_size: int) -> dist.ProcessGroup | None:
     """One group of every rank (collective): what a job that talks to everyone needs."""

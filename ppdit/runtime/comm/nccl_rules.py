@@ -12,8 +12,13 @@ ppdit's users run NCCL; its tests run gloo, which forgives what NCCL does not:
   operation on that pair (the communicator is built then, through the store).
 * **Every send may wait for its receive.** Small sends are often eager, but NCCL guarantees
   none: the limit is ``$PPDIT_NCCL_RULES`` ("strict": 0).
-* **The watchdog.** The group's timeout bounds every operation from its posting, whatever a
-  ``wait`` allows, and a device-wide sync waits for every posted operation (``device_sync``).
+* **The watchdog.** The timeout in force when an operation is posted bounds it from then on,
+  whatever a ``wait`` allows or a later ``_set_pg_timeout`` says.
+* **Device-wide syncs, explicit and implicit**, wait for every posted operation (a posted
+  receive is a kernel spinning on NCCL's stream): ``cudaDeviceSynchronize`` (``device_sync``),
+  and those CUDA makes by itself where ppdit causes them (the CUDA guide's *Lazy Loading*
+  hazards): a part's first kernel launch (each module type's first call on a rank),
+  the caching allocator's ``cudaFree`` (``empty_cache``), entering ``torch.cuda.graph``.
 
 ``NcclRules`` enforces these on gloo: an ordered queue per (group, peer), and per group for
 batches, each run by its own thread; a rendezvous receive tells its sender when it runs, on a
@@ -64,6 +69,7 @@ class Op:
     group: object
     lane: str = PAIR  # PAIR (un-batched) or GROUP (batched: the group's collective stream)
     posted: float = field(default_factory=time.monotonic)
+    bound_s: float = 1800.0  # the group's timeout at posting: NCCL's work keeps it
     large: bool = False  # above the eager limit: a rendezvous
     started: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -183,8 +189,10 @@ class NcclRules:
         self.channels: dict[tuple, _Channel] = {}
         self._kept: deque = deque(maxlen=4096)  # eager sends' work and tensors, kept alive
         self._kept_lock = threading.Lock()
+        self.in_sync: str | None = None  # the device-wide sync this rank is in, if any
         _ACTIVE[:] = [self]
         _watch_collectives()
+        _watch_first_launches()
 
     # -- posting -----------------------------------------------------------------------------
 
@@ -200,7 +208,8 @@ class NcclRules:
         return self._post(ops, GROUP)
 
     def _post(self, ops: list[tuple], lane: str) -> list[Op]:
-        made = [Op(kind, t, peer, group, lane, rules=self) for kind, t, peer, group in ops]
+        made = [Op(kind, t, peer, group, lane, bound_s=self.pg_timeout_s, rules=self)
+                for kind, t, peer, group in ops]
         by_channel: dict[tuple, list[Op]] = {}
         for op in made:
             op.large = op.nbytes > self.eager_bytes
@@ -252,17 +261,19 @@ class NcclRules:
     # -- waiting -----------------------------------------------------------------------------
 
     def wait(self, op: Op, timeout_s: float | None) -> None:
-        """Until ``op`` completes: ``TimeoutError`` at its posting + ``timeout_s`` or the process
-        group's timeout, whichever comes first (NCCL's rule and its watchdog's),
-        ``P2PDeadlock`` as soon as its peer is found waiting for this rank."""
-        bound = min(self.pg_timeout_s, self.pg_timeout_s if timeout_s is None else timeout_s)
+        """Until ``op`` completes: ``TimeoutError`` at its posting + ``timeout_s`` or the group's
+        timeout at its posting, whichever comes first (NCCL's rule and its watchdog's: a timeout
+        raised after the posting does not reach the work), ``P2PDeadlock`` as soon as its peer
+        is found waiting for this rank."""
+        bound = op.bound_s if timeout_s is None else min(op.bound_s, timeout_s)
         start = time.monotonic()
         while not op.done.wait(_POLL_S * 20):
             now = time.monotonic()
             if now > op.posted + bound:
-                whose = ("the process group's timeout: NCCL's watchdog bounds every operation "
-                         "from its posting" if bound == self.pg_timeout_s and timeout_s != bound
-                         else "NCCL's rule: the timeout counts from the posting")
+                whose = ("the process group's timeout when it was posted: NCCL's watchdog "
+                         "bounds every operation from its posting" if bound == op.bound_s
+                         and timeout_s != bound else "NCCL's rule: the timeout counts from "
+                         "the posting")
                 raise TimeoutError(f"rank {self.rank}: {op.describe()} did not complete within "
                                    f"{bound:g} s of its posting ({whose}).\n{self.dump()}")
             if now - start > self.stall_s:
@@ -287,7 +298,7 @@ class NcclRules:
         head = op if building else (self.channels[key].head() or op)
         mine = {"rank": self.rank, "peer": head.peer, "kind": "build" if building else head.kind,
                 "large": head.large, "group": key[0], "lane": op.lane, "t": time.time(),
-                "queue": self.dump()}
+                "queue": self.dump(), "sync": self.in_sync}
         self._publish(mine)
         other = f"ppdit/nccl-rules/{head.peer}"
         if not self.store.check([other]):
@@ -297,10 +308,11 @@ class NcclRules:
         if why is not None:
             raise P2PDeadlock(
                 f"ranks {self.rank} and {head.peer} wait for each other under NCCL's rules "
-                f"({why}):\n{mine['queue']}\n{theirs['queue']}\nFix: post the operation the "
-                "peer needs first before the one that waits for it, fuse paired traffic with "
-                "batch_isend_irecv, give each direction its own group, batch on both sides or "
-                "neither, and keep batches and collectives of a group in one order everywhere.")
+                f"({why}):\n{mine['queue']}\n{theirs['queue']}\n{_syncs(mine, theirs)}Fix: "
+                "post the operation the peer needs first before the one that waits for it, fuse "
+                "paired traffic with batch_isend_irecv, give each direction its own group, batch "
+                "on both sides or neither, and keep batches and collectives of a group in one "
+                "order everywhere.")
 
     def dump(self) -> str:
         """This rank's queued operations, per queue, head first."""
@@ -340,16 +352,50 @@ def _why_stuck(mine: dict, theirs: dict) -> str | None:
     return None
 
 
+def _syncs(*states: dict) -> str:
+    """The device-wide syncs the two ranks are in: each waits there for all it has posted."""
+    return "".join(f"rank {st['rank']} is in a device-wide sync: {st['sync']}; CUDA waits there "
+                   "for every posted NCCL operation: sync before posting, or post only what the "
+                   "peer sends without waiting for this rank.\n"
+                   for st in states if st.get("sync"))
+
+
 def _includes(group_name: str, rank: int) -> bool:
     """Whether the group named by ``NcclRules._group_name`` holds ``rank``."""
     return group_name == "default group" or rank in json.loads(group_name.split(" ", 2)[2])
 
 
-def device_sync() -> None:
-    """What ``cudaDeviceSynchronize`` does to communication, on CPU ranks keeping the rules:
-    wait for every operation this rank has posted (a posted receive spins on NCCL's stream)."""
+def device_sync(cause: str = "an explicit device-wide sync (cudaDeviceSynchronize)") -> None:
+    """What a device-wide sync does to communication, on CPU ranks keeping the rules: wait for
+    every operation this rank has posted (a posted receive spins on NCCL's stream). A deadlock
+    found meanwhile names ``cause``, on this rank and its peer."""
     for rules in _ACTIVE:
-        rules.drain()
+        rules.in_sync = cause
+        try:
+            rules.drain()
+        finally:
+            rules.in_sync = None
+
+
+_LAUNCHED: set[type] = set()  # module types this process has run: their kernels are loaded
+
+
+def _watch_first_launches() -> None:
+    """Model lazy loading: the first call of each module type on a rank loads its kernels,
+    which may synchronise the device (once a process; a warm-up before posting clears it)."""
+    if not getattr(_watch_first_launches, "done", False):
+        torch.nn.modules.module.register_module_forward_pre_hook(_first_launch)
+        _watch_first_launches.done = True
+
+
+def _first_launch(module: torch.nn.Module, args) -> None:
+    kind = type(module)
+    if kind in _LAUNCHED or torch.compiler.is_compiling() or any(
+            isinstance(a, torch.Tensor) and a.is_meta for a in args):  # meta: no kernel runs
+        return
+    _LAUNCHED.add(kind)
+    device_sync(f"the first launch of {kind.__name__}'s kernels (lazy loading may synchronise "
+                "the context)")
 
 
 def _watch_collectives() -> None:

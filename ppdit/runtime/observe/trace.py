@@ -13,7 +13,6 @@ it also records CUDA events, resolved once in ``finish``: no synchronisation on 
 
 from __future__ import annotations
 
-import itertools
 import json
 import socket
 import time
@@ -235,22 +234,6 @@ BOOT_PHASES = {  # boot_ns key -> what happened between the previous stamp and t
     "warm-up": "warm-up forward",
     "dispatch": "job handed to a live rank",
 }
-
-
-def boot_trace(boot_ns_by_rank: dict[int, dict[str, int]]) -> Trace:
-    """A timeline of how each rank came up, from ``RankContext.boot_ns`` stamps (same host).
-
-    One ``boot`` span per phase, from the previous stamp to this one; time 0 is the parent's
-    spawn (or, for a job on a live pool, its submission). It shows what a wall-clock "total
-    time" of a short distributed job is made of.
-    """
-    spans = []
-    for rank, stamps in boot_ns_by_rank.items():
-        order = sorted(stamps.items(), key=lambda kv: kv[1])
-        for (_, t0), (key, t1) in itertools.pairwise(order):
-            spans.append(Span(rank, "boot", BOOT_PHASES.get(key, key), t0, t1))
-    return merge([RankTrace(r, "host", 0, [s for s in spans if s.rank == r])
-                  for r in boot_ns_by_rank])
 
 
 def _jsonable(meta: dict) -> dict:

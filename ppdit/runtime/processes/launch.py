@@ -2,7 +2,7 @@
 
 ``launch(worker, world_size, args=...)`` runs ``worker(ctx, *args)`` on ``world_size`` ranks
 and returns ``[result of rank 0, result of rank 1, ...]`` as CPU objects. Each rank gets a
-``RankContext`` (rank, placement, tracer, what ``setup`` built). By default the ranks are
+``RankContext`` (rank, placement, wire, what ``setup`` built). By default the ranks are
 fresh processes, started for this call and stopped after it; with ``pool=`` they are the live
 ranks of a ``ppdit.runtime.processes.pool.RankPool``, and the call pays no start-up.
 

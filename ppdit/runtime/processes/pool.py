@@ -318,9 +318,7 @@ class RankPool:
         return f"--- last output of rank {rank} ---\n{text[-max_chars:]}" if text else ""
 
 
-def ranks(world_size: int, **kwargs) -> RankPool:
-    """A pool of ``world_size`` live ranks, for ``with ranks(n) as pool:`` (see the module)."""
-    return RankPool(world_size, **kwargs)
+ranks = RankPool  # ``with ranks(n) as pool:`` reads as what it does (see the module)
 
 
 # -- every pool ends with its caller ------------------------------------------------------------

@@ -37,7 +37,6 @@ from ppdit._spawn_entry import watch_torchrun_agent
 from ppdit.runtime.comm.nccl_rules import NcclRules
 from ppdit.runtime.comm.wire import Wire, WorkBound, abort, communicator_aborted
 from ppdit.runtime.device import Placement, PlacementDecision, decide_placement, local_world_size
-from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes import hosts
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -49,9 +48,7 @@ class RankContext:
 
     rank: int
     world_size: int
-    local_rank: int
     placement: Placement
-    tracer: Tracer
     prepared: Any = None  # whatever the job's ``setup`` returned
     _events: Any = field(default=None, repr=False)
     # perf_counter_ns at each phase of the rank's start: "spawn" (in the parent), "entry",
@@ -150,8 +147,7 @@ def child_main(rank: int, spec: PoolSpec, first: RankJob | None, jobs_q, results
                 prepared = _setup(job, rank, spec.world_size)
                 boot["setup"] = time.perf_counter_ns()
             torch.set_num_threads(job.threads or spec.threads)
-            ctx = RankContext(rank, spec.world_size, rank, placement,
-                              Tracer(rank, placement), prepared, events_q, boot, rules,
+            ctx = RankContext(rank, spec.world_size, placement, prepared, events_q, boot, rules,
                               job.follow_work, spec.pg_timeout_s)
             result = job.worker(ctx, *job.args)
             aborted = communicator_aborted() or _closing_barrier()
@@ -263,8 +259,8 @@ def run_under_torchrun(worker: Callable[..., Any], *, args: Sequence[Any] = (),
     # rank 0's progress events go straight to ``on_event`` (no parent process to queue them to)
     direct = SimpleNamespace(put=lambda item: on_event(*item))
     events = direct if on_event is not None and rank == 0 else None
-    ctx = RankContext(rank, world, local_rank, placement, Tracer(rank, placement), prepared,
-                      events, rules=_rules(placement, rank, timeout_s), follows_work=follow_work,
+    ctx = RankContext(rank, world, placement, prepared, events,
+                      rules=_rules(placement, rank, timeout_s), follows_work=follow_work,
                       bound_s=timeout_s)
     try:
         result = _to_cpu(worker(ctx, *args))
