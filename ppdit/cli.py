@@ -133,6 +133,8 @@ def _generate_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=float, default=None, metavar="S",
                    help="bound the whole run and every wait inside it by S seconds (default: "
                         "30 min until the ranks have timed a step, then from that step's time)")
+    g.add_argument("--image", default=None, metavar="PATH",
+                   help="Wan 2.2 TI2V: the first frame, a picture of the video's size")
     g.add_argument("--vae-ranks", type=int, default=1,
                    help="ranks that decode the latent split by rows, after the denoising ranks "
                         "end (patch-parallel VAE: each holds ~1/N of the activations)")
@@ -221,7 +223,8 @@ def _prepare(args: argparse.Namespace):
         num_frames=args.frames, height=args.height, width=args.width, seed=args.seed,
         guidance_scale=args.guidance, guidance_scale_2=args.guidance_2,
         cache_threshold=args.cache_threshold, solver=args.solver,
-        text_encoder=args.text_encoder, vae_ranks=args.vae_ranks, timeout_s=args.timeout),
+        text_encoder=args.text_encoder, vae_ranks=args.vae_ranks, timeout_s=args.timeout,
+        image=args.image),
         device=args.device)
 
 

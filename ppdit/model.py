@@ -17,7 +17,8 @@ ranks agree without communicating; ``build_model(checkpoint=...)`` loads a local
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -54,12 +55,24 @@ def build_model(preset: str | ModelPreset = "tiny", *, seed: int = 0,
             raise ValueError(f"checkpoint={str(path)!r} is not a diffusers model folder "
                              "(it has no config.json); no weights are downloaded at run time")
         model = WanTransformer3DModel.from_pretrained(path, torch_dtype=dtype)
-        return own_memory(model.to(device)).eval().requires_grad_(False)
+        model = own_memory(model.to(device)).eval().requires_grad_(False)
+        return mark_variant(model, path.parent)
     p = get_preset(preset)
     if p.kind == "dummy":
         return DummyDiT().to(device=device, dtype=dtype).eval().requires_grad_(False)
     model = build_seeded(WanTransformer3DModel, p.diffusers_config(), seed, device)
+    model.expand_timesteps = p.expand_timesteps
     return cast_like_from_pretrained(model, dtype).eval().requires_grad_(False)
+
+
+def mark_variant(model: nn.Module, folder: Path) -> nn.Module:
+    """Tell a transformer what its pipeline folder says of it: Wan 2.2 TI2V's timestep per
+    token (``model_index.json``'s ``expand_timesteps``) is the pipeline's, not in the model's
+    config, yet every stage view needs it (``condition``)."""
+    index = folder / "model_index.json"
+    model.expand_timesteps = index.exists() and bool(
+        json.loads(index.read_text()).get("expand_timesteps"))
+    return model
 
 
 def own_memory(module: nn.Module) -> nn.Module:
@@ -153,10 +166,22 @@ class StageContext:
     """What every block needs besides the hidden states; cheap, recomputable on any rank."""
 
     text: torch.Tensor  # (B, L, D) text after the condition embedder's projection
-    timestep_proj: torch.Tensor  # (B, 6, D) per-block modulation (shift/scale/gate x2)
-    temb: torch.Tensor  # (B, D) time embedding; the epilogue's shift/scale comes from it
+    # (B, 6, D) per-block modulation (shift/scale/gate x2); (B, S, 6, D) with a timestep per
+    # token (Wan 2.2 TI2V)
+    timestep_proj: torch.Tensor
+    temb: torch.Tensor  # (B, D) or (B, S, D) time embedding: the epilogue's shift/scale
     rotary_emb: tuple[torch.Tensor, torch.Tensor]  # (1, S, 1, head_dim) cos and sin
     grid: tuple[int, int, int] = field(default=(0, 0, 0))  # post-patch (F, H, W) for unpatchify
+
+    def tokens(self, mine: slice) -> StageContext:
+        """The context of a slice of the tokens (sequence parallelism): their rope positions
+        and, with a timestep per token, their own modulation: it is sharded with its tokens
+        (diffusers' context-parallel plan splits ``timestep`` for the same reason)."""
+        cos, sin = self.rotary_emb
+        per_token = self.temb.ndim == 3
+        return replace(self, rotary_emb=(cos[:, mine], sin[:, mine]),
+                       timestep_proj=self.timestep_proj[:, mine] if per_token else
+                       self.timestep_proj, temb=self.temb[:, mine] if per_token else self.temb)
 
 
 def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], timestep: torch.Tensor,
@@ -165,15 +190,25 @@ def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], times
     It needs only the latent's *shape*: a layer stage receives nothing but the hidden states."""
     if model.condition_embedder.image_embedder is not None:
         raise ValueError("image-conditioned (I2V) Wan models are not supported by the stage view")
-    if timestep.ndim != 1:
-        raise ValueError(f"timestep must be 1-D (B,), got shape {tuple(timestep.shape)}")
+    per_token = getattr(model, "expand_timesteps", False)
+    if timestep.ndim != 1 and not (per_token and timestep.ndim == 2):
+        raise ValueError(f"timestep must be (B,), or (B, F) a latent frame each for a model "
+                         f"with a timestep per token; got shape {tuple(timestep.shape)}")
     p_t, p_h, p_w = model.config.patch_size
     _, _, f, h, w = latent_shape
+    grid = (f // p_t, h // p_h, w // p_w)
     # rope reads only its input's shape; a meta tensor of that shape costs nothing.
     cos, sin = model.rope(torch.empty(latent_shape, device="meta"))  # (1, S, 1, head_dim) each
-    temb, timestep_proj, text, _ = model.condition_embedder(timestep, text, None)
-    timestep_proj = timestep_proj.unflatten(1, (6, -1))  # (B, 6, D)
-    return StageContext(text, timestep_proj, temb, (cos, sin), (f // p_t, h // p_h, w // p_w))
+    if per_token:  # TI2V: WanPipeline(expand_timesteps=True)'s timestep per token, frame-major
+        frames = timestep[:, :, None] if timestep.ndim == 2 else timestep[:, None, None]
+        tokens = frames.expand(-1, grid[0], grid[1] * grid[2]).flatten(1)  # (B, S)
+        temb, timestep_proj, text, _ = model.condition_embedder(
+            tokens.flatten(), text, None, timestep_seq_len=tokens.shape[1])
+        timestep_proj = timestep_proj.unflatten(2, (6, -1))  # (B, S, 6, D)
+    else:
+        temb, timestep_proj, text, _ = model.condition_embedder(timestep, text, None)
+        timestep_proj = timestep_proj.unflatten(1, (6, -1))  # (B, 6, D)
+    return StageContext(text, timestep_proj, temb, (cos, sin), grid)
 
 
 def embed_patches(model: WanTransformer3DModel, latent: torch.Tensor) -> torch.Tensor:
@@ -202,7 +237,11 @@ def project_out(model: WanTransformer3DModel, hidden: torch.Tensor, ctx: StageCo
     """The per-token part of the epilogue: output norm modulated by ``scale_shift_table +
     temb``, then ``proj_out``. (B, S, D) -> (B, S, C * p_t * p_h * p_w); works on any subset
     of tokens (sequence parallelism runs it on each rank's slice)."""
-    shift, scale = (model.scale_shift_table + ctx.temb.unsqueeze(1)).chunk(2, dim=1)  # (B, 1, D)
+    if ctx.temb.ndim == 3:  # a timestep per token: (B, S, D)
+        shift, scale = (model.scale_shift_table.unsqueeze(0) + ctx.temb.unsqueeze(2)).chunk(2, 2)
+        shift, scale = shift.squeeze(2), scale.squeeze(2)
+    else:
+        shift, scale = (model.scale_shift_table + ctx.temb.unsqueeze(1)).chunk(2, dim=1)
     hidden = (model.norm_out(hidden.float()) * (1 + scale) + shift).type_as(hidden)
     return model.proj_out(hidden)
 

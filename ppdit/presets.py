@@ -33,6 +33,10 @@ class ModelPreset:
     experts: int = 1
     boundary: float = 875.0
     shift: float = 12.0
+    vae: str = "wan2.1"  # the VAE preset that makes its latents (ppdit.vae.presets)
+    # Wan 2.2 TI2V: a timestep per token (``WanPipeline(expand_timesteps=True)``), so frames
+    # held fixed (an image's) sit at t = 0 while the rest denoise
+    expand_timesteps: bool = False
 
     @property
     def dim(self) -> int:
@@ -68,12 +72,12 @@ PRESETS: dict[str, ModelPreset] = {
     for p in [
         ModelPreset(
             "tiny", num_layers=4, num_heads=4, head_dim=16, ffn_dim=128, text_dim=32, text_len=8,
-            freq_dim=32, rope_max_seq_len=256,
+            freq_dim=32, rope_max_seq_len=256, vae="tiny",
             notes="for tests: milliseconds per forward on one CPU thread",
         ),
         ModelPreset(
             "small", num_layers=8, num_heads=8, head_dim=32, ffn_dim=1024, text_dim=64, text_len=16,
-            freq_dim=64, rope_max_seq_len=256,
+            freq_dim=64, rope_max_seq_len=256, vae="tiny",
             notes="for notebook demos on CPU: a forward costs tens of milliseconds",
         ),
         ModelPreset(
@@ -81,6 +85,13 @@ PRESETS: dict[str, ModelPreset] = {
             in_channels=8, latent_shape=(1, 8, 8, 32, 32), kind="dummy",
             notes="the earlier report's DummyUNet setting: almost no compute, so a run "
                   "measures only the machinery around it",
+        ),
+        ModelPreset(
+            "tiny-ti2v", num_layers=3, num_heads=6, head_dim=16, ffn_dim=128, text_dim=32,
+            text_len=8, freq_dim=32, rope_max_seq_len=256, in_channels=48,
+            latent_shape=(1, 48, 3, 8, 8), vae="tiny-2.2", expand_timesteps=True,
+            notes="for tests: Wan 2.2 TI2V's shape of problem (48 latent channels, a timestep "
+                  "per token, 6 heads: uneven under Ulysses 4) at a CPU's size",
         ),
         ModelPreset(
             "wan2.1-1.3b", num_layers=30, num_heads=12, head_dim=128, ffn_dim=8960,
@@ -96,6 +107,13 @@ PRESETS: dict[str, ModelPreset] = {
             "wan2.2-a14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
             text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104), experts=2,
             notes="Wan 2.2 T2V A14B: two 14B experts (high, low noise), 14B active per step",
+        ),
+        ModelPreset(
+            "wan2.2-ti2v-5b", num_layers=30, num_heads=24, head_dim=128, ffn_dim=14336,
+            text_dim=4096, text_len=512, in_channels=48, latent_shape=(1, 48, 31, 44, 80),
+            vae="wan2.2", expand_timesteps=True, shift=5.0,
+            notes="Wan 2.2 TI2V 5B: text or image to video, 720p x 121 frames = 27,280 tokens "
+                  "through the 4x16x16 VAE; a timestep per token",
         ),
     ]
 }

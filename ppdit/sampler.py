@@ -145,12 +145,38 @@ class Conditioning:
     # (B, L, text_dim) the negative prompt's embedding, only with CFG (the stand-ins use zeros:
     # Wan pads prompts with zero rows, so an empty prompt is all padding)
     null_text: torch.Tensor | None
+    # (B, C, 1, H, W) Wan 2.2 TI2V's image as the VAE encodes it (normalised, fp32): the first
+    # latent frame, held fixed while the rest denoise
+    image: torch.Tensor | None = None
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Conditioning:
-        """Both embeddings on ``device`` (and in ``dtype``, if given)."""
-        def move(t):
-            return None if t is None else t.to(device=device, dtype=dtype or t.dtype)
-        return Conditioning(move(self.text), move(self.null_text))
+        """The embeddings on ``device`` (and in ``dtype``, if given; the image stays fp32, as
+        the latent does)."""
+        def move(t, dt=dtype):
+            return None if t is None else t.to(device=device, dtype=dt or t.dtype)
+        return Conditioning(move(self.text), move(self.null_text), move(self.image, None))
+
+    def model_input(self, latent: torch.Tensor, timestep: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the DiT reads at a step: with an image, its latent in place of the first frame,
+        which sits at t = 0 while the others sit at the step's t: a timestep per latent frame
+        (B, F), which the stage view gives every token of the frame (``model.condition``).
+        ``WanImageToVideoPipeline(expand_timesteps=True)`` writes it as a mask, same values."""
+        if self.image is None:
+            return latent, timestep
+        latent = torch.cat([self.image.to(latent.device), latent[:, :, 1:]], dim=2)
+        return latent, frame_timesteps(timestep, latent.shape[2])
+
+    def finish(self, latent: torch.Tensor) -> torch.Tensor:
+        """The final latent as decoded: with an image, the image's latent as its first frame."""
+        return latent if self.image is None else self.model_input(latent, latent.new_zeros(1))[0]
+
+
+def frame_timesteps(timestep: torch.Tensor, frames: int) -> torch.Tensor:
+    """(B, F) of a (B,) step: the image's frame (the first) at t = 0, the others at t."""
+    per_frame = timestep[:, None].repeat(1, frames)
+    per_frame[:, 0] = 0
+    return per_frame
 
 
 def conditioning_for(request: Request, preset: str | ModelPreset, sampling: SamplingConfig,
@@ -194,6 +220,7 @@ def predict_velocity(forward: Callable[..., torch.Tensor], latent: torch.Tensor,
     * a callable ``cfg(forward, latent, timestep, cond, guidance_scale)``: each half on a rank of
       its own (CFG-parallel, ``parallel.cfg.halves``), for batches guided whole."""
     check_cfg(cfg)
+    latent, timestep = cond.model_input(latent, timestep)
     if guided is None or not bool(guided.any()):
         return forward(latent, timestep, cond.text)
     if cond.null_text is None:
@@ -289,11 +316,13 @@ class Denoiser:
         return self._cond[request.request_id]
 
     def condition_on(self, request: Request, text: torch.Tensor,
-                     null_text: torch.Tensor | None = None) -> None:
-        """Use these prompt embeddings for ``request`` instead of its seeded stand-in."""
+                     null_text: torch.Tensor | None = None, image: torch.Tensor | None = None
+                     ) -> None:
+        """Use these prompt embeddings (and image latent) for ``request`` instead of its
+        seeded stand-in."""
         if self.sampling.uses_cfg and null_text is None:
             null_text = torch.zeros_like(text)
-        self._given[request.request_id] = Conditioning(text, null_text).to(self.device)
+        self._given[request.request_id] = Conditioning(text, null_text, image).to(self.device)
 
     def release(self, request: Request) -> None:
         """Forget a finished request's cached stand-in (given prompts stay: a plan run for
@@ -331,7 +360,12 @@ class Denoiser:
         latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
         conds = [self.conditioning(r) for r in requests]
         nulls = None if conds[0].null_text is None else torch.cat([c.null_text for c in conds])
-        cond = Conditioning(torch.cat([c.text for c in conds]), nulls)
+        images = [c.image for c in conds if c.image is not None]
+        if images and len(images) != len(conds):
+            raise ValueError("a batch mixes requests with and without an image: each runs "
+                             "its own timesteps per frame, so batch them apart")
+        cond = Conditioning(torch.cat([c.text for c in conds]), nulls,
+                            torch.cat(images) if images else None)
         expert = self._expert(states)
         if self.cache is not None:
             self.cache.begin([r.request_id for r in requests], states[0].step_index, expert)

@@ -261,10 +261,11 @@ def prediction_table(models: Sequence[str] = ("wan2.1-1.3b", "wan2.1-14b"),
 def format_predictions(rows: Sequence[Prediction]) -> str:
     """A fixed-width table of predictions, times in milliseconds."""
     w = max([17] + [len(r.layout) + 1 for r in rows])
-    out = [f"{'model':<12}{'gpu':<10}{'layout':<{w}}{'link':<14}{'compute':>9}{'memory':>8}"
+    m = max([12] + [len(r.model) + 1 for r in rows])
+    out = [f"{'model':<{m}}{'gpu':<10}{'layout':<{w}}{'link':<14}{'compute':>9}{'memory':>8}"
            f"{'comm':>8}{'step ms':>9}{'latency':>9}  {'bound':<10}{'GB/GPU':>7}"]
     for r in rows:
-        out.append(f"{r.model:<12}{r.gpu:<10}{r.layout:<{w}}{r.link:<14}{r.flop_s * 1e3:>9,.0f}"
+        out.append(f"{r.model:<{m}}{r.gpu:<10}{r.layout:<{w}}{r.link:<14}{r.flop_s * 1e3:>9,.0f}"
                    f"{r.memory_s * 1e3:>8,.0f}{r.comm_s * 1e3:>8,.1f}{r.step_s * 1e3:>9,.0f}"
                    f"{r.latency_s * 1e3:>9,.0f}  {r.bound:<10}{r.weights_gb:>6.1f}"
                    f"{'' if r.fits else '!'}")

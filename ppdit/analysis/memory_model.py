@@ -59,7 +59,7 @@ from ppdit.analysis.roofline import (
     step_handoff_bytes,
     totals,
 )
-from ppdit.analysis.roofline_vae import vae_decoder_ops
+from ppdit.analysis.roofline_vae import VAE_CONFIGS, WAN21_VAE, vae_decoder_ops
 from ppdit.parallel.layout import Layout
 from ppdit.presets import ModelPreset, get_preset
 
@@ -139,19 +139,34 @@ def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) ->
     """Peak of decoding one latent video with Wan 2.1's VAE in fp32, a latent frame at a time:
     every causal conv's cache of 2 frames, plus the larger of the last frame's widest conv (input
     padded with the cached frames, output, residual) beside the video so far, and the final
-    concatenation (2 x the output). Checked against the tiny VAE (``test_memory_model.py``)."""
+    concatenation (2 x the output). Wan 2.2's VAE (residual blocks) has wider activations
+    beside a smaller video, so its widest conv is counted in full: the block's input copy (kept
+    for the shortcut), the input and its norm, the cached frames' concatenation and its padding,
+    the output and the shortcut's, the cache's new two frames. Checked against the tiny VAEs
+    (``test_memory_model.py``)."""
     ops = [op for op in vae_decoder_ops(latent_shape, dtype="fp32", config=config)
            if op.kind == "conv"]
     b, _, frames = latent_shape[:3]
-    out_t, out_h, out_w = ops[-1].dims[2:5]
-    video = b * 3 * out_t * out_h * out_w * 4
-    caches, widest = 0, 0
+    out_t, out_h, out_w, out_c = ops[-1].dims[2:6]  # Wan 2.2: 12 channels = 3 x 2 x 2 pixels
+    video = b * out_c * out_t * out_h * out_w * 4
+    residual = {**WAN21_VAE, **(config or {})}["is_residual"]
+    caches, widest, kept, block = 0, 0, 0, None
+
+    def frame_bytes(channels: int, t: int, h: int, w: int) -> int:  # one latent frame's share
+        return b * channels * max(1, round(t / frames)) * h * w * 4
+
     for op in ops:
         _, cin, t, h, w, cout, kt = op.dims[:7]
         chunk = max(1, round(t / frames))  # frames of one latent frame at this level
         if kt == 3:
             caches += 2 * b * cin * h * w * 4
-        widest = max(widest, b * h * w * 4 * (cin * (chunk + 2) + cout * chunk + cin * chunk))
+        if not residual:
+            widest = max(widest, b * h * w * 4 * (cin * (chunk + 2) + cout * chunk + cin * chunk))
+            continue
+        if op.name.startswith("up_blocks.") and op.name[:11] != block:
+            block, kept = op.name[:11], frame_bytes(cin, t, h, w)  # the shortcut's input copy
+        widest = max(widest, kept * (op.name != "conv_out") + b * h * w * 4 * 2 * (
+            cin * (chunk + 2) + cin * chunk + cout * chunk + cin))
     return caches + max(2 * video, video + widest)
 
 
@@ -216,5 +231,5 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
         handoff=handoff_bytes(p, layout, shape, dtype, solver, r, mb),
         solver=SOLVER_SLOTS[solver] * r * latent,
         text_embeddings=text_rows * (2 if b > 1 else 1),
-        vae_peak=vae_peak_bytes((1, *shape[1:])),
+        vae_peak=vae_peak_bytes((1, *shape[1:]), VAE_CONFIGS.get(p.vae)),
         text_encoder=UMT5_XXL_PARAMS * DTYPE_BYTES[dtype] if text_encoder else 0.0)

@@ -12,6 +12,7 @@ from ppdit.analysis.hardware import GPUS, Prediction, format_predictions, predic
 from ppdit.analysis.memory_model import MemoryBreakdown, rank_memory_model
 from ppdit.analysis.roofline import latent_for
 from ppdit.parallel.layout import Layout, parse_layout
+from ppdit.presets import get_preset
 
 
 def plan_rows(model, gpu: str, layout: str | Layout, link: str | None = None,
@@ -28,9 +29,10 @@ def plan_rows(model, gpu: str, layout: str | Layout, link: str | None = None,
     return [predict(model, gpu, **kw), *(predict(model, gpu, hw, link=lk, **kw) for lk in links)]
 
 
-# the real configurations the memory table covers: (model, resolution), 81 frames each
-REAL_CONFIGS = tuple((m, res) for m in ("wan2.1-1.3b", "wan2.1-14b", "wan2.2-a14b")
-                     for res in ("480p", "720p"))
+# the real configurations the memory table covers: (model, resolution, frames); TI2V at its
+# own 720p x 121 frames (24 fps), where 4 x 24 GB GPUs are reported running out
+REAL_CONFIGS = (*((m, res, 81) for m in ("wan2.1-1.3b", "wan2.1-14b", "wan2.2-a14b")
+                  for res in ("480p", "720p")), ("wan2.2-ti2v-5b", "720p", 121))
 _COLUMNS = ("weights", "gathered", "activations", "handoff", "solver", "text_embeddings",
             "vae_peak", "total")
 _VERDICT = {True: "fits", False: "does NOT fit"}
@@ -39,10 +41,10 @@ _VERDICT = {True: "fits", False: "does NOT fit"}
 def memory_rows(layout: str, **kwargs) -> dict[tuple[str, str], MemoryBreakdown | str]:
     """``memory_model`` for each real configuration (or why the layout cannot run it)."""
     hw, out = parse_layout(layout), {}
-    for model, res in REAL_CONFIGS:
+    for model, res, frames in REAL_CONFIGS:
+        shape = latent_for(res, frames, vae=get_preset(model).vae)
         try:
-            out[(model, res)] = rank_memory_model(model, hw, latent_shape=latent_for(res),
-                                                  **kwargs)
+            out[(model, res)] = rank_memory_model(model, hw, latent_shape=shape, **kwargs)
         except ValueError as e:
             out[(model, res)] = str(e)
     return out
@@ -52,14 +54,14 @@ def memory_report(layout: str, gpu: str, model: str = "wan2.1-14b", **kwargs) ->
     """Per-GPU bytes of ``layout`` for every real configuration, and the verdict for ``model``
     at 480p: "this layout needs N GB per GPU; your GPUs (gpu) have M GB"."""
     mem = GPUS[gpu].mem_bytes
-    head = f"{'model':<12}{'video':<6}" + "".join(f"{c[:8]:>9}" for c in _COLUMNS) + "  GB/GPU"
+    head = f"{'model':<15}{'video':<6}" + "".join(f"{c[:8]:>9}" for c in _COLUMNS) + "  GB/GPU"
     lines = [f"memory per GPU of {parse_layout(layout).name} (bf16, CFG batched, Euler, one "
              "request; total = weights + max(denoising, VAE decode)):", head]
     rows = memory_rows(layout, **kwargs)
     for (name, res), m in rows.items():
         cells = (f"  cannot run: {m}" if isinstance(m, str) else "".join(
             f"{getattr(m, c) / 1e9:>9.2f}" for c in _COLUMNS) + f"  {_VERDICT[m.total <= mem]}")
-        lines.append(f"{name:<12}{res:<6}{cells}")
+        lines.append(f"{name:<15}{res:<6}{cells}")
     mine = rows.get((model, "480p"))
     if isinstance(mine, MemoryBreakdown):
         lines.append(f"{model} at 480p: this layout needs {mine.total / 1e9:.1f} GB per GPU; "

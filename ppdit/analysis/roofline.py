@@ -53,14 +53,19 @@ GROUPS = {"linear": "matmul", "sdpa": "attention", "qk": "attention", "pv": "att
 RESOLUTIONS = {"480p": (480, 832), "720p": (720, 1280)}  # (height, width) in pixels
 
 
-def latent_for(resolution: str = "480p", frames: int = 81, batch: int = 1) -> tuple[int, ...]:
+LATENT_OF_VAE = {"wan2.1": (16, 8), "wan2.2": (48, 16)}  # (channels, spatial factor)
+
+
+def latent_for(resolution: str = "480p", frames: int = 81, batch: int = 1,
+               vae: str = "wan2.1") -> tuple[int, ...]:
     """Wan's latent for a video: the VAE compresses 4x in time (plus the first frame), 8x in
-    space, into 16 channels. 480p x 81 frames -> (1, 16, 21, 60, 104)."""
+    space into 16 channels (Wan 2.2's: 16x into 48, and the size rounds down to whole 2x2
+    patches: TI2V's 720p is 704 x 1280). 480p x 81 frames -> (1, 16, 21, 60, 104)."""
     if (frames - 1) % 4:
         raise ValueError(f"frames={frames} must be 4k + 1 (the VAE keeps the first frame and "
                          "compresses the rest 4x in time)")
-    h, w = RESOLUTIONS[resolution]
-    return (batch, 16, 1 + (frames - 1) // 4, h // 8, w // 8)
+    (h, w), (channels, s) = RESOLUTIONS[resolution], LATENT_OF_VAE[vae]
+    return (batch, channels, 1 + (frames - 1) // 4, h // (2 * s) * 2, w // (2 * s) * 2)
 
 
 def dtype_name(dtype) -> str:

@@ -14,6 +14,12 @@ from ppdit.analysis.roofline import DTYPE_BYTES, Op, attention_ops, dtype_name
 WAN21_VAE = {"base_dim": 96, "decoder_base_dim": None, "dim_mult": [1, 2, 4, 4],
              "num_res_blocks": 2, "temperal_downsample": [False, True, True],
              "is_residual": False, "out_channels": 3}
+# Wan 2.2's (TI2V-5B): residual up blocks that keep their width through the upsampler, a wider
+# decoder, 12 output channels unfolded into 2x2 pixels (no FLOPs)
+WAN22_VAE = {"base_dim": 160, "decoder_base_dim": 256, "dim_mult": [1, 2, 4, 4],
+             "num_res_blocks": 2, "temperal_downsample": [False, True, True],
+             "is_residual": True, "out_channels": 12}
+VAE_CONFIGS = {"wan2.1": WAN21_VAE, "wan2.2": WAN22_VAE}  # by ModelPreset.vae
 
 
 def _conv(name: str, b: int, cin: int, cout: int, kernel: tuple[int, int, int],
@@ -28,7 +34,8 @@ def _conv(name: str, b: int, cin: int, cout: int, kernel: tuple[int, int, int],
 def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str = "bf16",
                     attention: str = "flash", config: dict | None = None) -> list[Op]:
     """Convolutions and the mid-block attention of ``AutoencoderKLWan.decode`` for one latent,
-    mirroring diffusers' ``WanDecoder3d`` (Wan 2.1, ``is_residual=False``): conv_in, a mid block
+    mirroring diffusers' ``WanDecoder3d`` (Wan 2.1; Wan 2.2's residual blocks keep their width
+    through the upsamplers, ``WAN22_VAE``): conv_in, a mid block
     (resnet, per-frame single-head attention, resnet), four up blocks of ``num_res_blocks + 1``
     resnets (two 3x3x3 causal convs each, a 1x1x1 shortcut where the width changes) with 2x spatial
     upsampling (nearest + 3x3 conv) after the first three, and a (3,1,1) time conv doubling the
@@ -38,8 +45,7 @@ def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str = "bf16",
     RMS norms, SiLU, the nearest upsampling copies and residual adds (bandwidth-bound, a few passes
     over each activation); weights count once though the decode re-reads them every latent frame."""
     cfg = {**WAN21_VAE, **(config or {})}
-    if cfg["is_residual"]:
-        raise ValueError("is_residual=True is Wan 2.2's VAE; only Wan 2.1's is accounted for")
+    residual = cfg["is_residual"]
     nb, (b, z, t, h, w) = DTYPE_BYTES[dtype_name(dtype)], latent_shape
     mult, base = cfg["dim_mult"], cfg["decoder_base_dim"] or cfg["base_dim"]
     dims = [base * u for u in [mult[-1], *mult[::-1]]]
@@ -61,7 +67,7 @@ def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str = "bf16",
     ops.append(_conv("mid.attention.proj", b, d0, d0, (1, 1, 1), (t, h, w), nb))
     ops += resnet("mid.resnets.1", d0, d0)
     for i, (cin, cout) in enumerate(pairwise(dims)):
-        cin = cin // 2 if i > 0 else cin  # the previous upsampler halved the width
+        cin = cin // 2 if i > 0 and not residual else cin  # Wan 2.1's upsampler halved it
         for j in range(cfg["num_res_blocks"] + 1):
             ops += resnet(f"up_blocks.{i}.resnets.{j}", cin if j == 0 else cout, cout)
         if i == len(mult) - 1:
@@ -71,7 +77,7 @@ def vae_decoder_ops(latent_shape: tuple[int, ...], *, dtype: str = "bf16",
                              (t - 1, h, w), nb))
             t = 1 + 2 * (t - 1)
         h, w = 2 * h, 2 * w
-        ops.append(_conv(f"up_blocks.{i}.upsample_conv", b, cout, cout // 2, (1, 3, 3),
-                         (t, h, w), nb))
+        ops.append(_conv(f"up_blocks.{i}.upsample_conv", b, cout,
+                         cout if residual else cout // 2, (1, 3, 3), (t, h, w), nb))
     ops.append(_conv("conv_out", b, dims[-1], cfg["out_channels"], (3, 3, 3), (t, h, w), nb))
     return ops

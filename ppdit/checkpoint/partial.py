@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ppdit.model import cast_like_from_pretrained, torch_dtype
+from ppdit.model import cast_like_from_pretrained, mark_variant, torch_dtype
 
 # (the parameter as this rank holds it, the stored tensor's lazy slice) -> bytes read
 Reader = Callable[[torch.Tensor, object], int]
@@ -37,7 +37,7 @@ def meta_transformer(folder: str | Path, dtype: str, part: str = "transformer"):
         model = WanTransformer3DModel.from_config(
             WanTransformer3DModel.load_config(path, local_files_only=True))
     cast_like_from_pretrained(model, torch_dtype(dtype))
-    return model
+    return mark_variant(model, Path(folder))
 
 
 def read_whole(param: torch.Tensor, stored) -> int:

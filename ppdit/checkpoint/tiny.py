@@ -93,30 +93,32 @@ def tiny_scheduler(name: str = "unipc"):
 
 
 def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
-                        vae_preset: str = "tiny", scheduler: str = "unipc",
+                        vae_preset: str | None = None, scheduler: str = "unipc",
                         stored: torch.dtype = torch.float32, boundary_ratio: float | None = None
                         ) -> Path:
     """Write a tiny random Wan 2.1 T2V pipeline folder to ``out`` and return its path.
     ``stored``: the dtype of the transformer's and text encoder's weights (the VAE's: fp32).
     ``boundary_ratio``: a Wan 2.2 folder instead, two experts (``transformer_2`` from
-    ``seed + 1``) switching there, with A14B's UniPC (flow shift 12)."""
+    ``seed + 1``) switching there, with A14B's UniPC (flow shift 12). A preset with a timestep
+    per token (``tiny-ti2v``) makes a Wan 2.2 TI2V folder (``expand_timesteps``, its VAE)."""
     from ppdit.vae.presets import build_vae
 
+    p = get_preset(preset)
     tokenizer = word_tokenizer(TINY_VOCAB)
-    text_encoder = tiny_text_encoder(get_preset(preset).text_dim, len(tokenizer), seed)
+    text_encoder = tiny_text_encoder(p.text_dim, len(tokenizer), seed)
     experts = [build_model(preset, seed=seed + k) for k in range(1 + (boundary_ratio is not None))]
     if stored != torch.float32:  # (diffusers warns at any .to(), fp32 included)
         text_encoder, experts = text_encoder.to(stored), [m.to(stored) for m in experts]
     sched = tiny_unipc_scheduler(12.0) if boundary_ratio is not None else tiny_scheduler(scheduler)
     return save_pipeline(out, tokenizer=tokenizer, text_encoder=text_encoder,
-                         transformer=experts[0], vae=build_vae(vae_preset, seed=seed),
+                         transformer=experts[0], vae=build_vae(vae_preset or p.vae, seed=seed),
                          scheduler=sched, transformer_2=experts[1] if experts[1:] else None,
-                         boundary_ratio=boundary_ratio)
+                         boundary_ratio=boundary_ratio, expand_timesteps=p.expand_timesteps)
 
 
 def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
-                  scheduler=None, transformer_2=None, boundary_ratio: float | None = None
-                  ) -> Path:
+                  scheduler=None, transformer_2=None, boundary_ratio: float | None = None,
+                  expand_timesteps: bool = False) -> Path:
     """``WanPipeline(...).save_pretrained(out)`` (``scheduler`` None: Wan 2.1's UniPC), so
     diffusers' own ``from_pretrained`` loads it: exactly what a real snapshot looks like, only
     small. Returns the folder's path."""
@@ -128,6 +130,6 @@ def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
     with no_progress_bars():  # transformers' "Writing model shards" bar: not in an output
         WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                     vae=vae, scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler,
-                    transformer_2=transformer_2, boundary_ratio=boundary_ratio
-                    ).save_pretrained(out)
+                    transformer_2=transformer_2, boundary_ratio=boundary_ratio,
+                    expand_timesteps=expand_timesteps).save_pretrained(out)
     return out

@@ -25,6 +25,7 @@ from ppdit.runtime.device import cpu_share, process_placement
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Trace, Tracer, merge
 from ppdit.sampler import Conditioning
+from ppdit.t2v.image import check_image, encode_image
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
 from ppdit.vae.decode import decode, denormalize, postprocess, vae_config
@@ -63,6 +64,7 @@ def prepare(spec: GenerateSpec | Prepared, *, device: str | None = None) -> Prep
         return spec
     folder = WanFolder(check_folder(spec.checkpoint))
     check_spec(spec, folder.vae_factors, folder.transformer_config())
+    check_image(spec, folder.path)
     plan = plan_for(spec, shape_of(spec, folder))
     loop_plan(plan)  # the pipeline loop's own rules too
     check_weights_fit({"generate": plan}, spec.ranks, {"device": device})
@@ -196,7 +198,14 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
         text = encode_with_cost(spec, place.device if spec.text_encoder == "device" else "cpu")
     if on_text is not None:
         on_text(text)
-    plan = replace(prepared.plan, prompts=(text.prompts,))
+    prompts = text.prompts
+    if spec.image is not None:  # the first frame's latent, encoded where the VAE decodes
+        vae = load_folder(spec.checkpoint, parts=("vae",), device=place.device).vae
+        with cpu_share(place):
+            image = encode_image(vae, spec.image, spec.height, spec.width)
+        prompts = replace(prompts, image=image)
+        del vae
+    plan = replace(prepared.plan, prompts=(prompts,))
     if spec.layout.ranks == 1:
         tracer = Tracer(0, place)
         latent = run_local(plan, place.device, on_step=on_step, tracer=tracer)[REQUEST_ID]
@@ -206,6 +215,7 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
         if out is None:
             return None
         latent, trace, handoff = out.latent, out.trace, out.handoff_bytes
+    latent = prompts.finish(latent)  # an image's latent as the first frame, as decoded
     video, vae_cost = None, None
     if decode_video and spec.vae_ranks > 1:
         video, vae_cost = decode_split(spec, latent, device=device, **launch_kwargs)

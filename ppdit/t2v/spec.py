@@ -48,6 +48,8 @@ class GenerateSpec:
     # ranks that decode the latent, split by rows (``parallel.vae_patch``; 1: one device). A
     # second launch after the denoising ranks end: each holds the VAE and its own rows' pixels.
     vae_ranks: int = 1
+    # Wan 2.2 TI2V: a picture file of the video's size, its first frame (``t2v.image``)
+    image: str | None = None
 
     def __post_init__(self) -> None:
         if self.dtype == "auto":  # once: a replace() keeps the dtype it resolved to

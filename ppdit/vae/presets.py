@@ -30,6 +30,11 @@ class VAEPreset:
     # Two True entries give the 4x temporal factor behind 1 + 4·(F − 1).
     temperal_downsample: tuple[bool, ...] = (False, True, True)
     notes: str = ""
+    # Wan 2.2's VAE: residual up/down blocks, pixels folded 2x2 into channels (patch_size 2:
+    # 16x in space, 48 latent channels) and a wider decoder (decoder_base_dim)
+    is_residual: bool = False
+    patch_size: int | None = None
+    decoder_base_dim: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.temperal_downsample) != len(self.dim_mult) - 1:
@@ -44,15 +49,21 @@ class VAEPreset:
     @property
     def spatial_factor(self) -> int:
         """Pixels per latent pixel along H and W (8 for Wan 2.1)."""
-        return 2 ** (len(self.dim_mult) - 1)
+        return 2 ** (len(self.dim_mult) - 1) * (self.patch_size or 1)
 
     def diffusers_config(self) -> dict:
-        """Keyword arguments for ``AutoencoderKLWan`` (Wan 2.1 flavour: not residual, no patch)."""
+        """Keyword arguments for ``AutoencoderKLWan``; a Wan 2.2 preset's latents are
+        normalised by mean 0, std 1 (random weights have no statistics to record)."""
+        pixels = 3 * (self.patch_size or 1) ** 2  # channels after folding pixels in
+        wan22 = {} if self.z_dim == 16 else {"latents_mean": [0.0] * self.z_dim,
+                                              "latents_std": [1.0] * self.z_dim}
         return dict(base_dim=self.base_dim, z_dim=self.z_dim, dim_mult=list(self.dim_mult),
                     num_res_blocks=self.num_res_blocks,
                     temperal_downsample=list(self.temperal_downsample),
                     scale_factor_temporal=self.temporal_factor,
-                    scale_factor_spatial=self.spatial_factor)
+                    scale_factor_spatial=self.spatial_factor, is_residual=self.is_residual,
+                    patch_size=self.patch_size, decoder_base_dim=self.decoder_base_dim,
+                    in_channels=pixels, out_channels=pixels, **wan22)
 
 
 VAE_PRESETS: dict[str, VAEPreset] = {
@@ -64,6 +75,16 @@ VAE_PRESETS: dict[str, VAEPreset] = {
             notes="for CPU lessons and tests: Wan 2.1's temporal structure (causal convs, "
                   "4x time, the single first frame) with narrow channels and 4x (not 8x) "
                   "spatial upsampling; z_dim 16 matches the tiny DiT's latent",
+        ),
+        VAEPreset(
+            "tiny-2.2", base_dim=8, decoder_base_dim=16, z_dim=48, dim_mult=(1, 2, 2),
+            num_res_blocks=1, temperal_downsample=(True, True), is_residual=True, patch_size=2,
+            notes="for CPU tests: Wan 2.2's VAE (residual blocks, 2x2 pixel patches, 48 "
+                  "latent channels, 4x time) narrow, 8x in space",
+        ),
+        VAEPreset(
+            "wan2.2", base_dim=160, decoder_base_dim=256, z_dim=48, is_residual=True,
+            patch_size=2, notes="the Wan 2.2 VAE of TI2V-5B: 4x16x16 compression, 48 channels",
         ),
         VAEPreset(
             "wan2.1", base_dim=96, notes="the Wan 2.1 VAE (~127 M parameters in all); load real "

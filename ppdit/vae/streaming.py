@@ -1,4 +1,5 @@
-"""Streaming causal decode of the Wan 2.1 VAE (``diffusers.AutoencoderKLWan``), and its reference.
+"""Streaming causal decode of the Wan VAE (``diffusers.AutoencoderKLWan``, 2.1 or 2.2) and its
+reference.
 
 Why streaming works: every temporal conv in Wan's decoder is *causal* (output frame t reads
 frames t-2..t), so the decoder can run a latent frame at a time if each causal conv keeps its
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 from diffusers import AutoencoderKLWan
-from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
+from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, unpatchify
 
 
 def temporal_factor(vae: AutoencoderKLWan) -> int:
@@ -87,10 +88,6 @@ class StreamingDecoder:
     cut); ``close()`` frees the cache. The VAE is only read: decoders may share one."""
 
     def __init__(self, vae: AutoencoderKLWan):
-        if vae.config.patch_size is not None or vae.config.is_residual:
-            raise ValueError("StreamingDecoder follows the Wan 2.1 VAE (is_residual=False, "
-                             f"patch_size=None); got is_residual={vae.config.is_residual}, "
-                             f"patch_size={vae.config.patch_size}")
         if vae.use_tiling:
             raise ValueError("StreamingDecoder decodes untiled: call vae.disable_tiling() first")
         self.vae = vae
@@ -114,6 +111,8 @@ class StreamingDecoder:
         # feat_idx is the cursor into the cache: every causal conv reads and advances it, in the
         # same order on every call, so slot i always belongs to the same conv.
         out = self.vae.decoder(x, feat_cache=state.cache, feat_idx=[0], first_chunk=first)
+        if self.vae.config.patch_size is not None:  # Wan 2.2: 2x2 pixels folded in channels
+            out = unpatchify(out, patch_size=self.vae.config.patch_size)
         out = torch.clamp(out, min=-1.0, max=1.0)  # as AutoencoderKLWan._decode does
         state.latent_frames += chunk.shape[2]
         state.frames_out += out.shape[2]

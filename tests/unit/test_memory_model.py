@@ -54,21 +54,24 @@ def test_plan_prints_the_real_size_table(capsys):
     assert cli.main(["plan", "--layout", "ulysses=4,fsdp=4", "--link", "NVLink 4"]) == 0
     out = capsys.readouterr().out
     for model, res in [("wan2.1-1.3b", "480p"), ("wan2.1-1.3b", "720p"),
-                       ("wan2.1-14b", "480p"), ("wan2.1-14b", "720p")]:
-        assert any(line.startswith(f"{model:<12}{res}") for line in out.splitlines())
+                       ("wan2.1-14b", "480p"), ("wan2.1-14b", "720p"), ("wan2.2-ti2v-5b", "720p")]:
+        assert any(line.startswith(f"{model:<15}{res}") for line in out.splitlines())
     assert "this layout needs" in out and "your GPUs (H100 SXM) have 80 GB: fits" in out
 
 
-@pytest.mark.parametrize("shape", [(1, 16, 3, 7, 8), (1, 16, 9, 8, 8), (1, 16, 2, 12, 12)])
-def test_vae_peak_within_15_percent_of_the_tiny_vaes_measured_decode(shape):
+@pytest.mark.parametrize(("preset", "shape"), [
+    ("tiny", (1, 16, 3, 7, 8)), ("tiny", (1, 16, 9, 8, 8)), ("tiny", (1, 16, 2, 12, 12)),
+    ("tiny-2.2", (1, 48, 3, 6, 8)), ("tiny-2.2", (1, 48, 7, 8, 8))])
+def test_vae_peak_within_15_percent_of_the_tiny_vaes_measured_decode(preset, shape):
     """The VAE term against one process's measured decode (live tensor bytes), short and long
-    videos: the final concatenation or the last frame's widest conv sets the peak."""
+    videos, Wan 2.1's VAE and Wan 2.2's: the final concatenation or the last frame's widest
+    conv sets the peak."""
     from ppdit.analysis.memory_model import vae_peak_bytes
     from ppdit.parallel.vae_patch.run import one_process_decode
     from ppdit.vae.presets import build_vae
 
     torch.set_num_threads(1)
-    vae = build_vae("tiny", seed=0)
+    vae = build_vae(preset, seed=0)
     latent = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
     _, measured = one_process_decode(vae, latent)
     predicted = vae_peak_bytes(shape, dict(vae.config))

@@ -29,7 +29,7 @@ from ppdit.analysis.roofline import (
     totals,
     tp_allreduce_bytes,
 )
-from ppdit.analysis.roofline_vae import WAN21_VAE, vae_decoder_ops
+from ppdit.analysis.roofline_vae import WAN21_VAE, WAN22_VAE, vae_decoder_ops
 from ppdit.model import build_model, num_params, prologue
 from ppdit.parallel.layout import Layout
 from ppdit.presets import get_preset
@@ -98,14 +98,20 @@ def test_model_flops_match_flop_counter(preset):
     assert _rel(matmuls, fc.get_total_flops()) <= FLOP_TOL
 
 
-def test_vae_decoder_flops_match_flop_counter():
-    """Convs and the mid-block attention of a real (narrow) Wan 2.1 VAE decode, frame by frame."""
+@pytest.mark.parametrize("wan22", [False, True])
+def test_vae_decoder_flops_match_flop_counter(wan22):
+    """Convs and the mid-block attention of a real (narrow) Wan 2.1 VAE decode, frame by frame;
+    and of Wan 2.2's (residual blocks, 12 output channels for 2x2 pixels, 48 latent ones)."""
     from diffusers import AutoencoderKLWan
 
     config = {"base_dim": 8}  # Wan's structure, 12x narrower than the real 96
+    if wan22:
+        config = {**WAN22_VAE, "base_dim": 8, "decoder_base_dim": 16, "z_dim": 48,
+                  "in_channels": 12, "patch_size": 2, "latents_mean": [0.0] * 48,
+                  "latents_std": [1.0] * 48}
     torch.manual_seed(0)
     vae = AutoencoderKLWan(**config).eval()
-    z = torch.randn(1, 16, 3, 4, 4)
+    z = torch.randn(1, 48 if wan22 else 16, 3, 4, 4)
     fc = _counted(lambda: vae.decode(z))
     by_op = fc.get_flop_counts()["Global"]
     ops = vae_decoder_ops(tuple(z.shape), config=config, attention="naive")

@@ -39,7 +39,7 @@ from ppdit.runtime.observe.timing import exchange
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
-from ppdit.sampler import Denoiser, StepState
+from ppdit.sampler import Conditioning, Denoiser, StepState, frame_timesteps
 
 # -- What each rank holds --------------------------------------------------------------------------
 
@@ -130,6 +130,9 @@ class _Rank:
         with self.tracer.span("compute", f"m{task.micro}", step=task.step, micro=task.micro,
                               chunk=task.chunk), torch.no_grad():
             ctx = self.conditioning(task)
+            if first:  # an image's latent replaces the first frame (TI2V)
+                x = micro_input(self.den, plan, plan.micro_samples(task.micro), x,
+                                x.new_zeros(x.shape[0]))[0]
             h = embed_patches(self.model, x.to(self.dtype)) if first else x
             h = run_blocks(self.model, h, ctx, blocks)
             out = epilogue(self.model, h, ctx) if last else h
@@ -172,7 +175,8 @@ class _Rank:
         if key not in self.conds:
             samples = self.plan.micro_samples(task.micro)
             text = micro_text(self.den, self.plan, samples).to(self.dtype)
-            t = self.den.timesteps[task.step].expand(len(samples))
+            t = micro_input(self.den, self.plan, samples, None,
+                            self.den.timesteps[task.step].expand(len(samples)))[1]
             self.conds[key] = condition(self.model, (len(samples), *self.plan.shape[1:]), t, text)
         ctx = self.conds[key]
         if task.chunk == self.plan.virtual - 1:
@@ -192,6 +196,18 @@ class _Rank:
         for m in release:
             latents = torch.cat([self.states[s.request].latent for s in plan.micro_samples(m)])
             self.send(0, Message("latent", task.step + 1, m), latents)
+
+
+def micro_input(den: Denoiser, plan: LayerSplitPlan, samples, latent, timestep):
+    """A micro-batch's latent and timesteps as the DiT reads them (an image's first frame in
+    place, at t = 0: ``Conditioning.model_input``); ``latent`` None: the timesteps only."""
+    conds = [den.conditioning(plan.requests[s.request]) for s in samples]
+    if conds[0].image is None:
+        return latent, timestep
+    if latent is None:
+        return None, frame_timesteps(timestep, plan.shape[2])
+    return Conditioning(None, None, torch.cat([c.image for c in conds])).model_input(latent,
+                                                                                    timestep)
 
 
 def micro_text(den: Denoiser, plan: LayerSplitPlan, samples) -> torch.Tensor:

@@ -13,7 +13,6 @@ and waited for just before attention, hidden behind Q and K's norm and rope."""
 from __future__ import annotations
 
 from contextlib import ExitStack, nullcontext
-from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -120,8 +119,7 @@ def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.
     hidden, ctx = prologue(model, latent, timestep, text)  # patchify: cheap, done everywhere
     start = sum(split[:rank])
     mine = slice(start, start + split[rank])
-    cos, sin = ctx.rotary_emb
-    local = replace(ctx, rotary_emb=(cos[:, mine], sin[:, mine]))  # my tokens' positions
+    local = ctx.tokens(mine)  # my tokens' positions (and timesteps, if per token)
     run = run_blocks if cache is None else cache.run
     tokens = project_out(model, run(model, hidden[:, mine].contiguous(), local), local)
     return unpatchify(model, gather_tokens(tokens, split, group, staged), ctx.grid)

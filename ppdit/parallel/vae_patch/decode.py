@@ -24,12 +24,14 @@ import torch
 import torch.nn.functional as F
 from diffusers import AutoencoderKLWan
 from diffusers.models.autoencoders.autoencoder_kl_wan import (
+    DupUp3D,
     WanAttentionBlock,
     WanCausalConv3d,
     WanDecoder3d,
     WanMidBlock,
     WanResample,
     WanResidualBlock,
+    WanResidualUpBlock,
     WanRMS_norm,
     WanUpBlock,
     WanUpsample,
@@ -41,9 +43,10 @@ from ppdit.vae.streaming import StreamingDecoder, iter_chunks
 
 # Layers whose output at a position depends only on that position (or, for the listed convs
 # with a spatial kernel, on the rows the halo brings): anything else in the decoder is refused.
+# (Wan 2.2's residual up block adds DupUp3D: channels repeated, then shuffled into 2x2 pixels.)
 LOCAL_LAYERS = (WanDecoder3d, WanMidBlock, WanUpBlock, WanResidualBlock, WanResample, WanUpsample,
                 WanRMS_norm, WanAttentionBlock, WanCausalConv3d, nn.Conv2d, nn.SiLU, nn.Dropout,
-                nn.Identity, nn.Sequential, nn.ModuleList)
+                nn.Identity, nn.Sequential, nn.ModuleList, WanResidualUpBlock, DupUp3D)
 GATHER = ("all", "first", "none")  # who gets the whole frames: every rank, group rank 0, nobody
 # A rank's convolutions see a narrower input (its rows + halos) than one process's, so a kernel
 # may block the same sums differently; attention sums over the same keys with fewer queries.

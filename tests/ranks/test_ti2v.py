@@ -1,0 +1,148 @@
+"""Wan 2.2 TI2V (a timestep per token, 48 latent channels, the 4x16x16 VAE) from a tiny random
+folder: text to video equal to diffusers' ``WanPipeline(expand_timesteps=True)``, image to video
+equal to ``WanImageToVideoPipeline``, and the layouts equal one device (bitwise, or within their
+axis' tolerance: ring's merged blocks, TP's split sums, Ulysses' token slices).
+
+The folder's shape is one no other test uses: 3 blocks of 6 heads (uneven under Ulysses 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from ppdit.checkpoint.tiny import build_tiny_pipeline
+from ppdit.parallel.layout import parse_layout
+from ppdit.parallel.sequence.ring import RING_TOL
+from ppdit.parallel.sequence.ulysses import SP_TOL
+from ppdit.parallel.tensor.parallelize import TP_TOL
+from ppdit.t2v.generate import encode, generate, generate_latent, prepare
+from ppdit.t2v.layouts import plan_for, run_layout
+from tests.support.pipelines import spec_for, wan_pipeline
+
+SIZE = {"num_frames": 9, "height": 32, "width": 48}  # 3 latent frames of 4 x 6: 18 tokens
+
+
+@pytest.fixture(scope="module")
+def ti2v(tmp_path_factory):
+    """A tiny TI2V folder and a picture of the video's size."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("ti2v")
+    torch.set_num_threads(1)
+    folder = build_tiny_pipeline(root / "ti2v", seed=3, preset="tiny-ti2v")
+    pixels = np.random.default_rng(0).integers(0, 255, (32, 48, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(root / "first.png")
+    return folder, str(root / "first.png")
+
+
+def image_pipeline(folder, spec):
+    """diffusers' ``WanImageToVideoPipeline`` on the folder, as ``spec`` says, its weights in
+    aligned memory as ppdit loads them; the prompts encoded by the folder's own ``WanPipeline``
+    (the image pipeline's prompt cleaning needs ``ftfy``, which ppdit does not install)."""
+    from diffusers import WanImageToVideoPipeline, WanPipeline
+    from diffusers.utils import load_image
+
+    from ppdit.checkpoint.folder import no_progress_bars
+    from ppdit.model import own_memory
+
+    with no_progress_bars():
+        pipe = WanImageToVideoPipeline.from_pretrained(folder, local_files_only=True)
+    for module in (pipe.transformer, pipe.text_encoder, pipe.vae):
+        own_memory(module)
+    pipe.set_progress_bar_config(disable=True)
+    text = WanPipeline(**{k: v for k, v in pipe.components.items()
+                          if k in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler")})
+    with torch.no_grad():
+        prompt, negative = text.encode_prompt(spec.prompt, spec.negative_prompt, True,
+                                              device="cpu", max_sequence_length=512)
+
+    def run(output_type: str):
+        return pipe(image=load_image(spec.image), prompt_embeds=prompt,
+                    negative_prompt_embeds=negative, num_inference_steps=spec.num_steps,
+                    num_frames=spec.num_frames, height=spec.height, width=spec.width,
+                    guidance_scale=spec.guidance_scale, output_type=output_type,
+                    generator=torch.Generator().manual_seed(spec.seed)).frames
+    return run("latent"), run("pt")
+
+
+def test_text_to_video_equals_wan_pipeline_bit_for_bit(ti2v):
+    """Every token gets its own timestep (all the same without an image), as diffusers runs
+    it: the latent and the video, bit for bit."""
+    folder, _ = ti2v
+    spec = spec_for(folder, **SIZE)
+    ours = generate(spec)
+    assert torch.equal(ours.latent, wan_pipeline(folder, spec, output_type="latent"))
+    assert torch.equal(ours.video, wan_pipeline(folder, spec))
+
+
+def test_image_to_video_equals_the_image_pipeline_bit_for_bit(ti2v):
+    """The picture's latent is the first frame, at t = 0, while the rest denoise."""
+    folder, image = ti2v
+    spec = spec_for(folder, image=image, **SIZE)
+    ours = generate(spec)
+    latent, video = image_pipeline(folder, spec)
+    assert torch.equal(ours.latent, latent) and torch.equal(ours.video, video)
+
+
+@pytest.fixture(scope="module")
+def references(ti2v):
+    """One device's latent of each mode (text only, with the image)."""
+    folder, image = ti2v
+    out = {}
+    for mode in ("text", "image"):
+        spec = spec_for(folder, image=image if mode == "image" else None, **SIZE)
+        embeds = encode(spec)
+        if mode == "image":
+            embeds = prepare_image(spec, embeds)
+        out[mode] = (spec, embeds, generate_latent(spec, embeds))
+    return out
+
+
+def prepare_image(spec, embeds):
+    """The prompts with the picture's latent, as ``generate`` adds it."""
+    from ppdit.checkpoint.folder import load_folder
+    from ppdit.t2v.image import encode_image
+
+    vae = load_folder(spec.checkpoint, parts=("vae",)).vae
+    return replace(embeds, image=encode_image(vae, spec.image, spec.height, spec.width))
+
+
+@pytest.mark.parametrize("mode", ["text", "image"])
+@pytest.mark.parametrize(("layout", "ranks"), [
+    ("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2), ("ring", 2), ("tp", 2),
+    ("ulysses=4", 4), ("cfg=2,ulysses=2", 4)])
+def test_layouts_equal_one_device(pools, references, mode, layout, ranks):
+    """Each layout's latent against one device's: the per-token timesteps sharded with their
+    tokens (Ulysses, ring), held whole where the tokens are (layer, TP, step, CFG)."""
+    spec, embeds, reference = references[mode]
+    spec = replace(spec, layout=parse_layout(layout, ranks))
+    out = run_layout(plan_for(spec, reference.shape, embeds), pool=pools(ranks))
+    got = embeds.finish(out.latent)
+    reference = embeds.finish(reference)
+    mesh = spec.layout
+    tol = (RING_TOL if mesh.ring > 1 else SP_TOL if mesh.ulysses > 1 else
+           TP_TOL if mesh.tp > 1 else None)
+    if tol is None:
+        assert torch.equal(got, reference)
+    else:
+        torch.testing.assert_close(got, reference, **tol)
+
+
+def test_a_picture_that_does_not_fit_is_refused_in_one_line(ti2v, tmp_path, folders):
+    """Not a picture, another size, or a folder that does not condition on one: refused before
+    anything loads, naming the file and the rule."""
+    folder, image = ti2v
+    junk = tmp_path / "junk.png"
+    junk.write_bytes(b"not a picture")
+    cases = [(spec_for(folder, image=str(junk), **SIZE), "is not a readable picture"),
+             (spec_for(folder, image=image, num_frames=9, height=32, width=32), "48x32"),
+             (spec_for(folder, image=str(tmp_path / "none.png"), **SIZE), "is not a file"),
+             (spec_for(folders["unipc"], image=image), "text-to-video folder")]
+    for spec, words in cases:
+        with pytest.raises(ValueError, match=words) as err:
+            prepare(spec)
+        assert "\n" not in str(err.value)
