@@ -23,6 +23,9 @@ class ModelPreset:
     text_len: int  # text tokens per prompt (Wan pads prompts to 512)
     freq_dim: int = 256  # sinusoidal timestep embedding width
     in_channels: int = 16  # latent channels of the Wan VAE
+    # image-to-video (Wan 2.2 I2V-A14B): channels the DiT reads beside the latent, the image's
+    # latent video and its mask (16 + 4); the DiT still predicts in_channels
+    condition_channels: int = 0
     # Default latent (B, C, F, H, W) for this preset. tiny: 5*8*8 = 320 tokens after 1x2x2 patches.
     latent_shape: tuple[int, ...] = (1, 16, 5, 16, 16)
     rope_max_seq_len: int = 1024  # rope table length per axis; must exceed F, H/2, W/2
@@ -49,7 +52,7 @@ class ModelPreset:
             patch_size=(1, 2, 2),
             num_attention_heads=self.num_heads,
             attention_head_dim=self.head_dim,
-            in_channels=self.in_channels,
+            in_channels=self.in_channels + self.condition_channels,
             out_channels=self.in_channels,
             text_dim=self.text_dim,
             freq_dim=self.freq_dim,
@@ -107,6 +110,13 @@ PRESETS: dict[str, ModelPreset] = {
             "wan2.2-a14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
             text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104), experts=2,
             notes="Wan 2.2 T2V A14B: two 14B experts (high, low noise), 14B active per step",
+        ),
+        ModelPreset(
+            "wan2.2-i2v-a14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
+            text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104), experts=2,
+            condition_channels=20, boundary=900.0,
+            notes="Wan 2.2 I2V A14B: two 14B experts reading the image's latent video and "
+                  "mask beside the noise (36 channels in, 16 out)",
         ),
         ModelPreset(
             "wan2.2-ti2v-5b", num_layers=30, num_heads=24, head_dim=128, ffn_dim=14336,

@@ -148,20 +148,27 @@ class Conditioning:
     # (B, C, 1, H, W) Wan 2.2 TI2V's image as the VAE encodes it (normalised, fp32): the first
     # latent frame, held fixed while the rest denoise
     image: torch.Tensor | None = None
+    # (B, 4 + C, F, H, W) Wan 2.2 I2V's: the known frames' mask and the image's latent video,
+    # read beside the latent in channels (``t2v.image``)
+    channels: torch.Tensor | None = None
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Conditioning:
         """The embeddings on ``device`` (and in ``dtype``, if given; the image stays fp32, as
         the latent does)."""
         def move(t, dt=dtype):
             return None if t is None else t.to(device=device, dtype=dt or t.dtype)
-        return Conditioning(move(self.text), move(self.null_text), move(self.image, None))
+        return Conditioning(move(self.text), move(self.null_text), move(self.image, None),
+                            move(self.channels, None))
 
     def model_input(self, latent: torch.Tensor, timestep: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
         """What the DiT reads at a step: with an image, its latent in place of the first frame,
         which sits at t = 0 while the others sit at the step's t: a timestep per latent frame
         (B, F), which the stage view gives every token of the frame (``model.condition``).
-        ``WanImageToVideoPipeline(expand_timesteps=True)`` writes it as a mask, same values."""
+        ``WanImageToVideoPipeline(expand_timesteps=True)`` writes it as a mask, same values.
+        With ``channels`` (I2V), those beside the latent."""
+        if self.channels is not None:
+            return torch.cat([latent, self.channels.to(latent.device)], dim=1), timestep
         if self.image is None:
             return latent, timestep
         latent = torch.cat([self.image.to(latent.device), latent[:, :, 1:]], dim=2)
@@ -170,6 +177,14 @@ class Conditioning:
     def finish(self, latent: torch.Tensor) -> torch.Tensor:
         """The final latent as decoded: with an image, the image's latent as its first frame."""
         return latent if self.image is None else self.model_input(latent, latent.new_zeros(1))[0]
+
+
+def batched(conds: Sequence[Conditioning], name: str) -> torch.Tensor | None:
+    """The requests' image ``name`` ("image" or "channels") in one batch, or None."""
+    parts = [getattr(c, name) for c in conds if getattr(c, name) is not None]
+    if parts and len(parts) != len(conds):
+        raise ValueError("a batch mixes requests with and without an image: batch them apart")
+    return torch.cat(parts) if parts else None
 
 
 def frame_timesteps(timestep: torch.Tensor, frames: int) -> torch.Tensor:
@@ -316,13 +331,14 @@ class Denoiser:
         return self._cond[request.request_id]
 
     def condition_on(self, request: Request, text: torch.Tensor,
-                     null_text: torch.Tensor | None = None, image: torch.Tensor | None = None
-                     ) -> None:
-        """Use these prompt embeddings (and image latent) for ``request`` instead of its
-        seeded stand-in."""
+                     null_text: torch.Tensor | None = None, image: torch.Tensor | None = None,
+                     channels: torch.Tensor | None = None) -> None:
+        """Use these prompt embeddings (and image: ``Conditioning``) for ``request`` instead
+        of its seeded stand-in."""
         if self.sampling.uses_cfg and null_text is None:
             null_text = torch.zeros_like(text)
-        self._given[request.request_id] = Conditioning(text, null_text, image).to(self.device)
+        self._given[request.request_id] = Conditioning(text, null_text, image,
+                                                       channels).to(self.device)
 
     def release(self, request: Request) -> None:
         """Forget a finished request's cached stand-in (given prompts stay: a plan run for
@@ -360,12 +376,8 @@ class Denoiser:
         latent = states[0].latent if len(states) == 1 else torch.cat([s.latent for s in states])
         conds = [self.conditioning(r) for r in requests]
         nulls = None if conds[0].null_text is None else torch.cat([c.null_text for c in conds])
-        images = [c.image for c in conds if c.image is not None]
-        if images and len(images) != len(conds):
-            raise ValueError("a batch mixes requests with and without an image: each runs "
-                             "its own timesteps per frame, so batch them apart")
         cond = Conditioning(torch.cat([c.text for c in conds]), nulls,
-                            torch.cat(images) if images else None)
+                            *(batched(conds, name) for name in ("image", "channels")))
         expert = self._expert(states)
         if self.cache is not None:
             self.cache.begin([r.request_id for r in requests], states[0].step_index, expert)

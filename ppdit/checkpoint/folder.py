@@ -26,6 +26,8 @@ from ppdit.model import build_model, own_memory, torch_dtype
 from ppdit.vae.presets import build_vae
 
 COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+# text (and, with expand_timesteps, image: TI2V) to video; image to video (Wan 2.2 I2V)
+PIPELINES = ("WanPipeline", "WanImageToVideoPipeline")
 CONFIGS = ("transformer/config.json", "vae/config.json", "text_encoder/config.json",
            "tokenizer/tokenizer_config.json", "scheduler/scheduler_config.json")
 
@@ -44,9 +46,12 @@ def check_folder(path: str | Path) -> Path:
         raise PipelineFolderError(f"{path} has no model_index.json: a diffusers pipeline folder "
                                   "starts with one (WanPipeline.save_pretrained writes it)")
     index = read_json(path / "model_index.json")
-    if index.get("_class_name") != "WanPipeline":
+    if index.get("_class_name") not in PIPELINES:
         raise PipelineFolderError(f"{path}/model_index.json names {index.get('_class_name')!r}; "
-                                  "ppdit generates with text-to-video WanPipeline folders only")
+                                  f"ppdit generates with {' and '.join(PIPELINES)} folders")
+    if index.get("image_encoder") not in (None, [None, None]):
+        raise PipelineFolderError(f"{path} has an image_encoder: Wan 2.1 I2V's CLIP image "
+                                  "tokens are not supported yet (Wan 2.2 I2V and TI2V are)")
     missing = [c for c in COMPONENTS
                if not (path / c).is_dir() or index.get(c) in (None, [None, None])]
     if missing:
@@ -63,6 +68,16 @@ def check_folder(path: str | Path) -> Path:
     for component in ("transformer", "vae", "text_encoder") + (("transformer_2",) * second):
         weight_headers(path / component)
     return path
+
+
+def conditioning(path: str | Path) -> str | None:
+    """What an image does in this folder's pipeline: "first frame" (Wan 2.2 TI2V: the image's
+    latent is the first frame, at t = 0), "concat" (Wan 2.2 I2V: its latent video and mask
+    beside the noise, in channels), or None (text to video only)."""
+    index = read_json(Path(path) / "model_index.json")
+    if index.get("_class_name") == "WanImageToVideoPipeline":
+        return "first frame" if index.get("expand_timesteps") else "concat"
+    return "first frame" if index.get("expand_timesteps") else None
 
 
 def boundary_ratio(path: str | Path) -> float | None:

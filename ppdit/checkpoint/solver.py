@@ -193,7 +193,7 @@ def plan_denoiser(model: torch.nn.Module, plan, forward: Callable[..., torch.Ten
     den = Denoiser(model, plan.source.spec, plan.sampling, forward=forward, solver=solver,
                    cfg=cfg or plan.cfg, cache=cache)
     for request, cond in zip(plan.requests, plan.prompts or (), strict=False):
-        den.condition_on(request, cond.text, cond.null_text, cond.image)
+        den.condition_on(request, cond.text, cond.null_text, cond.image, cond.channels)
     return den
 
 

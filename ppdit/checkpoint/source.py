@@ -63,7 +63,9 @@ class ModelSource:
         base = ModelPreset(self.name, num_layers=cfg["num_layers"], num_heads=heads,
                            head_dim=head_dim, ffn_dim=cfg["ffn_dim"], text_dim=cfg["text_dim"],
                            text_len=self._text_len(), freq_dim=cfg["freq_dim"],
-                           in_channels=cfg["in_channels"],
+                           in_channels=cfg.get("out_channels") or cfg["in_channels"],
+                           condition_channels=cfg["in_channels"] - (cfg.get("out_channels")
+                                                                    or cfg["in_channels"]),
                            rope_max_seq_len=cfg.get("rope_max_seq_len", 1024),
                            notes=f"the pipeline folder {self.folder}")
         return replace(base, latent_shape=(1, base.in_channels, *base.latent_shape[2:]))

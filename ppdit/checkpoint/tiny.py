@@ -100,7 +100,8 @@ def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
     ``stored``: the dtype of the transformer's and text encoder's weights (the VAE's: fp32).
     ``boundary_ratio``: a Wan 2.2 folder instead, two experts (``transformer_2`` from
     ``seed + 1``) switching there, with A14B's UniPC (flow shift 12). A preset with a timestep
-    per token (``tiny-ti2v``) makes a Wan 2.2 TI2V folder (``expand_timesteps``, its VAE)."""
+    per token (``tiny-ti2v``) makes a Wan 2.2 TI2V folder (``expand_timesteps``, its VAE); one
+    with condition channels a ``WanImageToVideoPipeline`` folder (Wan 2.2 I2V)."""
     from ppdit.vae.presets import build_vae
 
     p = get_preset(preset)
@@ -113,22 +114,24 @@ def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
     return save_pipeline(out, tokenizer=tokenizer, text_encoder=text_encoder,
                          transformer=experts[0], vae=build_vae(vae_preset or p.vae, seed=seed),
                          scheduler=sched, transformer_2=experts[1] if experts[1:] else None,
-                         boundary_ratio=boundary_ratio, expand_timesteps=p.expand_timesteps)
+                         boundary_ratio=boundary_ratio, expand_timesteps=p.expand_timesteps,
+                         image_to_video=p.condition_channels > 0)
 
 
 def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
                   scheduler=None, transformer_2=None, boundary_ratio: float | None = None,
-                  expand_timesteps: bool = False) -> Path:
+                  expand_timesteps: bool = False, image_to_video: bool = False) -> Path:
     """``WanPipeline(...).save_pretrained(out)`` (``scheduler`` None: Wan 2.1's UniPC), so
     diffusers' own ``from_pretrained`` loads it: exactly what a real snapshot looks like, only
     small. Returns the folder's path."""
-    from diffusers import WanPipeline
+    from diffusers import WanImageToVideoPipeline, WanPipeline
 
     from ppdit.checkpoint.folder import no_progress_bars
 
     out = Path(out)
+    pipeline = WanImageToVideoPipeline if image_to_video else WanPipeline
     with no_progress_bars():  # transformers' "Writing model shards" bar: not in an output
-        WanPipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
+        pipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                     vae=vae, scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler,
                     transformer_2=transformer_2, boundary_ratio=boundary_ratio,
                     expand_timesteps=expand_timesteps).save_pretrained(out)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ppdit._spawn_entry import in_torchrun
-from ppdit.checkpoint.folder import WanFolder, check_folder, load_folder
+from ppdit.checkpoint.folder import WanFolder, check_folder, conditioning, load_folder
 from ppdit.checkpoint.source import ModelSource
 from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
@@ -25,7 +25,7 @@ from ppdit.runtime.device import cpu_share, process_placement
 from ppdit.runtime.observe.timing import timed
 from ppdit.runtime.observe.trace import Trace, Tracer, merge
 from ppdit.sampler import Conditioning
-from ppdit.t2v.image import check_image, encode_image
+from ppdit.t2v.image import check_image, encode_condition
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
 from ppdit.vae.decode import decode, denormalize, postprocess, vae_config
@@ -79,7 +79,8 @@ def prepare(spec: GenerateSpec | Prepared, *, device: str | None = None) -> Prep
 
 def shape_of(spec: GenerateSpec, folder: WanFolder) -> tuple[int, ...]:
     """The latent shape of ``spec`` with this folder's VAE and transformer."""
-    return latent_shape(spec, folder.vae_factors, folder.transformer_config()["in_channels"])
+    cfg = folder.transformer_config()  # the latent: what the DiT predicts (I2V reads more)
+    return latent_shape(spec, folder.vae_factors, cfg.get("out_channels") or cfg["in_channels"])
 
 
 @dataclass(frozen=True)
@@ -199,11 +200,11 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
     if on_text is not None:
         on_text(text)
     prompts = text.prompts
-    if spec.image is not None:  # the first frame's latent, encoded where the VAE decodes
+    if spec.image is not None:  # the image's latent, encoded where the VAE decodes
         vae = load_folder(spec.checkpoint, parts=("vae",), device=place.device).vae
         with cpu_share(place):
-            image = encode_image(vae, spec.image, spec.height, spec.width)
-        prompts = replace(prompts, image=image)
+            prompts = replace(prompts, **encode_condition(vae, spec,
+                                                          conditioning(spec.checkpoint)))
         del vae
     plan = replace(prepared.plan, prompts=(prompts,))
     if spec.layout.ranks == 1:

@@ -1,10 +1,14 @@
-"""Wan 2.2 TI2V's image: read and checked before any rank starts, encoded by the VAE as
-``WanImageToVideoPipeline(expand_timesteps=True)`` encodes it (same arithmetic, same bits).
+"""The image of image-to-video: read and checked before any rank starts, encoded by the VAE
+as ``WanImageToVideoPipeline`` encodes it (same arithmetic, same bits), in one of two ways:
 
-The image becomes the video's first latent frame: resized to the video's size by diffusers'
-``VideoProcessor`` (ppdit refuses another size instead of resizing it silently), encoded to
-the mode of the VAE's posterior, normalised as the DiT's latents are. Every step then reads it
-in place of the first frame, at t = 0 (``sampler.Conditioning.model_input``).
+* **first frame** (Wan 2.2 TI2V, ``expand_timesteps``): the picture's latent becomes the
+  video's first latent frame, which every step reads at t = 0 (``Conditioning.model_input``);
+* **concat** (Wan 2.2 I2V-A14B): the picture followed by black frames is encoded as a whole
+  video, and that latent video with a mask of the known frames (4 + 16 channels) is read beside
+  the noise at every step: the DiT's input has 36 channels, its output 16.
+
+The picture passes diffusers' ``VideoProcessor``: ppdit refuses another size than the video's
+instead of resizing it silently.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ppdit.checkpoint.folder import read_json
+from ppdit.checkpoint.folder import conditioning
 
 
 def read_image(path: str, height: int, width: int):
@@ -37,26 +41,50 @@ def read_image(path: str, height: int, width: int):
 
 
 def check_image(spec, folder: Path) -> None:
-    """An image only for a folder that conditions on one (Wan 2.2 TI2V), and a readable one."""
+    """An image for a folder that conditions on one, a readable one; an I2V folder needs it."""
+    mode = conditioning(folder)
+    if spec.image is None and mode == "concat":
+        raise ValueError(f"{folder} is an image-to-video folder (WanImageToVideoPipeline): "
+                         "give it the first frame, --image PATH")
     if spec.image is None:
         return
-    if not read_json(Path(folder) / "model_index.json").get("expand_timesteps"):
+    if mode is None:
         raise ValueError(f"image={spec.image!r}: {folder} is a text-to-video folder; an image "
-                         "conditions a Wan 2.2 TI2V folder (model_index.json: expand_timesteps)")
+                         "conditions Wan 2.2 TI2V (expand_timesteps) and I2V folders")
     read_image(spec.image, spec.height, spec.width)
 
 
+def encode_condition(vae, spec, mode: str) -> dict:
+    """The ``Conditioning`` fields of ``spec.image`` for the folder's ``mode``."""
+    if mode == "first frame":
+        return {"image": encode_image(vae, spec.image, spec.height, spec.width)}
+    return {"channels": encode_video(vae, spec.image, spec.height, spec.width,
+                                     spec.num_frames)}
+
+
 @torch.no_grad()
-def encode_image(vae, path: str, height: int, width: int) -> torch.Tensor:
-    """(1, C, 1, H', W'): the picture's latent, normalised as the DiT's latents are, fp32."""
+def encode_image(vae, path: str, height: int, width: int, frames: int = 1) -> torch.Tensor:
+    """(1, C, F', H', W'): the picture (then ``frames - 1`` black frames) as the VAE encodes
+    it, normalised as the DiT's latents are, fp32."""
     from diffusers.video_processor import VideoProcessor
 
     processor = VideoProcessor(vae_scale_factor=vae.config.scale_factor_spatial)
     param = next(vae.parameters())
     pixels = processor.preprocess(read_image(path, height, width), height=height, width=width)
-    frame = pixels.to(param.device, torch.float32).unsqueeze(2).to(param.dtype)
-    latent = vae.encode(frame).latent_dist.mode().to(torch.float32)
+    first = pixels.to(param.device, torch.float32).unsqueeze(2)
+    video = torch.cat([first, first.new_zeros(1, 3, frames - 1, height, width)], dim=2)
+    latent = vae.encode(video.to(param.dtype)).latent_dist.mode().to(torch.float32)
     z = vae.config.z_dim
     mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(latent.device)
     inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(latent.device)
     return ((latent - mean) * inv_std).cpu()
+
+
+def encode_video(vae, path: str, height: int, width: int, frames: int) -> torch.Tensor:
+    """(1, 4 + C, F', H', W'): which pixel frames are known (the first), 4 to a latent frame
+    as the VAE packs time, beside the latent of the picture followed by black frames."""
+    latent = encode_image(vae, path, height, width, frames)
+    t, (_, _, f, h, w) = vae.config.scale_factor_temporal, latent.shape
+    known = torch.zeros(1, 1, t + frames - 1, h, w)
+    known[:, :, :t] = 1  # the first latent frame is the first pixel frame, repeated t times
+    return torch.cat([known.view(1, f, t, h, w).transpose(1, 2), latent], dim=1)

@@ -39,7 +39,7 @@ from ppdit.runtime.observe.timing import exchange
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
-from ppdit.sampler import Conditioning, Denoiser, StepState, frame_timesteps
+from ppdit.sampler import Conditioning, Denoiser, StepState, batched, frame_timesteps
 
 # -- What each rank holds --------------------------------------------------------------------------
 
@@ -202,12 +202,11 @@ def micro_input(den: Denoiser, plan: LayerSplitPlan, samples, latent, timestep):
     """A micro-batch's latent and timesteps as the DiT reads them (an image's first frame in
     place, at t = 0: ``Conditioning.model_input``); ``latent`` None: the timesteps only."""
     conds = [den.conditioning(plan.requests[s.request]) for s in samples]
-    if conds[0].image is None:
-        return latent, timestep
-    if latent is None:
-        return None, frame_timesteps(timestep, plan.shape[2])
-    return Conditioning(None, None, torch.cat([c.image for c in conds])).model_input(latent,
-                                                                                    timestep)
+    if latent is None:  # only the timesteps: per frame with a first-frame image
+        return None, (timestep if conds[0].image is None else
+                      frame_timesteps(timestep, plan.shape[2]))
+    both = Conditioning(None, None, batched(conds, "image"), batched(conds, "channels"))
+    return both.model_input(latent, timestep)
 
 
 def micro_text(den: Denoiser, plan: LayerSplitPlan, samples) -> torch.Tensor:

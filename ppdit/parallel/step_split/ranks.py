@@ -73,6 +73,9 @@ class StepStageRunner(StackRunner):
         The ranks of a TP group warm up together: they issue the same collectives."""
         plan, den = self.plans[i], self.dens[i]
         probe = Request(-1, 0)
+        if plan.prompts:  # the probe reads what a request reads (I2V: the image's channels)
+            c = plan.prompts[0]
+            den.condition_on(probe, c.text, c.null_text, c.image, c.channels)
         batch = plan.micro_batch if plan.mode == "filled" else 1
         state = _at_step(den.initial_state(probe, plan.shape),
                          plan.stages[self.meshes[i].stage].start)  # this stage's expert

@@ -1,9 +1,12 @@
-"""Wan 2.2 TI2V (a timestep per token, 48 latent channels, the 4x16x16 VAE) from a tiny random
-folder: text to video equal to diffusers' ``WanPipeline(expand_timesteps=True)``, image to video
-equal to ``WanImageToVideoPipeline``, and the layouts equal one device (bitwise, or within their
-axis' tolerance: ring's merged blocks, TP's split sums, Ulysses' token slices).
+"""Wan 2.2's image-conditioned variants from tiny random folders, against diffusers and one
+device (bitwise, or within their axis' tolerance: ring's merged blocks, TP's split sums,
+Ulysses' token slices):
 
-The folder's shape is one no other test uses: 3 blocks of 6 heads (uneven under Ulysses 4).
+* TI2V (a timestep per token, 48 latent channels, the 4x16x16 VAE): text to video equal to
+  ``WanPipeline(expand_timesteps=True)``, image to video to ``WanImageToVideoPipeline``; its
+  folder's shape is one no other test uses: 3 blocks of 6 heads (uneven under Ulysses 4);
+* I2V-A14B (two experts reading the image's latent video and mask beside the noise: 36
+  channels in, 16 out): equal to ``WanImageToVideoPipeline``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.tensor.parallelize import TP_TOL
 from ppdit.t2v.generate import encode, generate, generate_latent, prepare
 from ppdit.t2v.layouts import plan_for, run_layout
-from tests.support.pipelines import spec_for, wan_pipeline
+from tests.support.pipelines import MOE_SHAPE, spec_for, wan_pipeline
 
 SIZE = {"num_frames": 9, "height": 32, "width": 48}  # 3 latent frames of 4 x 6: 18 tokens
 
@@ -37,6 +40,18 @@ def ti2v(tmp_path_factory):
     pixels = np.random.default_rng(0).integers(0, 255, (32, 48, 3), dtype=np.uint8)
     Image.fromarray(pixels).save(root / "first.png")
     return folder, str(root / "first.png")
+
+
+@pytest.fixture(scope="module")
+def i2v(tmp_path_factory, ti2v):
+    """A tiny Wan 2.2 I2V folder: two experts switching at 0.875, 36 channels in."""
+    root = tmp_path_factory.mktemp("i2v")
+    folder = build_tiny_pipeline(root / "i2v", seed=5, boundary_ratio=0.875,
+                                 preset=replace(MOE_SHAPE, condition_channels=20))
+    return folder, ti2v[1]
+
+
+I2V = {**SIZE, "num_steps": 6, "guidance_scale_2": 2.0}  # 4 steps of one expert, 2 of the other
 
 
 def image_pipeline(folder, spec):
@@ -60,8 +75,10 @@ def image_pipeline(folder, spec):
         prompt, negative = text.encode_prompt(spec.prompt, spec.negative_prompt, True,
                                               device="cpu", max_sequence_length=512)
 
+    extra = {} if spec.guidance_scale_2 is None else {"guidance_scale_2": spec.guidance_scale_2}
+
     def run(output_type: str):
-        return pipe(image=load_image(spec.image), prompt_embeds=prompt,
+        return pipe(image=load_image(spec.image), prompt_embeds=prompt, **extra,
                     negative_prompt_embeds=negative, num_inference_steps=spec.num_steps,
                     num_frames=spec.num_frames, height=spec.height, width=spec.width,
                     guidance_scale=spec.guidance_scale, output_type=output_type,
@@ -88,15 +105,24 @@ def test_image_to_video_equals_the_image_pipeline_bit_for_bit(ti2v):
     assert torch.equal(ours.latent, latent) and torch.equal(ours.video, video)
 
 
+def test_wan22_i2v_equals_the_image_pipeline_bit_for_bit(i2v):
+    """Each expert reads the image's latent video and mask beside the noise."""
+    folder, image = i2v
+    spec = spec_for(folder, image=image, **I2V)
+    ours = generate(spec)
+    latent, video = image_pipeline(folder, spec)
+    assert torch.equal(ours.latent, latent) and torch.equal(ours.video, video)
+
+
 @pytest.fixture(scope="module")
-def references(ti2v):
-    """One device's latent of each mode (text only, with the image)."""
-    folder, image = ti2v
+def references(ti2v, i2v):
+    """One device's latent of each mode: TI2V text only, TI2V with the image, I2V."""
     out = {}
-    for mode in ("text", "image"):
-        spec = spec_for(folder, image=image if mode == "image" else None, **SIZE)
+    for mode, (folder, image), size in (("text", ti2v, SIZE), ("image", ti2v, SIZE),
+                                        ("i2v", i2v, I2V)):
+        spec = spec_for(folder, image=None if mode == "text" else image, **size)
         embeds = encode(spec)
-        if mode == "image":
+        if spec.image is not None:
             embeds = prepare_image(spec, embeds)
         out[mode] = (spec, embeds, generate_latent(spec, embeds))
     return out
@@ -104,17 +130,21 @@ def references(ti2v):
 
 def prepare_image(spec, embeds):
     """The prompts with the picture's latent, as ``generate`` adds it."""
-    from ppdit.checkpoint.folder import load_folder
-    from ppdit.t2v.image import encode_image
+    from ppdit.checkpoint.folder import conditioning, load_folder
+    from ppdit.t2v.image import encode_condition
 
     vae = load_folder(spec.checkpoint, parts=("vae",)).vae
-    return replace(embeds, image=encode_image(vae, spec.image, spec.height, spec.width))
+    return replace(embeds, **encode_condition(vae, spec, conditioning(spec.checkpoint)))
 
 
-@pytest.mark.parametrize("mode", ["text", "image"])
-@pytest.mark.parametrize(("layout", "ranks"), [
-    ("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2), ("ring", 2), ("tp", 2),
-    ("ulysses=4", 4), ("cfg=2,ulysses=2", 4)])
+LAYOUTS = [("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2), ("ring", 2), ("tp", 2),
+           ("ulysses=4", 4), ("cfg=2,ulysses=2", 4)]
+
+
+@pytest.mark.parametrize(("mode", "layout", "ranks"), [
+    *((m, lay, n) for m in ("text", "image") for lay, n in LAYOUTS),
+    *(("i2v", lay, n) for lay, n in [("step", 2), ("cfg", 2), ("ulysses=2", 2), ("tp", 2),
+                                     ("step=2,ulysses=2", 4)])])
 def test_layouts_equal_one_device(pools, references, mode, layout, ranks):
     """Each layout's latent against one device's: the per-token timesteps sharded with their
     tokens (Ulysses, ring), held whole where the tokens are (layer, TP, step, CFG)."""
@@ -132,16 +162,17 @@ def test_layouts_equal_one_device(pools, references, mode, layout, ranks):
         torch.testing.assert_close(got, reference, **tol)
 
 
-def test_a_picture_that_does_not_fit_is_refused_in_one_line(ti2v, tmp_path, folders):
-    """Not a picture, another size, or a folder that does not condition on one: refused before
-    anything loads, naming the file and the rule."""
+def test_a_picture_that_does_not_fit_is_refused_in_one_line(ti2v, i2v, tmp_path, folders):
+    """Not a picture, another size, a folder that does not condition on one, or none for one
+    that needs it: refused before anything loads, naming the file and the rule."""
     folder, image = ti2v
     junk = tmp_path / "junk.png"
     junk.write_bytes(b"not a picture")
     cases = [(spec_for(folder, image=str(junk), **SIZE), "is not a readable picture"),
              (spec_for(folder, image=image, num_frames=9, height=32, width=32), "48x32"),
              (spec_for(folder, image=str(tmp_path / "none.png"), **SIZE), "is not a file"),
-             (spec_for(folders["unipc"], image=image), "text-to-video folder")]
+             (spec_for(folders["unipc"], image=image), "text-to-video folder"),
+             (spec_for(i2v[0], **SIZE), "give it the first frame")]
     for spec, words in cases:
         with pytest.raises(ValueError, match=words) as err:
             prepare(spec)
