@@ -114,14 +114,17 @@ def test_v_major_sends_only_changed_rows(tiny, pools):
         LayoutPlan(Layout(ring=2), v_major=0.1)
 
 
-def test_diffusers_context_parallel_ulysses_equals_ppdits(pools):
+@pytest.mark.parametrize(("preset", "shape"), [("tiny", (1, 16, 2, 8, 8)),
+                                               ("tiny-ti2v", (1, 48, 3, 8, 8))])
+def test_diffusers_context_parallel_ulysses_equals_ppdits(pools, preset, shape):
     """diffusers' own ``ContextParallelConfig(ulysses_degree=2)`` on CPU ranks (its device
     count patched: ``diffusers_cp``) and ppdit's Ulysses, one forward on the same weights:
-    both equal one device within SP_TOL (bitwise on this machine), and each is timed."""
+    both equal one device within SP_TOL (bitwise on this machine), and each is timed. TI2V:
+    a timestep per token, the first frame's at 0, split by diffusers' plan and by ppdit."""
     from ppdit.runtime.processes.launch import launch
     from tests.support.diffusers_cp import compare_worker
 
-    out = launch(compare_worker, 2, args=("tiny", (1, 16, 2, 8, 8)), pool=pools(2))
+    out = launch(compare_worker, 2, args=(preset, shape), pool=pools(2))
     for r in out:
         torch.testing.assert_close(r["diffusers"], r["one"], **SP_TOL)
         torch.testing.assert_close(r["ppdit"], r["one"], **SP_TOL)

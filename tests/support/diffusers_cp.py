@@ -13,7 +13,9 @@ stand in its way on CPU ranks:
   ppdit's ring (``ring.py``) takes the log-sum-exp from PyTorch's CPU flash kernel.
 
 ``compare_worker`` runs one forward both ways on the same weights and inputs, interleaved
-round by round, and returns both outputs (for the equality check) and their times.
+round by round, and returns both outputs (for the equality check) and their times. A model with
+a timestep per token (Wan 2.2 TI2V) gets the image's frame at t = 0: diffusers' plan splits the
+(B, S) timestep by tokens, ppdit shards the modulation built from (B, F) with its tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.presets import get_preset
 from ppdit.runtime.observe.timing import MIN_ROUNDS, timed
 from ppdit.runtime.processes.rank import RankContext
-from ppdit.sampler import Request, initial_noise, prompt_embeddings
+from ppdit.sampler import Request, frame_timesteps, initial_noise, prompt_embeddings
 
 
 def enable_diffusers_cp(model, ulysses: int = 1, ring: int = 1) -> None:
@@ -55,7 +57,11 @@ def compare_worker(ctx: RankContext, preset: str, latent_shape: tuple[int, ...],
     request = Request(0, 0)
     latent = initial_noise(request, latent_shape).to(ctx.device)
     text = prompt_embeddings(request, preset).to(ctx.device)
-    t = torch.tensor([500.0], device=ctx.device)
+    t = ours_t = torch.tensor([500.0], device=ctx.device)
+    if get_preset(preset).expand_timesteps:  # (B, F) for ppdit, (B, S) as WanPipeline passes
+        f, tokens_per_frame = latent_shape[2], latent_shape[3] * latent_shape[4] // 4
+        ours_t = frame_timesteps(t, f)
+        t = ours_t[:, :, None].expand(-1, f, tokens_per_frame).flatten(1)
     one = theirs(latent, t, text, return_dict=False)[0]  # one device, before any hook
     enable_diffusers_cp(theirs, ulysses=world)
     split = even_split(get_preset(preset).num_tokens(latent_shape), world)
@@ -66,7 +72,7 @@ def compare_worker(ctx: RankContext, preset: str, latent_shape: tuple[int, ...],
         return theirs(latent, t, text, return_dict=False)[0]
 
     def ppdit_step():
-        return sp_forward(ours, latent, t, text, group=group, split=split)
+        return sp_forward(ours, latent, ours_t, text, group=group, split=split)
 
     steps = {"diffusers": diffusers_step, "ppdit": ppdit_step}
     for step in steps.values():
