@@ -194,14 +194,6 @@ def frame_timesteps(timestep: torch.Tensor, frames: int) -> torch.Tensor:
     return per_frame
 
 
-def conditioning_for(request: Request, preset: str | ModelPreset, sampling: SamplingConfig,
-                     device: torch.device) -> Conditioning:
-    """Build a request's conditioning on ``device``; the null prompt (zeros, see
-    ``Conditioning``) exists only with CFG."""
-    text = prompt_embeddings(request, preset).to(device)
-    return Conditioning(text, torch.zeros_like(text) if sampling.uses_cfg else None)
-
-
 def model_forward(model: torch.nn.Module, cache=None) -> Callable[..., torch.Tensor]:
     """``forward(latent, timestep, text) -> velocity``: the stage view run end to end
     (== ``model(...)`` bitwise), or the dummy model's own call. A bf16 / fp16 model gets its
@@ -319,15 +311,17 @@ class Denoiser:
 
     def conditioning(self, request: Request) -> Conditioning:
         """Conditioning for a request: the one given (``condition_on``), else its seeded
-        stand-in, computed once and cached (it is the same every step)."""
+        stand-in, computed once and cached (it is the same every step; the null prompt, zeros,
+        only with CFG)."""
         if request.request_id in self._given:
             return self._given[request.request_id]
         if request.request_id not in self._cond:
             if self.preset is None:
                 raise ValueError(f"request {request.request_id} has no prompt: pass it with "
                                  "condition_on(), or give the Denoiser a preset for seeded ones")
-            self._cond[request.request_id] = conditioning_for(request, self.preset, self.sampling,
-                                                              self.device)
+            text = prompt_embeddings(request, self.preset).to(self.device)
+            self._cond[request.request_id] = Conditioning(
+                text, torch.zeros_like(text) if self.sampling.uses_cfg else None)
         return self._cond[request.request_id]
 
     def condition_on(self, request: Request, text: torch.Tensor,
@@ -402,10 +396,6 @@ class Denoiser:
             self.model.expert(expert)  # raises, naming what this rank holds
         raise ValueError(f"a step of expert {expert}, but the model is one transformer: a "
                          "boundary needs Wan 2.2's two (transformer_2)")
-
-    def guide(self, v_cond: torch.Tensor, v_uncond: torch.Tensor) -> torch.Tensor:
-        """Combine the two halves of a guided step computed separately (layer split)."""
-        return guide(v_cond, v_uncond, self.sampling.guidance_scale)
 
     @torch.no_grad()
     def update(self, states: Sequence[StepState], velocity: torch.Tensor,

@@ -47,17 +47,6 @@ def cached_time_share(skipped: float, num_blocks: int, block_share: float = 1.0)
     return 1 - skipped * block_share * (num_blocks - 1) / num_blocks
 
 
-def cached_step_costs(log, num_steps: int, skip_cost: float) -> list[float]:
-    """Each step's cost with step caching, in forwards, from a calibration run's decisions
-    (``cache.BlockCache.log``: (request, step, branch, computed)); a skipped forward costs
-    ``skip_cost`` of one (FBC: its first block, 1/N; MagCache: nothing). What a step split
-    balances (``split_steps(..., weights=...)``) when skips gather late, as they do."""
-    costs = [0.0] * num_steps
-    for _, step, _, computed in log:
-        costs[step] += 1.0 if computed else skip_cost
-    return costs
-
-
 def layer_split_time(num_micro: int, num_stages: int, virtual: int = 1, steps: int = 1,
                      wrap: bool = False) -> float:
     """Ideal makespan, in stage-times, of N denoising steps of layer-split PP (formulas above)."""

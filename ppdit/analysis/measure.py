@@ -7,7 +7,6 @@ measures, so its numbers are the ones a notebook must mark as machine-dependent.
 from __future__ import annotations
 
 import os
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -225,11 +224,6 @@ def _described(rank, peer, x, tx, rx, i):
         recv_tensor(peer, plain)
     else:
         send_tensor(recv_tensor(peer, plain), peer, plain)
-
-
-def summarize_pingpong(times: dict[str, list[float]]) -> dict[str, float]:
-    """Median one-way milliseconds per way (medians resist the other core's noise)."""
-    return {k: statistics.median(v) * 1e3 for k, v in times["seconds"].items()}
 
 
 def comm_sweep(ctx, sizes: Sequence[int]) -> dict[str, list[float]] | None:

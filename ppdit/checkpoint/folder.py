@@ -80,11 +80,6 @@ def conditioning(path: str | Path) -> str | None:
     return "first frame" if index.get("expand_timesteps") else None
 
 
-def boundary_ratio(path: str | Path) -> float | None:
-    """Wan 2.2's expert switch as a share of the training timesteps (None: one transformer)."""
-    return read_json(Path(path) / "model_index.json").get("boundary_ratio")
-
-
 def read_json(file: Path) -> dict:
     """A config file's JSON object (``PipelineFolderError`` naming the file otherwise)."""
     try:

@@ -81,9 +81,9 @@ class ModelSource:
         """A Wan 2.2 folder's expert switch (``boundary_ratio``); None: one transformer."""
         if self.folder is None:
             return None
-        from ppdit.checkpoint.folder import boundary_ratio
+        from ppdit.checkpoint.folder import read_json
 
-        return boundary_ratio(self.folder)
+        return read_json(Path(self.folder) / "model_index.json").get("boundary_ratio")
 
     def dit(self, device: str | torch.device = "cpu", experts: Sequence[int] | None = None):
         """The transformer, in eval mode, identical on every rank (``device="meta"``: shapes

@@ -45,19 +45,14 @@ class MeshChannel:
         return decode(header.cpu(), payloads)
 
 
-def parallelize_mesh_model(model, mesh_group, staged: bool = False):
-    """Shard the DiT's blocks over the mesh (functional collectives: compile-friendly)."""
-    return parallelize_wan(model, tp_group=mesh_group, collectives="funcol", staged=staged)
-
-
 def explain_mesh_block(ctx: RankContext, context_chunks: int = 2) -> dict:
     """On every rank of a TP group: Dynamo's view of one mesh block as PP1 runs it — TP layers
     with functional collectives, the causal processor attending to a KV cache. Returns graph
     and graph-break counts (no Inductor compile: seconds)."""
     world = ctx.world_size  # the mesh alone: every rank one TP group (runtime.comm.mesh makes it)
     group = world_group(ctx.rank, world)
-    model = parallelize_mesh_model(ModelSource("tiny").dit(ctx.device), group,
-                                   ctx.placement.staged)
+    model = parallelize_wan(ModelSource("tiny").dit(ctx.device), tp_group=group,
+                            staged=ctx.placement.staged)  # funcol: compile-friendly
     gen = ChunkGenerator(model, StreamConfig(chunk_frames=2,
                                              sampling=SamplingConfig(num_steps=2)))
     text = prompt_embeddings(Request(0, 1), "tiny").to(ctx.device)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.comm.mesh import Mesh, build_lanes
 from ppdit.runtime.observe.trace import Trace
 from ppdit.runtime.processes.rank import RankContext
@@ -20,7 +21,7 @@ from ppdit.serve.causal import ChunkGenerator
 from ppdit.serve.config import CONTROLLER, LEADER, BringupConfig
 from ppdit.serve.controller import Controller, ControllerReport
 from ppdit.serve.generator import GeneratorRank, GeneratorReport
-from ppdit.serve.pp1 import MeshChannel, parallelize_mesh_model
+from ppdit.serve.pp1 import MeshChannel
 
 
 class BringupRunner(Runner):
@@ -50,8 +51,8 @@ class BringupRunner(Runner):
             prepared = self.prepare(ctx.rank, ctx.world_size, cfgs)
         self.module = None if prepared is None else prepared.to(ctx.device)
         if ctx.rank > 0 and self.mesh_group is not None:
-            self.module = parallelize_mesh_model(self.module, self.mesh_group,
-                                                 ctx.placement.staged)
+            self.module = parallelize_wan(self.module, tp_group=self.mesh_group,
+                                          staged=ctx.placement.staged)  # funcol collectives
 
     def run(self, i: int, tracer):
         """One stream: the controller's report on rank 0, a mesh rank's report elsewhere."""

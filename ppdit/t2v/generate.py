@@ -28,7 +28,8 @@ from ppdit.sampler import Conditioning
 from ppdit.t2v.image import check_image, encode_condition
 from ppdit.t2v.layouts import REQUEST_ID, plan_for, run_layout
 from ppdit.t2v.spec import GenerateSpec, check_spec, latent_shape
-from ppdit.vae.decode import decode, denormalize, postprocess, vae_config
+from ppdit.vae.decode import decode, denormalize, postprocess
+from ppdit.vae.presets import build_vae
 
 
 @dataclass
@@ -50,7 +51,6 @@ class Prepared:
     come): what ``prepare`` returns and ``generate`` runs."""
 
     spec: GenerateSpec
-    folder: WanFolder
     plan: LayoutPlan
 
 
@@ -70,11 +70,10 @@ def prepare(spec: GenerateSpec | Prepared, *, device: str | None = None) -> Prep
     check_weights_fit({"generate": plan}, spec.ranks, {"device": device})
     if spec.vae_ranks > 1:  # a split decode that cannot work, refused before the denoising
         from ppdit.parallel.vae_patch.decode import check_split
-        from ppdit.vae.presets import build_vae
 
         check_split(build_vae(checkpoint=spec.checkpoint, device="meta").decoder,
                     shape_of(spec, folder)[3], spec.vae_ranks)
-    return Prepared(spec, folder, plan)
+    return Prepared(spec, plan)
 
 
 def shape_of(spec: GenerateSpec, folder: WanFolder) -> tuple[int, ...]:
@@ -112,19 +111,14 @@ def encode_with_cost(spec: GenerateSpec, device: str | torch.device = "cpu") -> 
                              spec.negative_prompt, spec.guidance_scale,
                              torch_dtype(spec.dtype), length).to("cpu")
         del parts
-        _free(device)
+        if torch.device(device).type == "cuda":  # the caching allocator keeps the encoder's
+            torch.cuda.empty_cache()
     return TextEncoding(out, str(device), weights, clock.seconds)
 
 
 def encode(spec: GenerateSpec, device: str | torch.device = "cpu") -> Conditioning:
     """The prompts' embeddings (``encode_with_cost`` without the cost)."""
     return encode_with_cost(spec, device).prompts
-
-
-def _free(device: str | torch.device) -> None:
-    """Return a freed model's GPU memory to the device (the caching allocator keeps it)."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def generate_latent(spec: GenerateSpec | Prepared, prompts: Conditioning, *,
@@ -159,7 +153,7 @@ def decode_split(spec: GenerateSpec, latent: torch.Tensor, **launch_kwargs
     one-device decode within ``PATCH_TOL``. A second launch, after the denoising ranks end."""
     from ppdit.parallel.vae_patch.run import PatchPlan, run_patch
 
-    config = vae_config(spec.checkpoint)
+    config = build_vae(checkpoint=spec.checkpoint, device="meta").config  # no weights read
     plan = PatchPlan((denormalize(latent.float().cpu(), config).contiguous(),), spec.vae_ranks,
                      ModelSource(folder=spec.checkpoint), gather="first")
     out = run_patch(plan, memory=True, **launch_kwargs)

@@ -14,7 +14,7 @@ check both), which is what makes it a fair judge of generated clips.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -44,11 +44,6 @@ class Score:
     colour_ok: bool
     direction_ok: bool
     every_frame_ok: bool  # every frame's own colour is the prompt's (``frame_colours``)
-
-    def as_dict(self) -> dict:
-        """For eval.json."""
-        return asdict(self)
-
 
 def _rgb(clip: torch.Tensor) -> torch.Tensor:
     return (clip.float().clamp(-1, 1) + 1) / 2

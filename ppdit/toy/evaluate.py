@@ -13,6 +13,8 @@ Two generation paths, the two ways ppdit runs the model:
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 
 from ppdit.checkpoint.folder import WanFolder
@@ -93,4 +95,4 @@ def evaluate(toy: WanFolder, path: str = "causal", n: int = 20, seed0: int = 100
         kwargs = {"guidance_scale": GUIDANCE, **kwargs}
     scores = [detect.score(run(toy, spec.prompt, seed0 + i, **kwargs), spec)
               for i, spec in enumerate(data.held_out_specs(n))]
-    return {**detect.accuracy(scores), "clips": [s.as_dict() for s in scores]}
+    return {**detect.accuracy(scores), "clips": [asdict(s) for s in scores]}

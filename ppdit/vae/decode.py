@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import torch
 
-from ppdit.vae.presets import build_vae
 from ppdit.vae.streaming import decode_full, decode_streaming
 
 
@@ -45,9 +44,3 @@ def postprocess(video: torch.Tensor, config) -> torch.Tensor:
 
     processor = VideoProcessor(vae_scale_factor=config.scale_factor_spatial)
     return processor.postprocess_video(video, output_type="pt").cpu()
-
-
-def vae_config(folder: str):
-    """A pipeline folder's VAE config with diffusers' defaults filled in, no weights read (the
-    model is built on the meta device)."""
-    return build_vae(checkpoint=folder, device="meta").config

@@ -32,11 +32,6 @@ from diffusers import AutoencoderKLWan
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, unpatchify
 
 
-def temporal_factor(vae: AutoencoderKLWan) -> int:
-    """Pixel frames per latent frame after the first, read from the VAE's config."""
-    return 2 ** sum(vae.config.temperal_downsample)
-
-
 def output_frames(latent_frames: int, factor: int = 4) -> int:
     """Pixel frames decoded from ``latent_frames`` latent frames: ``1 + factor·(F − 1)``."""
     if latent_frames < 1:
@@ -76,7 +71,6 @@ class _StreamState:
 
     cache: list  # one entry per causal conv: None, "Rep" (first frame seen) or (B, C, <=2, h, w)
     latent_frames: int = 0  # latent frames pushed so far
-    frames_out: int = 0  # pixel frames returned so far
     geometry: tuple[int, int, int] | None = None  # (B, H, W) of the stream, fixed at first push
 
 
@@ -91,7 +85,7 @@ class StreamingDecoder:
         if vae.use_tiling:
             raise ValueError("StreamingDecoder decodes untiled: call vae.disable_tiling() first")
         self.vae = vae
-        self.factor = temporal_factor(vae)
+        self.factor = vae.config.scale_factor_temporal
         self.num_slots = sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules())
         param = next(vae.parameters())
         self.device, self.dtype = param.device, param.dtype
@@ -115,7 +109,6 @@ class StreamingDecoder:
             out = unpatchify(out, patch_size=self.vae.config.patch_size)
         out = torch.clamp(out, min=-1.0, max=1.0)  # as AutoencoderKLWan._decode does
         state.latent_frames += chunk.shape[2]
-        state.frames_out += out.shape[2]
         return out
 
     def reset(self) -> None:
@@ -142,16 +135,6 @@ class StreamingDecoder:
     def closed(self) -> bool:
         """Whether ``close()`` was called."""
         return self._closed
-
-    @property
-    def latent_frames(self) -> int:
-        """Latent frames pushed since the last start or reset."""
-        return 0 if self.closed else self._state.latent_frames
-
-    @property
-    def frames_out(self) -> int:
-        """Pixel frames returned since the last start or reset (= 1 + 4·(F − 1) for F > 0)."""
-        return 0 if self.closed else self._state.frames_out
 
     def cache_nbytes(self) -> list[int]:
         """Bytes held per cache slot (0 for empty or "Rep" slots): the memory a stream keeps."""

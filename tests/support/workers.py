@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import torch
 
 from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec, recv_tensor, send_tensor
+from ppdit.runtime.observe.timing import exchange
 from ppdit.runtime.processes.rank import RankContext
+
+
+def die_on(ctx: RankContext, bad_rank: int) -> int:
+    """``bad_rank`` is killed with SIGKILL (no Python cleanup at all); the others wait on it."""
+    if ctx.rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    recv_tensor(bad_rank, ctx.wire, timeout_s=600)
+    return ctx.rank
+
+
+def recv_never(ctx: RankContext, timeout_s: float = 2.0) -> int:
+    """Rank 1 waits for a tensor rank 0 never sends: the P2P timeout turns it into an error.
+    (One message each way first: NCCL builds a pair's communicator at its first operation,
+    which blocks until both ranks have posted one, whatever the receive's timeout says.)"""
+    exchange(1 - ctx.rank, ctx.wire)
+    if ctx.rank == 1:
+        recv_tensor(0, ctx.wire, timeout_s=timeout_s)
+    else:
+        time.sleep(timeout_s + 5)  # stay alive so the failure is the timeout, not a dead peer
+    return ctx.rank
 
 
 def echo_lines(ctx: RankContext) -> int:

@@ -45,7 +45,7 @@ def test_a_rank_that_raises_is_named_with_its_traceback(no_orphans):
 def test_a_killed_rank_is_named_as_the_cause(no_orphans):
     start = time.monotonic()
     with pytest.raises(RankError) as info:
-        launch(demos.die_on, 2, args=(1,), timeout_s=120)
+        launch(workers.die_on, 2, args=(1,), timeout_s=120)
     assert time.monotonic() - start < 30
     assert info.value.rank == 1
     assert "SIGKILL" in str(info.value)
@@ -54,7 +54,7 @@ def test_a_killed_rank_is_named_as_the_cause(no_orphans):
 def test_a_receive_that_never_comes_times_out(no_orphans):
     start = time.monotonic()
     with pytest.raises(RankError) as info:
-        launch(demos.recv_never, 2, args=(2.0,), timeout_s=120)
+        launch(workers.recv_never, 2, args=(2.0,), timeout_s=120)
     assert time.monotonic() - start < 30
     assert info.value.rank == 1
     assert "TimeoutError" in str(info.value) and "from rank 0" in str(info.value)

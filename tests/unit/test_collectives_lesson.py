@@ -7,10 +7,9 @@ import math
 
 import pytest
 
-from ppdit.analysis.alltoall import Link
+from ppdit.analysis.alltoall import Link, flat_seconds
 from ppdit.analysis.roofline import ring_allreduce_traffic
 from ppdit.teaching.collectives.costs import (
-    all_to_all_seconds,
     collective_costs,
     fit_alpha_beta,
     links,
@@ -58,8 +57,10 @@ def test_all_reduce_is_reduce_scatter_plus_all_gather_in_cost():
         ar, rs, ag = costs["all-reduce"], costs["reduce-scatter"], costs["all-gather"]
         assert ar.steps == rs.steps + ag.steps and ar.sent == pytest.approx(rs.sent + ag.sent)
         assert ar.seconds(LINK) == pytest.approx(ring_allreduce_seconds(3e6, p, LINK))
-        # the all-to-all: (p-1)/p of the buffer, as analysis.alltoall's flat all-to-all
-        assert costs["all-to-all"].seconds(LINK) == pytest.approx(all_to_all_seconds(3e6, p, LINK))
+        # the all-to-all: (p-1)/p of the buffer, as analysis.alltoall's flat all-to-all inside
+        # one node: one message of n/p to each peer in turn, (p-1) (α + n/(p β))
+        assert costs["all-to-all"].seconds(LINK) == pytest.approx(
+            flat_seconds(3e6 / p, 1, p, LINK, LINK))
         assert costs["all-to-all"].sent == pytest.approx((p - 1) / p * 3e6)
         # bytes per byte of n: nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md)
         factors = {"all-reduce": 2 * (p - 1) / p, "reduce-scatter": (p - 1) / p,

@@ -151,15 +151,20 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # Issue 50 (second pass): L1's implicit device-wide syncs in the rules (first launches, cudaFree,
 # graph capture; the timeout kept from posting) paid by deletions (boot_trace, ReplicatedRunner,
 # RankContext's unread fields, exchange_halves, forward's own all-reduce, ...), L1 and L2 within.
-# Issue 51: L0 2,300 -> 2,450, L2 -> 5,130, L3 1,570 -> 1,675, L4 -> 5,690, L5 -> 2,640, the
-# package -> 21,544, not paid yet (issue 53's deletions are to pay it): Wan 2.2 TI2V, its
+# Issue 51: about 310 lines, 103 of them paid: Wan 2.2 TI2V, its
 # timestep per token through the stage view and sharded with its tokens (25), an image as the
 # first frame at t = 0 in every layout (40), the Wan 2.2 VAE in the presets, streaming and
 # patch decoders (30), the image read, checked and encoded as diffusers does (65), its memory
 # in the plan (35); Wan 2.2 I2V-A14B, its image's latent video and mask read beside the
-# noise (the folder's variant, the mask as diffusers builds it, condition channels: 70).
-BUDGETS = {0: 2_450, 1: 3_969, 2: 5_130, 3: 1_675, 4: 5_690, 5: 2_640}
-PACKAGE_BUDGET = 21_554
+# noise (the folder's variant, the mask as diffusers builds it, condition channels: 70). Paid:
+# the test-only rank workers die_on and recv_never moved to tests/support (23), bubbles'
+# cached_step_costs and costs' all_to_all_seconds (test-only: 18), the streaming decoder's
+# frame counters and temporal_factor (its config says it: 18), conditioning_for and
+# Denoiser.guide (one caller each: 9), vae_config, _free, Prepared.folder, boundary_ratio,
+# parallelize_mesh_model, summarize_pingpong, Score.as_dict (one-line wrappers: 35). Left: L0
+# 2,300 -> 2,410, L3 1,570 -> 1,663, the package 21,245 -> 21,446 (issue 53's to pay).
+BUDGETS = {0: 2_410, 1: 3_966, 2: 5_129, 3: 1_663, 4: 5_641, 5: 2_637}
+PACKAGE_BUDGET = 21_446
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():

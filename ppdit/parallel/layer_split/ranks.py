@@ -39,7 +39,7 @@ from ppdit.runtime.observe.timing import exchange
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
-from ppdit.sampler import Conditioning, Denoiser, StepState, batched, frame_timesteps
+from ppdit.sampler import Conditioning, Denoiser, StepState, batched, frame_timesteps, guide
 
 # -- What each rank holds --------------------------------------------------------------------------
 
@@ -223,7 +223,7 @@ def update_request(den: Denoiser, plan: LayerSplitPlan, state: StepState, veloci
     index = next(i for i, r in enumerate(plan.requests) if r.request_id == state.request_id)
     v = velocity.pop((index, 0))
     if plan.sampling.uses_cfg:
-        v = den.guide(v, velocity.pop((index, 1)))
+        v = guide(v, velocity.pop((index, 1)), den.sampling.guidance_scale)
     return den.update([state], v)[0]
 
 

@@ -82,7 +82,7 @@ def check_decoder(decoder: nn.Module) -> int:
 def check_split(decoder: nn.Module, latent_height: int, ranks: int) -> tuple[int, ...]:
     """Latent rows per rank of a split decode, or the ``ValueError`` naming the rule broken:
     known layers only, each rank at least the widest halo. Needs no weights, so a caller can
-    refuse before denoising, on a decoder built on the meta device (``vae.decode.vae_config``)."""
+    refuse before denoising, on a decoder built on the meta device (``build_vae``'s)."""
     return split_rows(latent_height, ranks, check_decoder(decoder))
 
 

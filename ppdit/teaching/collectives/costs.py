@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ppdit.analysis.alltoall import Link, flat_seconds
+from ppdit.analysis.alltoall import Link
 from ppdit.analysis.hardware import LINKS
 
 # InfiniBand is not in hardware.LINKS (which lists the GPU-to-GPU links of one box): NDR is
@@ -70,13 +70,6 @@ def ring_tree_crossover_bytes(p: int, link: Link) -> float:
     - 2 n / (p β) with L = ⌈log2 p⌉, zero at n = p α β (p - 1 - L). 0 for p <= 2 (there the
     two have the same steps and the ring sends less: it is never slower)."""
     return max(0.0, p * link.alpha_s * link.beta_bytes_s * (p - 1 - log2_steps(p)))
-
-
-def all_to_all_seconds(n: float, p: int, link: Link) -> float:
-    """All-to-all of an ``n``-byte buffer per rank, one message of n/p to each peer in turn:
-    (p-1) (α + n/(p β)) — ``analysis.alltoall``'s flat all-to-all inside one node."""
-    _check_ranks(p)
-    return flat_seconds(n / p, 1, p, link, link)
 
 
 @dataclass(frozen=True)
