@@ -124,12 +124,12 @@ def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
     """``WanPipeline(...).save_pretrained(out)`` (``scheduler`` None: Wan 2.1's UniPC), so
     diffusers' own ``from_pretrained`` loads it: exactly what a real snapshot looks like, only
     small. Returns the folder's path."""
-    from diffusers import WanImageToVideoPipeline, WanPipeline
+    import diffusers
 
     from ppdit.checkpoint.folder import no_progress_bars
 
-    out = Path(out)
-    pipeline = WanImageToVideoPipeline if image_to_video else WanPipeline
+    out = Path(out)  # (the image pipeline's import warns of a missing torchvision: only if used)
+    pipeline = getattr(diffusers, "WanImageToVideoPipeline" if image_to_video else "WanPipeline")
     with no_progress_bars():  # transformers' "Writing model shards" bar: not in an output
         pipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                     vae=vae, scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler,
