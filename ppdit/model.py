@@ -28,6 +28,9 @@ from torch import nn
 from ppdit.presets import ModelPreset, get_preset
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# Wan 2.1 I2V: the CLIP image tokens travel in front of the prompt's, zero-padded to its width
+# (``t2v.image``); the prompt is the last 512 rows, where diffusers' cross-attention cuts too
+WAN_TEXT_LEN = 512
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -188,8 +191,10 @@ def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], times
               text: torch.Tensor) -> StageContext:
     """Everything a block needs except ``h``: rope tables, timestep projection, projected text.
     It needs only the latent's *shape*: a layer stage receives nothing but the hidden states."""
-    if model.condition_embedder.image_embedder is not None:
-        raise ValueError("image-conditioned (I2V) Wan models are not supported by the stage view")
+    image = None
+    if model.condition_embedder.image_embedder is not None:  # Wan 2.1 I2V: CLIP tokens first
+        n = text.shape[1] - WAN_TEXT_LEN
+        image, text = text[:, :n, :model.config.image_dim].contiguous(), text[:, n:]
     per_token = getattr(model, "expand_timesteps", False)
     if timestep.ndim != 1 and not (per_token and timestep.ndim == 2):
         raise ValueError(f"timestep must be (B,), or (B, F) a latent frame each for a model "
@@ -202,12 +207,14 @@ def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], times
     if per_token:  # TI2V: WanPipeline(expand_timesteps=True)'s timestep per token, frame-major
         frames = timestep[:, :, None] if timestep.ndim == 2 else timestep[:, None, None]
         tokens = frames.expand(-1, grid[0], grid[1] * grid[2]).flatten(1)  # (B, S)
-        temb, timestep_proj, text, _ = model.condition_embedder(
-            tokens.flatten(), text, None, timestep_seq_len=tokens.shape[1])
+        temb, timestep_proj, text, image = model.condition_embedder(
+            tokens.flatten(), text, image, timestep_seq_len=tokens.shape[1])
         timestep_proj = timestep_proj.unflatten(2, (6, -1))  # (B, S, 6, D)
     else:
-        temb, timestep_proj, text, _ = model.condition_embedder(timestep, text, None)
+        temb, timestep_proj, text, image = model.condition_embedder(timestep, text, image)
         timestep_proj = timestep_proj.unflatten(1, (6, -1))  # (B, 6, D)
+    if image is not None:  # as WanTransformer3DModel.forward orders the context
+        text = torch.cat([image, text], dim=1)
     return StageContext(text, timestep_proj, temb, (cos, sin), grid)
 
 

@@ -26,6 +26,8 @@ class ModelPreset:
     # image-to-video (Wan 2.2 I2V-A14B): channels the DiT reads beside the latent, the image's
     # latent video and its mask (16 + 4); the DiT still predicts in_channels
     condition_channels: int = 0
+    # Wan 2.1 I2V: the width of the CLIP image tokens its cross-attention also reads (None: none)
+    image_dim: int | None = None
     # Default latent (B, C, F, H, W) for this preset. tiny: 5*8*8 = 320 tokens after 1x2x2 patches.
     latent_shape: tuple[int, ...] = (1, 16, 5, 16, 16)
     rope_max_seq_len: int = 1024  # rope table length per axis; must exceed F, H/2, W/2
@@ -62,6 +64,8 @@ class ModelPreset:
             qk_norm="rms_norm_across_heads",
             eps=1e-6,
             rope_max_seq_len=self.rope_max_seq_len,
+            image_dim=self.image_dim,
+            added_kv_proj_dim=None if self.image_dim is None else self.dim,
         )
 
     def num_tokens(self, latent_shape: tuple[int, ...] | None = None) -> int:
@@ -110,6 +114,13 @@ PRESETS: dict[str, ModelPreset] = {
             "wan2.2-a14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
             text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104), experts=2,
             notes="Wan 2.2 T2V A14B: two 14B experts (high, low noise), 14B active per step",
+        ),
+        ModelPreset(
+            "wan2.1-i2v-14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,
+            text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104),
+            condition_channels=20, image_dim=1280,
+            notes="Wan 2.1 I2V 14B: the image's latent video and mask beside the noise, and its "
+                  "257 CLIP tokens in every cross-attention (not counted by the roofline)",
         ),
         ModelPreset(
             "wan2.2-i2v-a14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,

@@ -49,9 +49,6 @@ def check_folder(path: str | Path) -> Path:
     if index.get("_class_name") not in PIPELINES:
         raise PipelineFolderError(f"{path}/model_index.json names {index.get('_class_name')!r}; "
                                   f"ppdit generates with {' and '.join(PIPELINES)} folders")
-    if index.get("image_encoder") not in (None, [None, None]):
-        raise PipelineFolderError(f"{path} has an image_encoder: Wan 2.1 I2V's CLIP image "
-                                  "tokens are not supported yet (Wan 2.2 I2V and TI2V are)")
     missing = [c for c in COMPONENTS
                if not (path / c).is_dir() or index.get(c) in (None, [None, None])]
     if missing:
@@ -128,6 +125,8 @@ class WanFolder:
     text_encoder: torch.nn.Module | None = None
     tokenizer: object | None = None
     scheduler: object | None = None
+    image_encoder: torch.nn.Module | None = None  # Wan 2.1 I2V's CLIP vision model
+    image_processor: object | None = None
 
     @property
     def vae_factors(self) -> tuple[int, int]:
@@ -175,10 +174,10 @@ def no_progress_bars():
 def _load(path: Path, dtype: str, device, parts: tuple[str, ...]) -> WanFolder:
     from transformers import AutoTokenizer, UMT5EncoderModel
 
-    unknown = set(parts) - {*COMPONENTS, "transformer_2"}
+    unknown = set(parts) - {*COMPONENTS, "transformer_2", "image_encoder", "image_processor"}
     if unknown:
-        raise ValueError(f"parts {sorted(unknown)} are not components; choose from {COMPONENTS} "
-                         "or transformer_2")
+        raise ValueError(f"parts {sorted(unknown)} are not components; choose from {COMPONENTS}, "
+                         "transformer_2 or (Wan 2.1 I2V) image_encoder, image_processor")
     dt = torch_dtype(dtype)
     out = WanFolder(path)
     if "transformer" in parts:
@@ -195,6 +194,12 @@ def _load(path: Path, dtype: str, device, parts: tuple[str, ...]) -> WanFolder:
         out.tokenizer = AutoTokenizer.from_pretrained(path / "tokenizer", local_files_only=True)
     if "scheduler" in parts:
         out.scheduler = load_scheduler(path)
+    if "image_encoder" in parts:  # Wan 2.1 I2V's CLIP, in fp32 as diffusers ships it
+        from transformers import CLIPImageProcessor, CLIPVisionModel
+
+        clip = CLIPVisionModel.from_pretrained(path / "image_encoder", local_files_only=True)
+        out.image_encoder = own_memory(clip.to(device)).eval().requires_grad_(False)
+        out.image_processor = CLIPImageProcessor.from_pretrained(path / "image_processor")
     return out
 
 

@@ -66,6 +66,7 @@ class ModelSource:
                            in_channels=cfg.get("out_channels") or cfg["in_channels"],
                            condition_channels=cfg["in_channels"] - (cfg.get("out_channels")
                                                                     or cfg["in_channels"]),
+                           image_dim=cfg.get("image_dim"),
                            rope_max_seq_len=cfg.get("rope_max_seq_len", 1024),
                            notes=f"the pipeline folder {self.folder}")
         return replace(base, latent_shape=(1, base.in_channels, *base.latent_shape[2:]))

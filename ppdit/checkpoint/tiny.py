@@ -101,7 +101,8 @@ def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
     ``boundary_ratio``: a Wan 2.2 folder instead, two experts (``transformer_2`` from
     ``seed + 1``) switching there, with A14B's UniPC (flow shift 12). A preset with a timestep
     per token (``tiny-ti2v``) makes a Wan 2.2 TI2V folder (``expand_timesteps``, its VAE); one
-    with condition channels a ``WanImageToVideoPipeline`` folder (Wan 2.2 I2V)."""
+    with condition channels a ``WanImageToVideoPipeline`` folder (Wan 2.2 I2V; with an
+    ``image_dim``, Wan 2.1 I2V's: a 2-layer CLIP vision model beside it)."""
     from ppdit.vae.presets import build_vae
 
     p = get_preset(preset)
@@ -115,12 +116,30 @@ def build_tiny_pipeline(out: str | Path, *, seed: int = 0, preset: str = "tiny",
                          transformer=experts[0], vae=build_vae(vae_preset or p.vae, seed=seed),
                          scheduler=sched, transformer_2=experts[1] if experts[1:] else None,
                          boundary_ratio=boundary_ratio, expand_timesteps=p.expand_timesteps,
-                         image_to_video=p.condition_channels > 0)
+                         image_to_video=p.condition_channels > 0,
+                         **(tiny_clip(p.image_dim, seed) if p.image_dim else {}))
+
+
+def tiny_clip(width: int, seed: int = 0) -> dict:
+    """A 2-layer ``CLIPVisionModel`` of ``width`` on 32 x 32 pictures in 8 x 8 patches (17
+    tokens) and its processor: Wan 2.1 I2V's image encoder, small."""
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    config = CLIPVisionConfig(hidden_size=width, intermediate_size=2 * width,
+                              num_hidden_layers=2, num_attention_heads=2, image_size=32,
+                              patch_size=8)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        encoder = CLIPVisionModel(config).eval()
+    processor = CLIPImageProcessor(size={"shortest_edge": 32},
+                                   crop_size={"height": 32, "width": 32})
+    return {"image_encoder": encoder, "image_processor": processor}
 
 
 def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
                   scheduler=None, transformer_2=None, boundary_ratio: float | None = None,
-                  expand_timesteps: bool = False, image_to_video: bool = False) -> Path:
+                  expand_timesteps: bool = False, image_to_video: bool = False,
+                  **clip) -> Path:
     """``WanPipeline(...).save_pretrained(out)`` (``scheduler`` None: Wan 2.1's UniPC), so
     diffusers' own ``from_pretrained`` loads it: exactly what a real snapshot looks like, only
     small. Returns the folder's path."""
@@ -134,5 +153,5 @@ def save_pipeline(out: str | Path, *, tokenizer, text_encoder, transformer, vae,
         pipeline(tokenizer=tokenizer, text_encoder=text_encoder, transformer=transformer,
                     vae=vae, scheduler=tiny_unipc_scheduler() if scheduler is None else scheduler,
                     transformer_2=transformer_2, boundary_ratio=boundary_ratio,
-                    expand_timesteps=expand_timesteps).save_pretrained(out)
+                    expand_timesteps=expand_timesteps, **clip).save_pretrained(out)
     return out

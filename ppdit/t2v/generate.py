@@ -194,12 +194,13 @@ def generate(spec: GenerateSpec | Prepared, *, decode_video: bool = True,
     if on_text is not None:
         on_text(text)
     prompts = text.prompts
-    if spec.image is not None:  # the image's latent, encoded where the VAE decodes
-        vae = load_folder(spec.checkpoint, parts=("vae",), device=place.device).vae
+    if spec.image is not None:  # the image's latent (and CLIP tokens), where the VAE decodes
+        clip = ("image_encoder", "image_processor") if prepared.plan.source.spec.image_dim else ()
+        parts = load_folder(spec.checkpoint, parts=("vae", *clip), device=place.device)
         with cpu_share(place):
-            prompts = replace(prompts, **encode_condition(vae, spec,
-                                                          conditioning(spec.checkpoint)))
-        del vae
+            prompts = replace(prompts, **encode_condition(parts, spec,
+                                                          conditioning(spec.checkpoint), prompts))
+        del parts
     plan = replace(prepared.plan, prompts=(prompts,))
     if spec.layout.ranks == 1:
         tracer = Tracer(0, place)

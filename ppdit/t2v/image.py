@@ -5,7 +5,9 @@ as ``WanImageToVideoPipeline`` encodes it (same arithmetic, same bits), in one o
   video's first latent frame, which every step reads at t = 0 (``Conditioning.model_input``);
 * **concat** (Wan 2.2 I2V-A14B): the picture followed by black frames is encoded as a whole
   video, and that latent video with a mask of the known frames (4 + 16 channels) is read beside
-  the noise at every step: the DiT's input has 36 channels, its output 16.
+  the noise at every step: the DiT's input has 36 channels, its output 16. Wan 2.1 I2V also
+  gives its cross-attention the picture's CLIP tokens (257 of them for ViT-H), in front of the
+  prompt's: they travel with the prompt, whole on every rank (never split by tokens).
 
 The picture passes diffusers' ``VideoProcessor``: ppdit refuses another size than the video's
 instead of resizing it silently.
@@ -54,12 +56,35 @@ def check_image(spec, folder: Path) -> None:
     read_image(spec.image, spec.height, spec.width)
 
 
-def encode_condition(vae, spec, mode: str) -> dict:
-    """The ``Conditioning`` fields of ``spec.image`` for the folder's ``mode``."""
+def encode_condition(parts, spec, mode: str, prompts) -> dict:
+    """The ``Conditioning`` fields of ``spec.image`` for the folder's ``mode``; ``parts``: the
+    folder's VAE (and CLIP, for Wan 2.1 I2V), ``prompts``: the encoded ``Conditioning``."""
     if mode == "first frame":
-        return {"image": encode_image(vae, spec.image, spec.height, spec.width)}
-    return {"channels": encode_video(vae, spec.image, spec.height, spec.width,
-                                     spec.num_frames)}
+        return {"image": encode_image(parts.vae, spec.image, spec.height, spec.width)}
+    out = {"channels": encode_video(parts.vae, spec.image, spec.height, spec.width,
+                                    spec.num_frames)}
+    if parts.image_encoder is not None:
+        tokens = clip_tokens(parts, read_image(spec.image, spec.height, spec.width))
+        out |= {k: None if t is None else with_image_tokens(t, tokens)
+                for k, t in (("text", prompts.text), ("null_text", prompts.null_text))}
+    return out
+
+
+@torch.no_grad()
+def clip_tokens(parts, image) -> torch.Tensor:
+    """(1, N, image_dim): the CLIP vision model's second-to-last hidden states of the picture,
+    as ``WanImageToVideoPipeline.encode_image`` takes them."""
+    device = next(parts.image_encoder.parameters()).device
+    pixels = parts.image_processor(images=image, return_tensors="pt").to(device)
+    return parts.image_encoder(**pixels, output_hidden_states=True).hidden_states[-2].cpu()
+
+
+def with_image_tokens(text: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The prompt with the CLIP tokens in front, zero-padded to the prompt's width and cast
+    to its dtype (the transformer's, as diffusers casts them): what ``model.condition`` cuts."""
+    pad = text.shape[2] - tokens.shape[2]
+    tokens = torch.nn.functional.pad(tokens.to(text.dtype), (0, pad))
+    return torch.cat([tokens.expand(text.shape[0], -1, -1), text], dim=1)
 
 
 @torch.no_grad()

@@ -6,7 +6,9 @@ Ulysses' token slices):
   ``WanPipeline(expand_timesteps=True)``, image to video to ``WanImageToVideoPipeline``; its
   folder's shape is one no other test uses: 3 blocks of 6 heads (uneven under Ulysses 4);
 * I2V-A14B (two experts reading the image's latent video and mask beside the noise: 36
-  channels in, 16 out): equal to ``WanImageToVideoPipeline``.
+  channels in, 16 out): equal to ``WanImageToVideoPipeline``;
+* Wan 2.1 I2V (the same, one transformer whose cross-attention also reads the picture's CLIP
+  tokens, whole on every rank): equal to ``WanImageToVideoPipeline``; TP refused in one line.
 """
 
 from __future__ import annotations
@@ -54,6 +56,14 @@ def i2v(tmp_path_factory, ti2v):
 I2V = {**SIZE, "num_steps": 6, "guidance_scale_2": 2.0}  # 4 steps of one expert, 2 of the other
 
 
+@pytest.fixture(scope="module")
+def i2v21(tmp_path_factory, ti2v):
+    """A tiny Wan 2.1 I2V folder: one transformer, a 2-layer CLIP of width 24 (17 tokens)."""
+    root = tmp_path_factory.mktemp("i2v21")
+    shape = replace(MOE_SHAPE, name="i2v21", condition_channels=20, image_dim=24)
+    return build_tiny_pipeline(root / "i2v21", seed=4, preset=shape), ti2v[1]
+
+
 def image_pipeline(folder, spec):
     """diffusers' ``WanImageToVideoPipeline`` on the folder, as ``spec`` says, its weights in
     aligned memory as ppdit loads them; the prompts encoded by the folder's own ``WanPipeline``
@@ -66,8 +76,9 @@ def image_pipeline(folder, spec):
 
     with no_progress_bars():
         pipe = WanImageToVideoPipeline.from_pretrained(folder, local_files_only=True)
-    for module in (pipe.transformer, pipe.text_encoder, pipe.vae):
-        own_memory(module)
+    for module in (pipe.transformer, pipe.text_encoder, pipe.vae, pipe.image_encoder):
+        if module is not None:
+            own_memory(module)
     pipe.set_progress_bar_config(disable=True)
     text = WanPipeline(**{k: v for k, v in pipe.components.items()
                           if k in ("tokenizer", "text_encoder", "transformer", "vae", "scheduler")})
@@ -105,21 +116,23 @@ def test_image_to_video_equals_the_image_pipeline_bit_for_bit(ti2v):
     assert torch.equal(ours.latent, latent) and torch.equal(ours.video, video)
 
 
-def test_wan22_i2v_equals_the_image_pipeline_bit_for_bit(i2v):
-    """Each expert reads the image's latent video and mask beside the noise."""
-    folder, image = i2v
-    spec = spec_for(folder, image=image, **I2V)
+@pytest.mark.parametrize("variant", ["i2v", "i2v21"])
+def test_i2v_equals_the_image_pipeline_bit_for_bit(variant, request):
+    """Each expert reads the image's latent video and mask beside the noise (Wan 2.1: and the
+    picture's CLIP tokens in its cross-attention)."""
+    folder, image = request.getfixturevalue(variant)
+    spec = spec_for(folder, image=image, **(I2V if variant == "i2v" else SIZE))
     ours = generate(spec)
     latent, video = image_pipeline(folder, spec)
     assert torch.equal(ours.latent, latent) and torch.equal(ours.video, video)
 
 
 @pytest.fixture(scope="module")
-def references(ti2v, i2v):
-    """One device's latent of each mode: TI2V text only, TI2V with the image, I2V."""
+def references(ti2v, i2v, i2v21):
+    """One device's latent of each mode: TI2V text only, TI2V with the image, I2V (2.2, 2.1)."""
     out = {}
     for mode, (folder, image), size in (("text", ti2v, SIZE), ("image", ti2v, SIZE),
-                                        ("i2v", i2v, I2V)):
+                                        ("i2v", i2v, I2V), ("i2v21", i2v21, SIZE)):
         spec = spec_for(folder, image=None if mode == "text" else image, **size)
         embeds = encode(spec)
         if spec.image is not None:
@@ -133,8 +146,9 @@ def prepare_image(spec, embeds):
     from ppdit.checkpoint.folder import conditioning, load_folder
     from ppdit.t2v.image import encode_condition
 
-    vae = load_folder(spec.checkpoint, parts=("vae",)).vae
-    return replace(embeds, **encode_condition(vae, spec, conditioning(spec.checkpoint)))
+    parts = load_folder(spec.checkpoint, parts=("vae", "image_encoder", "image_processor")
+                        if "i2v21" in str(spec.checkpoint) else ("vae",))
+    return replace(embeds, **encode_condition(parts, spec, conditioning(spec.checkpoint), embeds))
 
 
 LAYOUTS = [("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2), ("ring", 2), ("tp", 2),
@@ -144,7 +158,9 @@ LAYOUTS = [("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2), ("ring", 2),
 @pytest.mark.parametrize(("mode", "layout", "ranks"), [
     *((m, lay, n) for m in ("text", "image") for lay, n in LAYOUTS),
     *(("i2v", lay, n) for lay, n in [("step", 2), ("cfg", 2), ("ulysses=2", 2), ("tp", 2),
-                                     ("step=2,ulysses=2", 4)])])
+                                     ("step=2,ulysses=2", 4)]),
+    *(("i2v21", lay, n) for lay, n in [("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2),
+                                       ("ring", 2)])])
 def test_layouts_equal_one_device(pools, references, mode, layout, ranks):
     """Each layout's latent against one device's: the per-token timesteps sharded with their
     tokens (Ulysses, ring), held whole where the tokens are (layer, TP, step, CFG)."""
@@ -162,7 +178,8 @@ def test_layouts_equal_one_device(pools, references, mode, layout, ranks):
         torch.testing.assert_close(got, reference, **tol)
 
 
-def test_a_picture_that_does_not_fit_is_refused_in_one_line(ti2v, i2v, tmp_path, folders):
+def test_a_picture_that_does_not_fit_is_refused_in_one_line(ti2v, i2v, i2v21, tmp_path,
+                                                            folders):
     """Not a picture, another size, a folder that does not condition on one, or none for one
     that needs it: refused before anything loads, naming the file and the rule."""
     folder, image = ti2v
@@ -172,7 +189,8 @@ def test_a_picture_that_does_not_fit_is_refused_in_one_line(ti2v, i2v, tmp_path,
              (spec_for(folder, image=image, num_frames=9, height=32, width=32), "48x32"),
              (spec_for(folder, image=str(tmp_path / "none.png"), **SIZE), "is not a file"),
              (spec_for(folders["unipc"], image=image), "text-to-video folder"),
-             (spec_for(i2v[0], **SIZE), "give it the first frame")]
+             (spec_for(i2v[0], **SIZE), "give it the first frame"),
+             (spec_for(i2v21[0], "tp", 2, image=image, **SIZE), "TP does not shard")]
     for spec, words in cases:
         with pytest.raises(ValueError, match=words) as err:
             prepare(spec)

@@ -161,10 +161,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # cached_step_costs and costs' all_to_all_seconds (test-only: 18), the streaming decoder's
 # frame counters and temporal_factor (its config says it: 18), conditioning_for and
 # Denoiser.guide (one caller each: 9), vae_config, _free, Prepared.folder, boundary_ratio,
-# parallelize_mesh_model, summarize_pingpong, Score.as_dict (one-line wrappers: 35). Left: L0
-# 2,300 -> 2,410, L3 1,570 -> 1,663, the package 21,245 -> 21,446 (issue 53's to pay).
-BUDGETS = {0: 2_410, 1: 3_966, 2: 5_129, 3: 1_663, 4: 5_641, 5: 2_637}
-PACKAGE_BUDGET = 21_446
+# parallelize_mesh_model, summarize_pingpong, Score.as_dict (one-line wrappers: 35). Then Wan
+# 2.1 I2V (73, not paid yet): its CLIP tokens in front of the prompt's, cut off again by the
+# stage view (diffusers' order), its CLIP loaded and run as diffusers runs it, TP refused before
+# launch, the I2V presets. Left: L0 2,300 -> 2,453, L3 1,570 -> 1,689, the package 21,245 ->
+# 21,519 (issue 53's deletions to pay).
+BUDGETS = {0: 2_453, 1: 3_966, 2: 5_133, 3: 1_689, 4: 5_641, 5: 2_637}
+PACKAGE_BUDGET = 21_519
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():
