@@ -164,10 +164,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # parallelize_mesh_model, summarize_pingpong, Score.as_dict (one-line wrappers: 35). Then Wan
 # 2.1 I2V (73, not paid yet): its CLIP tokens in front of the prompt's, cut off again by the
 # stage view (diffusers' order), its CLIP loaded and run as diffusers runs it, TP refused before
-# launch, the I2V presets. Left: L0 2,300 -> 2,453, L3 1,570 -> 1,689, the package 21,245 ->
-# 21,519 (issue 53's deletions to pay).
-BUDGETS = {0: 2_453, 1: 3_966, 2: 5_133, 3: 1_689, 4: 5_641, 5: 2_637}
-PACKAGE_BUDGET = 21_519
+# launch, the I2V presets. Lesson 17's image-to-video section: its two mistakes run beside the
+# right way on two ranks (teaching/conditioning.py, L4 +103). Left: L0 2,300 -> 2,453, L3
+# 1,570 -> 1,689, L4 -> 5,744, the package 21,245 -> 21,622 (issue 53's deletions to pay).
+BUDGETS = {0: 2_453, 1: 3_966, 2: 5_133, 3: 1_689, 4: 5_744, 5: 2_637}
+PACKAGE_BUDGET = 21_622
 
 
 def test_each_layer_and_the_package_keep_their_line_budgets():
