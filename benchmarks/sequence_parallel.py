@@ -8,7 +8,9 @@ with one thread each (one device = rank 0 alone), every variant interleaved roun
 one launch. Prints seconds per forward and ratios against one device, and the bytes each
 layout moves per block (formulas, fp32). Then diffusers' own context parallelism
 (``ContextParallelConfig(ulysses_degree=2)``) against ppdit's Ulysses on the same forward,
-round by round. Target: ppdit at least as fast (``record.py``'s rule).
+round by round. Target: ppdit at least as fast (``record.py``'s rule). Last, the same on a Wan
+2.2 TI2V-shaped model (48 latent channels, a timestep per token, the image's frame at t = 0)
+over 4 ranks (time-sliced on 2 cores): target within 1.05x of diffusers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -25,6 +28,7 @@ from record import Target, keep, show
 from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 from ppdit.parallel.tensor.comms import tp_comm_per_block
+from ppdit.presets import get_preset
 from ppdit.runtime.processes.launch import launch
 from ppdit.runtime.rounds import ratios
 
@@ -60,9 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     same = torch.equal(cp["diffusers"], cp["one"]) and torch.equal(cp["ppdit"], cp["one"])
     print(f"diffusers' ContextParallelConfig(ulysses_degree=2) vs ppdit's Ulysses, one forward: "
           f"{theirs:.3f} s vs {ours:.3f} s (medians); both equal one device bit for bit: {same}")
+    ti2v = replace(get_preset("small"), name="small-ti2v", in_channels=48,
+                   latent_shape=(1, 48, 3, 32, 32), expand_timesteps=True)
+    cp4 = launch(compare_worker, 4, args=(ti2v, ti2v.latent_shape, 5 if a.quick else 7),
+                 echo=False, threads_per_rank=1)[0]
+    same4 = torch.equal(cp4["diffusers"], cp4["one"]) and torch.equal(cp4["ppdit"], cp4["one"])
+    print(f"TI2V-shaped ({ti2v.num_tokens()} tokens, a timestep per token) on 4 ranks: "
+          f"diffusers {statistics.median(cp4['seconds']['diffusers']):.3f} s vs ppdit "
+          f"{statistics.median(cp4['seconds']['ppdit']):.3f} s; both equal one device bit for "
+          f"bit: {same4}")
     keep("sequence_parallel", show([Target(
         "ppdit's Ulysses / diffusers' context parallelism, forwards per second",
-        ratios(cp["seconds"]["diffusers"], cp["seconds"]["ppdit"]), 1.0, "higher")]), argv)
+        ratios(cp["seconds"]["diffusers"], cp["seconds"]["ppdit"]), 1.0, "higher"), Target(
+        "TI2V on 4 ranks: ppdit's Ulysses / diffusers', forwards per second (within 1.05x)",
+        ratios(cp4["seconds"]["diffusers"], cp4["seconds"]["ppdit"]), 1 / 1.05, "higher")]),
+        argv)
     if a.json:
         a.json.write_text(json.dumps({"seconds": res.seconds, "rounds": res.rounds,
                                       "v_first_over_v_last": vf, "sp_bytes_per_block": sp_bytes,
