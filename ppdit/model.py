@@ -18,7 +18,7 @@ ranks agree without communicating; ``build_model(checkpoint=...)`` loads a local
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -170,27 +170,20 @@ class StageContext:
 
     text: torch.Tensor  # (B, L, D) text after the condition embedder's projection
     # (B, 6, D) per-block modulation (shift/scale/gate x2); (B, S, 6, D) with a timestep per
-    # token (Wan 2.2 TI2V)
+    # token (Wan 2.2 TI2V: a sequence rank's own tokens' rows only, ``condition(mine=...)``)
     timestep_proj: torch.Tensor
     temb: torch.Tensor  # (B, D) or (B, S, D) time embedding: the epilogue's shift/scale
     rotary_emb: tuple[torch.Tensor, torch.Tensor]  # (1, S, 1, head_dim) cos and sin
     grid: tuple[int, int, int] = field(default=(0, 0, 0))  # post-patch (F, H, W) for unpatchify
 
-    def tokens(self, mine: slice) -> StageContext:
-        """The context of a slice of the tokens (sequence parallelism): their rope positions
-        and, with a timestep per token, their own modulation: it is sharded with its tokens
-        (diffusers' context-parallel plan splits ``timestep`` for the same reason)."""
-        cos, sin = self.rotary_emb
-        per_token = self.temb.ndim == 3
-        return replace(self, rotary_emb=(cos[:, mine], sin[:, mine]),
-                       timestep_proj=self.timestep_proj[:, mine] if per_token else
-                       self.timestep_proj, temb=self.temb[:, mine] if per_token else self.temb)
-
 
 def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], timestep: torch.Tensor,
-              text: torch.Tensor) -> StageContext:
+              text: torch.Tensor, mine: slice = slice(None)) -> StageContext:
     """Everything a block needs except ``h``: rope tables, timestep projection, projected text.
-    It needs only the latent's *shape*: a layer stage receives nothing but the hidden states."""
+    It needs only the latent's *shape*: a layer stage receives nothing but the hidden states.
+    ``mine``: with a timestep per token, the tokens whose modulation to embed (a sequence
+    rank's: it is sharded with its tokens, as diffusers' context-parallel plan splits
+    ``timestep``; each token's rows are the same bits, embedded alone or with the rest)."""
     image = None
     if model.condition_embedder.image_embedder is not None:  # Wan 2.1 I2V: CLIP tokens first
         n = text.shape[1] - WAN_TEXT_LEN
@@ -206,7 +199,7 @@ def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], times
     cos, sin = model.rope(torch.empty(latent_shape, device="meta"))  # (1, S, 1, head_dim) each
     if per_token:  # TI2V: WanPipeline(expand_timesteps=True)'s timestep per token, frame-major
         frames = timestep[:, :, None] if timestep.ndim == 2 else timestep[:, None, None]
-        tokens = frames.expand(-1, grid[0], grid[1] * grid[2]).flatten(1)  # (B, S)
+        tokens = frames.expand(-1, grid[0], grid[1] * grid[2]).flatten(1)[:, mine]  # (B, S)
         temb, timestep_proj, text, image = model.condition_embedder(
             tokens.flatten(), text, image, timestep_seq_len=tokens.shape[1])
         timestep_proj = timestep_proj.unflatten(2, (6, -1))  # (B, S, 6, D)
@@ -225,9 +218,10 @@ def embed_patches(model: WanTransformer3DModel, latent: torch.Tensor) -> torch.T
 
 
 def prologue(model: WanTransformer3DModel, latent: torch.Tensor, timestep: torch.Tensor,
-             text: torch.Tensor) -> tuple[torch.Tensor, StageContext]:
-    """Everything before the first block: tokens ``h`` (B, S, D) and the shared context."""
-    ctx = condition(model, tuple(latent.shape), timestep, text)
+             text: torch.Tensor, mine: slice = slice(None)) -> tuple[torch.Tensor, StageContext]:
+    """Everything before the first block: tokens ``h`` (B, S, D) and the shared context
+    (``mine``: see ``condition``)."""
+    ctx = condition(model, tuple(latent.shape), timestep, text, mine)
     return embed_patches(model, latent), ctx
 
 

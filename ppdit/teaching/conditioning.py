@@ -1,10 +1,10 @@
 """What an image-conditioned Wan must keep straight under sequence parallelism (lesson 17), run
 on two ranks with Ulysses: the correct split beside the two mistakes peers have shipped.
 
-* **Wan 2.2 TI2V's timestep per token** belongs to its token: each rank applies the
-  modulation of its own slice (``StageContext.tokens``). The mistake: every rank applying the
-  same rows, the first slice's (a tensor replicated and indexed as if each rank's tokens began
-  at 0); the image's frame, at t = 0 on rank 0 only, leaks into rank 1's modulation.
+* **Wan 2.2 TI2V's timestep per token** belongs to its token: each rank embeds and applies the
+  modulation of its own slice (``model.condition(mine=...)``). The mistake: every rank applying
+  the same rows, the first slice's (a tensor replicated and indexed as if each rank's tokens
+  began at 0); the image's frame, at t = 0 on rank 0 only, leaks into rank 1's modulation.
 * **Wan 2.1 I2V's CLIP tokens** are context, like the prompt: every rank's cross-attention reads
   all of them. The mistake (diffusers #12909): splitting them with the sequence, so each rank
   attends to a share of the picture.
@@ -15,6 +15,7 @@ and compared with one device's forward.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -44,15 +45,15 @@ IMAGE_TOKENS = 16  # CLIP tokens of the tiny I2V model (ViT-H gives 257)
 def ulysses_forward(model, latent, timestep, text, *, rows: str = "mine") -> torch.Tensor:
     """``sp_forward``'s steps on this rank's token slice; ``rows="first"``: the per-token
     modulation's rows of the first slice instead of this rank's own (the mistake)."""
-    group, rank = dist.group.WORLD, dist.get_rank()
-    hidden, ctx = prologue(model, latent, timestep, text)
-    split = even_split(hidden.shape[1], dist.get_world_size())
+    group, rank, world = dist.group.WORLD, dist.get_rank(), dist.get_world_size()
+    split = even_split(math.prod(latent.shape[2:]) // 4, world)  # 1 x 2 x 2 patches
     install_ulysses(model, group, split, v_first=True)
     start = sum(split[:rank])
-    local = ctx.tokens(slice(start, start + split[rank]))
-    if rows == "first":
-        first = ctx.tokens(slice(0, split[rank]))
-        local = replace(local, timestep_proj=first.timestep_proj, temb=first.temb)
+    rows_of = slice(0, split[rank]) if rows == "first" else slice(start, start + split[rank])
+    hidden, ctx = prologue(model, latent, timestep, text, rows_of)
+    cos, sin = ctx.rotary_emb
+    local = replace(ctx, rotary_emb=(cos[:, start:start + split[rank]],
+                                     sin[:, start:start + split[rank]]))
     mine = hidden[:, start:start + split[rank]].contiguous()
     tokens = project_out(model, run_blocks(model, mine, local), local)
     return unpatchify(model, gather_tokens(tokens, split, group), ctx.grid)

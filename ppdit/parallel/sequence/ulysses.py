@@ -13,6 +13,7 @@ and waited for just before attention, hidden behind Q and K's norm and rope."""
 from __future__ import annotations
 
 from contextlib import ExitStack, nullcontext
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -116,10 +117,11 @@ def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.
     ``cache.BlockCache`` deciding over the sequence ranks."""
     rank = dist.get_rank(group)
     latent, text = latent.to(model.dtype), text.to(model.dtype)  # as model_forward does
-    hidden, ctx = prologue(model, latent, timestep, text)  # patchify: cheap, done everywhere
     start = sum(split[:rank])
     mine = slice(start, start + split[rank])
-    local = ctx.tokens(mine)  # my tokens' positions (and timesteps, if per token)
+    hidden, ctx = prologue(model, latent, timestep, text, mine)  # patchify: cheap, everywhere
+    cos, sin = ctx.rotary_emb
+    local = replace(ctx, rotary_emb=(cos[:, mine], sin[:, mine]))  # my tokens' positions
     run = run_blocks if cache is None else cache.run
     tokens = project_out(model, run(model, hidden[:, mine].contiguous(), local), local)
     return unpatchify(model, gather_tokens(tokens, split, group, staged), ctx.grid)
