@@ -69,8 +69,11 @@ def test_ranks_start_with_the_interrupt_ignored():
 
 def test_an_interrupt_while_ranks_start_prints_one_line():
     """Jupyter's interrupt reaches the kernel's whole process group. Ranks still importing
-    torch ignore it (the caller stops them): no rank traceback, no C++ terminate."""
-    res = signal_drill(signal.SIGINT, limit_s=LIMIT_S, busy_s=0.0, to_group=True)
+    torch ignore it (the caller stops them): no rank traceback, no C++ terminate. (Half a
+    second after the last rank appears: they import for seconds more, and the caller is out
+    of ``p.start()``, where it ignores SIGINT itself while a child is made, so an interrupt
+    sent then is lost: a known gap, issue 50's closing note.)"""
+    res = signal_drill(signal.SIGINT, limit_s=LIMIT_S, busy_s=0.5, to_group=True)
     assert res.clean and res.returncode == 130, res.output
     assert "terminate called" not in res.output and "Traceback" not in res.output, res.output
     assert res.output.count("KeyboardInterrupt") == 1, res.output
