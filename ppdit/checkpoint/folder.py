@@ -72,9 +72,9 @@ def conditioning(path: str | Path) -> str | None:
     latent is the first frame, at t = 0), "concat" (Wan 2.2 I2V: its latent video and mask
     beside the noise, in channels), or None (text to video only)."""
     index = read_json(Path(path) / "model_index.json")
-    if index.get("_class_name") == "WanImageToVideoPipeline":
-        return "first frame" if index.get("expand_timesteps") else "concat"
-    return "first frame" if index.get("expand_timesteps") else None
+    if index.get("expand_timesteps"):
+        return "first frame"
+    return "concat" if index.get("_class_name") == "WanImageToVideoPipeline" else None
 
 
 def read_json(file: Path) -> dict:
