@@ -197,15 +197,14 @@ def condition(model: WanTransformer3DModel, latent_shape: tuple[int, ...], times
     grid = (f // p_t, h // p_h, w // p_w)
     # rope reads only its input's shape; a meta tensor of that shape costs nothing.
     cos, sin = model.rope(torch.empty(latent_shape, device="meta"))  # (1, S, 1, head_dim) each
+    seq = None
     if per_token:  # TI2V: WanPipeline(expand_timesteps=True)'s timestep per token, frame-major
         frames = timestep[:, :, None] if timestep.ndim == 2 else timestep[:, None, None]
         tokens = frames.expand(-1, grid[0], grid[1] * grid[2]).flatten(1)[:, mine]  # (B, S)
-        temb, timestep_proj, text, image = model.condition_embedder(
-            tokens.flatten(), text, image, timestep_seq_len=tokens.shape[1])
-        timestep_proj = timestep_proj.unflatten(2, (6, -1))  # (B, S, 6, D)
-    else:
-        temb, timestep_proj, text, image = model.condition_embedder(timestep, text, image)
-        timestep_proj = timestep_proj.unflatten(1, (6, -1))  # (B, 6, D)
+        timestep, seq = tokens.flatten(), tokens.shape[1]
+    temb, timestep_proj, text, image = model.condition_embedder(timestep, text, image,
+                                                                timestep_seq_len=seq)
+    timestep_proj = timestep_proj.unflatten(-1, (6, -1))  # (B, 6, D), per token (B, S, 6, D)
     if image is not None:  # as WanTransformer3DModel.forward orders the context
         text = torch.cat([image, text], dim=1)
     return StageContext(text, timestep_proj, temb, (cos, sin), grid)
