@@ -156,6 +156,29 @@ class Experts(nn.Module):
         return next(iter(self.held.values())).dtype
 
 
+def held(model: nn.Module) -> dict[int, nn.Module]:
+    """The transformers a rank holds, by expert index: Wan 2.2's, or ``{0: model}`` (one
+    transformer is expert 0 of every step). Every forward axis is applied to each of them."""
+    if isinstance(model, Experts):
+        return {int(k): m for k, m in model.held.items()}
+    return {0: model}
+
+
+def expert(model: nn.Module, k: int) -> nn.Module:
+    """Expert ``k`` of what a rank holds (``ValueError`` naming what it holds when not)."""
+    if isinstance(model, Experts):
+        return model.expert(k)
+    if k != 0:
+        raise ValueError(f"a step of expert {k}, but the model is one transformer: a "
+                         "boundary needs Wan 2.2's two (transformer_2)")
+    return model
+
+
+def like(model: nn.Module, experts: dict[int, nn.Module]) -> nn.Module:
+    """``experts`` (``held(model)`` transformed) in ``model``'s form: ``Experts``, or the one."""
+    return Experts(experts) if isinstance(model, Experts) else experts[0]
+
+
 def num_params(module: nn.Module) -> int:
     """Parameter count (what each rank must hold in memory, times bytes per element)."""
     return sum(p.numel() for p in module.parameters())

@@ -27,7 +27,9 @@ class ModelPreset:
     # latent video and its mask (16 + 4); the DiT still predicts in_channels
     condition_channels: int = 0
     # Wan 2.1 I2V: the width of the CLIP image tokens its cross-attention also reads (None: none)
+    # and their count (ViT-H/14 at 224 px: 16 x 16 patches and the class token)
     image_dim: int | None = None
+    image_len: int = 257
     # Default latent (B, C, F, H, W) for this preset. tiny: 5*8*8 = 320 tokens after 1x2x2 patches.
     latent_shape: tuple[int, ...] = (1, 16, 5, 16, 16)
     rope_max_seq_len: int = 1024  # rope table length per axis; must exceed F, H/2, W/2
@@ -120,7 +122,7 @@ PRESETS: dict[str, ModelPreset] = {
             text_dim=4096, text_len=512, latent_shape=(1, 16, 21, 60, 104),
             condition_channels=20, image_dim=1280,
             notes="Wan 2.1 I2V 14B: the image's latent video and mask beside the noise, and its "
-                  "257 CLIP tokens in every cross-attention (not counted by the roofline)",
+                  "257 CLIP tokens in every cross-attention",
         ),
         ModelPreset(
             "wan2.2-i2v-a14b", num_layers=40, num_heads=40, head_dim=128, ffn_dim=13824,

@@ -24,7 +24,8 @@ from functools import partial
 
 import torch
 
-from ppdit.model import DummyDiT, Experts, forward_by_stages
+from ppdit.model import DummyDiT, forward_by_stages, held
+from ppdit.model import expert as model_expert
 from ppdit.presets import ModelPreset, get_preset
 
 CFG_MODES = ("batched", "split")
@@ -292,12 +293,10 @@ class Denoiser:
         # replaces the Euler update (a folder's scheduler, ``ppdit.checkpoint.solver``): its own
         # timesteps, its state carried in ``StepState.solver_state``
         self.solver = solver
-        # Wan 2.2: each expert this rank holds, by index, and no one forward (a step runs its
-        # expert's); one model: expert 0 does every step. ``forward``: a forward axis's, or None
-        held = model.held.items() if isinstance(model, Experts) else None
-        self.forward = None if held else forward or model_forward(model, cache)
-        self.forwards = ((forward or {int(k): model_forward(m, cache) for k, m in held}) if held
-                         else {0: self.forward})
+        # each transformer this rank holds, by expert index (a step runs its expert's; one
+        # model is expert 0). ``forward``: a forward axis's (one, or one per expert), or None
+        self.forwards = (forward if isinstance(forward, dict) else {0: forward} if forward else
+                         {k: model_forward(m, cache) for k, m in held(model).items()})
         # sizes the seeded stand-in prompts; None when every prompt is given by ``condition_on``
         self.preset = None if preset is None else get_preset(preset)
         self.sampling = sampling
@@ -390,12 +389,9 @@ class Denoiser:
         return experts.pop()
 
     def _forward_of(self, expert: int) -> Callable[..., torch.Tensor]:
-        if expert in self.forwards:
-            return self.forwards[expert]
-        if isinstance(self.model, Experts):
-            self.model.expert(expert)  # raises, naming what this rank holds
-        raise ValueError(f"a step of expert {expert}, but the model is one transformer: a "
-                         "boundary needs Wan 2.2's two (transformer_2)")
+        if expert not in self.forwards:
+            model_expert(self.model, expert)  # raises, naming what this rank holds
+        return self.forwards[expert]
 
     @torch.no_grad()
     def update(self, states: Sequence[StepState], velocity: torch.Tensor,

@@ -184,6 +184,7 @@ def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
         elementwise("attn2.norm_q", "rmsnorm", m, dl, RMSNORM_FLOPS, nb),
         elementwise("attn2.norm_k", "rmsnorm", mt, dl, RMSNORM_FLOPS, nb),
         *attention_ops("attn2", b, hl, s, p.text_len, hd, nb, attention),
+        *_image_ops(p, m, b * p.image_len, dl, (b, hl, s, hd), nb, attention),
         linear("attn2.to_out", m, dl, d, nb),
         elementwise("attn2.residual", "add", m, d, 1, nb, reads=2),
         # 3. feed-forward on the modulated norm
@@ -193,6 +194,20 @@ def block_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = 
         linear("ffn.down", m, fl, d, nb),
         elementwise("ffn.gate_residual", "add", m, d, 2, nb, reads=2),
     ]
+
+
+def _image_ops(p: ModelPreset, m: int, mi: int, dl: int, bhsd: tuple[int, ...], nb: int,
+               attention: str) -> list[Op]:
+    """Wan 2.1 I2V's second cross-attention: the same queries over the picture's CLIP tokens
+    (their keys and values projected and normed like the text's), added before ``to_out``."""
+    if not p.image_dim:
+        return []
+    b, hl, s, hd = bhsd
+    return [linear("attn2.add_k_proj", mi, p.dim, dl, nb),
+            linear("attn2.add_v_proj", mi, p.dim, dl, nb),
+            elementwise("attn2.norm_added_k", "rmsnorm", mi, dl, RMSNORM_FLOPS, nb),
+            *attention_ops("attn2.image", b, hl, s, p.image_len, hd, nb, attention),
+            elementwise("attn2.image_add", "add", m, dl, 1, nb, reads=2)]
 
 
 def prologue_ops(preset: str | ModelPreset, latent_shape: tuple[int, ...] | None = None, *,

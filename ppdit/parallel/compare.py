@@ -20,6 +20,7 @@ from ppdit.model import forward_by_stages, torch_dtype
 from ppdit.parallel.sequence.comms import even_split
 from ppdit.parallel.sequence.ring import install_ring
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
+from ppdit.parallel.share import check_plans
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.comm.mesh import world_group
 from ppdit.runtime.observe.timing import timed, warm_up_pairs
@@ -51,6 +52,8 @@ class LayoutCompare:
 class CompareRunner(Runner):
     """The variants of a ``LayoutCompare`` on one rank; the job's plans are (spec, variant)."""
 
+    check = staticmethod(check_plans)
+
     @staticmethod
     def prepare(rank: int, world_size: int, plans):
         """Two identical copies of the model: one for SP (and one device), one to shard for TP."""
@@ -63,9 +66,8 @@ class CompareRunner(Runner):
         full, tp_model = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         self.full = full.to(ctx.device)
         self.world = world_group(ctx.rank, ctx.world_size)  # one group of every rank
-        self.staged = ctx.placement.staged
         self.tp_model = parallelize_wan(tp_model.to(ctx.device), tp_group=self.world,
-                                        staged=ctx.placement.staged)
+                                        wire=ctx.wire)
         g = torch.Generator().manual_seed(0)
         p = spec.source.spec
         dtype = torch_dtype(spec.source.dtype)
@@ -91,13 +93,13 @@ class CompareRunner(Runner):
             forward_by_stages(self.tp_model, self.x, self.t, self.text)
         elif name == RING:
             install_ring(self.full, self.world, self.split, self.ctx.wire)
-            sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
+            sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.ctx.wire)
         else:
             install_ulysses(self.full, self.world, self.split, v_first=name != "SP, V last",
-                            tracer=tracer, staged=self.staged)
+                            tracer=tracer, wire=self.ctx.wire)
             if tracer is not None:
                 tracer.align()
-            sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.staged)
+            sp_forward(self.full, self.x, self.t, self.text, self.world, self.split, self.ctx.wire)
 
     @torch.no_grad()
     def run(self, i: int, tracer: Tracer) -> float:

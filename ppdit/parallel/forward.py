@@ -31,7 +31,7 @@ import torch
 from ppdit.attention import use_diffusers_attention
 from ppdit.cache import BlockCache, CacheConfig
 from ppdit.checkpoint.solver import plan_denoiser
-from ppdit.model import Experts
+from ppdit.model import held, like
 from ppdit.parallel.cfg.halves import CFGHalves
 from ppdit.parallel.fsdp.load import load_sharded
 from ppdit.parallel.fsdp.shard import shard_blocks, trace_gathers
@@ -42,10 +42,12 @@ from ppdit.parallel.sequence.topology import hierarchy
 from ppdit.parallel.sequence.ulysses import install_ulysses, sp_forward
 from ppdit.parallel.sequence.usp import install_usp
 from ppdit.parallel.sequence.vmajor import VMajor
+from ppdit.parallel.share import check_plans
 from ppdit.parallel.tensor.layers import COLLECTIVES, all_reduce_sum
 from ppdit.parallel.tensor.load import load_tp
 from ppdit.parallel.tensor.parallelize import compile_blocks, parallelize_wan
 from ppdit.runtime.comm.mesh import RankMesh
+from ppdit.runtime.comm.wire import PLAIN
 from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
@@ -106,7 +108,7 @@ class ForwardStack:
     def __init__(self, ctx: RankContext, plan, mesh: RankMesh | None, base=None):
         self.ctx, self.plan, self.mesh = ctx, plan, mesh
         self.layout = plan.layout.forward
-        self.staged = ctx.placement.staged if ctx is not None else False
+        self.wire = ctx.wire if ctx is not None else PLAIN  # its collectives too
         self.load_peak_bytes = 0  # tensor bytes live at once while reading shards (FSDP)
         self.shared = False  # the model is ``base``: other plans route its attention too
         self.model = self._weights(base)
@@ -120,25 +122,22 @@ class ForwardStack:
 
     def models(self) -> list:
         """The rank's transformers: Wan 2.2's experts it holds (each gets every axis), or one."""
-        return list(self.model.held.values()) if isinstance(self.model, Experts) else [self.model]
+        return list(held(self.model).values())
 
     def _weights(self, base):
         """Steps 1 and 3: the model TP-split or FSDP-sharded (read shard by shard from a
         folder where there is no ``base``), or ``base`` itself (``shared``)."""
         f, device = self.layout, self.ctx.device if self.ctx is not None else "cpu"
         if f.tp > 1:
-            kw = dict(collectives=self.plan.collectives, staged=self.staged)
+            kw = dict(collectives=self.plan.collectives, wire=self.wire)
             group = self.mesh.group("tp")
             if base is None:
                 return load_tp(self.plan.source, group, device, **kw)[0]
-            held = [int(k) for k in base.held] if isinstance(base, Experts) else None
-            whole = self.plan.source.dit(device, experts=held)
-            if isinstance(whole, Experts):  # each expert this rank runs, split the same way
-                return Experts({int(k): parallelize_wan(m, tp_group=group, **kw)
-                                for k, m in whole.held.items()})
-            return parallelize_wan(whole, tp_group=group, **kw)
+            whole = self.plan.source.dit(device, experts=list(held(base)))
+            return like(whole, {k: parallelize_wan(m, tp_group=group, **kw)  # each expert held
+                                for k, m in held(whole).items()})
         if f.fsdp > 1:
-            if self.staged:
+            if self.wire.staged:
                 raise ValueError("FSDP gathers weights with the rank's own backend: ranks "
                                  "sharing a GPU over gloo (staged) cannot; give each rank its "
                                  "own GPU or run on the CPU")
@@ -146,7 +145,7 @@ class ForwardStack:
             if base is None:  # a folder: read this rank's shards, never the whole model
                 model, self.load_peak_bytes = load_sharded(self.plan.source, group, device)
                 return model
-            for model in (base.held.values() if isinstance(base, Experts) else [base]):
+            for model in held(base).values():
                 shard_blocks(model, group, device.type)  # in place: one mesh per job
         elif base is None:
             raise ValueError(f"layout {self.plan.layout}: only TP and FSDP read shards")
@@ -160,17 +159,15 @@ class ForwardStack:
             group = self.mesh.group(*SEQUENCE)
             if self.plan.cache is not None:  # one decision: the sums over every token slice
                 cache = BlockCache(self.plan.cache, partial(
-                    all_reduce_sum, group=group, collectives="funcol", staged=self.staged))
-            experts = isinstance(self.model, Experts)  # Wan 2.2: a forward per expert held
-            held = self.model.held.items() if experts else [(0, self.model)]
-            forwards = {int(k): partial(sp_forward, m, group=group, split=self.split,
-                                        staged=self.staged, cache=cache) for k, m in held}
-            forward = forwards if experts else forwards[0]
-            if self.vmajor is not None:
-                forward = _KeyedByText(forward, self.vmajor)
+                    all_reduce_sum, group=group, collectives="funcol", wire=self.wire))
+            forward = {k: partial(sp_forward, m, group=group, split=self.split,  # per expert
+                                  wire=self.wire, cache=cache)
+                       for k, m in held(self.model).items()}
+            if self.vmajor is not None:  # one transformer (``check_forward``)
+                forward = {0: _KeyedByText(forward[0], self.vmajor)}
         cfg = None
         if self.layout.cfg > 1:
-            cfg = CFGHalves(self.mesh.coords["cfg"], self.mesh.group("cfg"), self.staged)
+            cfg = CFGHalves(self.mesh.coords["cfg"], self.mesh.group("cfg"), self.wire)
         return plan_denoiser(self.model, self.plan, forward=forward, cfg=cfg, cache=cache)
 
     def install(self, tracer: Tracer | None) -> None:
@@ -194,7 +191,7 @@ class ForwardStack:
             else:
                 counter = install_ulysses(model, self.mesh.group("ulysses"), self.split,
                                           v_first=self.plan.v_first, hier=self.hier,
-                                          vmajor=self.vmajor, staged=self.staged,
+                                          vmajor=self.vmajor, wire=self.wire,
                                           tracer=tracer)
                 ring = Ring(None, self.split, 0)
             self.counters.append(counter)
@@ -204,7 +201,7 @@ class ForwardStack:
         """V-Major starts a request holding nothing, told which text is the prompt's."""
         if self.vmajor is not None:
             self.vmajor.reset()
-            den.forward.cond_text = den.conditioning(request).text
+            den.forwards[0].cond_text = den.conditioning(request).text
 
     @property
     def draws_compute(self) -> bool:
@@ -249,6 +246,8 @@ class StackRunner(Runner):
     moved to the rank's device (``self.model``), unless ``loads_shards``: then every plan reads
     only this rank's share of a folder's weights once the groups exist (``self.model`` None)."""
 
+    check = staticmethod(check_plans)
+
     @staticmethod
     def loads_shards(plans: tuple) -> bool:
         """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model
@@ -263,7 +262,7 @@ class StackRunner(Runner):
 
     @classmethod
     def prepare(cls, rank: int, world_size: int, plans: tuple):
-        """The whole model (every plan shares one source: ``check_one_model``), or None."""
+        """The whole model (every plan shares one source: ``check_plans``), or None."""
         if not cls.loads_shards(plans):
             return plans[0].source.dit(experts=cls.experts_of(rank, plans))
         return None

@@ -232,10 +232,6 @@ def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[i
     values."""
     if layout.tp > 1:
         check_tp_degree(preset, layout.tp)
-        if getattr(preset, "image_dim", None):
-            raise ValueError(f"tp={layout.tp}: Wan 2.1 I2V's cross-attention also reads the "
-                             "image's CLIP tokens (add_k_proj, add_v_proj), which TP does not "
-                             "shard yet; its other axes run (step, layer, cfg, ulysses, ring)")
     if layout.layer > 1:
         check_layer_stages(preset, layout.layer)
     check_step_stages(num_steps, layout.step)

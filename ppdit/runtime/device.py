@@ -7,8 +7,8 @@ The rule, decided once per launch by ``decide_placement``:
 * fewer GPUs than local ranks (one GPU, a 2-rank lesson): ranks share them round-robin
   (``cuda:(r % gpus)``) over gloo. NCCL refuses two ranks on one GPU and gloo moves only host
   memory (a CUDA tensor fails with "writev ... Bad address"), so in this *shared* mode every
-  message is **staged** through a host buffer (``runtime.comm.wire`` and ``ppdit.parallel``'s
-  collectives do it when ``Placement.staged`` says so). ``stage=True`` stages CPU ranks too:
+  message is **staged** through a host buffer (``runtime.comm.wire`` does it for messages and
+  the layouts' collectives when ``Placement.staged`` says so). ``stage=True`` stages CPU ranks too:
   how the tests check the staged transport without a GPU.
 
 NCCL's point-to-point rules can be kept by gloo ranks (``nccl_rules=True``, or

@@ -19,8 +19,7 @@ from typing import Any
 
 from ppdit._spawn_entry import in_torchrun
 from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, work_bound
-from ppdit.runtime.device import decide_placement, local_world_size
-from ppdit.runtime.fit import check_fits, split_of
+from ppdit.runtime.device import PlacementDecision, decide_placement, local_world_size
 from ppdit.runtime.observe.memory import held_bytes, track_peak_memory
 from ppdit.runtime.observe.timing import now_ns
 from ppdit.runtime.observe.trace import PEAK_MEMORY, RankTrace, Rounds, Trace, Tracer, merge
@@ -53,6 +52,11 @@ def interleaved(rounds: int, num_plans: int) -> list[tuple[int, int]]:
 
 class Runner:
     """What one layout does on one rank for each of its plans (override what you need)."""
+
+    @staticmethod
+    def check(plans: Mapping[str, Any], world_size: int, launch_kwargs: dict) -> None:
+        """Runs in the caller before any rank starts: refuse plans that cannot run together or
+        fit (``parallel.share.check_plans`` for a layout's runners)."""
 
     @staticmethod
     def prepare(rank: int, world_size: int, plans: tuple) -> Any:
@@ -181,46 +185,20 @@ def run_side_by_side(plans: Mapping[str, Any], *, runner: type[Runner], world_si
     if not plans:
         raise ValueError("run_side_by_side needs at least one plan")
     interleaved(rounds, len(plans))  # validates rounds
-    check_one_model(plans)
-    check_weights_fit(plans, world_size, launch_kwargs)
+    runner.check(plans, world_size, launch_kwargs)
     launch_kwargs.setdefault("threads_per_rank", 1)
     job = Job(runner, tuple(plans.values()), rounds, memory)
     per_rank = launch(rounds_worker, world_size, args=(job,), setup=prepare_job, **launch_kwargs)
     return None if per_rank is None else collect(list(plans), per_rank, rounds)
 
 
-def check_weights_fit(plans: Mapping[str, Any], world_size: int, launch_kwargs: dict) -> None:
-    """Before any rank starts: the ranks sharing a device can hold their copies of the
-    weights (``ppdit.runtime.fit``), else a ``ValueError`` with the sizes."""
-    plan = next((p for p in map(_plan, plans.values()) if _source(p) is not None), None)
-    if plan is None:
-        return
+def launch_placement(world_size: int, launch_kwargs: dict) -> tuple[int, PlacementDecision]:
+    """The ranks this host runs and where they will compute, as ``launch`` will decide it."""
     pool = launch_kwargs.get("pool")
     local = local_world_size() if in_torchrun() else world_size
-    decision = pool.placement if pool is not None else decide_placement(
+    return local, pool.placement if pool is not None else decide_placement(
         local, backend=launch_kwargs.get("backend", "auto"), device=launch_kwargs.get("device"),
         stage=launch_kwargs.get("stage"))
-    check_fits(_source(plan), local, decision, part=getattr(plan, "weights", "dit"),
-               split=split_of(plan))
-
-
-def _plan(plan: Any) -> Any:
-    """A plan itself, or the first item of a (plan, variant) pair."""
-    return _plan(plan[0]) if isinstance(plan, tuple) and plan else plan
-
-
-def _source(plan: Any) -> Any:
-    """A plan's model source (of a (plan, variant) pair, its plan's), or None."""
-    return getattr(_plan(plan), "source", None)
-
-
-def check_one_model(plans: Mapping[str, Any]) -> None:
-    """Plans run side by side share one model per rank: their sources must be equal (equal
-    sources build identical weights; ``ppdit.checkpoint.source``)."""
-    sources = {name: _source(p) for name, p in plans.items()}
-    known = {s for s in sources.values() if s is not None}
-    if len(known) > 1:
-        raise ValueError(f"plans run side by side must share one model source, got {sources}")
 
 
 def collect(names: list[str], per_rank: list[RankRounds], rounds: int) -> dict[str, PlanRuns]:

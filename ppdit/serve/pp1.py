@@ -52,7 +52,7 @@ def explain_mesh_block(ctx: RankContext, context_chunks: int = 2) -> dict:
     world = ctx.world_size  # the mesh alone: every rank one TP group (runtime.comm.mesh makes it)
     group = world_group(ctx.rank, world)
     model = parallelize_wan(ModelSource("tiny").dit(ctx.device), tp_group=group,
-                            staged=ctx.placement.staged)  # funcol: compile-friendly
+                            wire=ctx.wire)  # funcol: compile-friendly
     gen = ChunkGenerator(model, StreamConfig(chunk_frames=2,
                                              sampling=SamplingConfig(num_steps=2)))
     text = prompt_embeddings(Request(0, 1), "tiny").to(ctx.device)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ppdit.parallel.share import check_plans
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.runtime.comm.mesh import Mesh, build_lanes
 from ppdit.runtime.observe.trace import Trace
@@ -26,6 +27,8 @@ from ppdit.serve.pp1 import MeshChannel
 
 class BringupRunner(Runner):
     """Rank 0 runs the controller, every other rank the generator mesh, for each config."""
+
+    check = staticmethod(check_plans)
 
     @staticmethod
     def prepare(rank: int, world_size: int, cfgs: Sequence[BringupConfig]):
@@ -52,7 +55,7 @@ class BringupRunner(Runner):
         self.module = None if prepared is None else prepared.to(ctx.device)
         if ctx.rank > 0 and self.mesh_group is not None:
             self.module = parallelize_wan(self.module, tp_group=self.mesh_group,
-                                          staged=ctx.placement.staged)  # funcol collectives
+                                          wire=ctx.wire)  # funcol collectives
 
     def run(self, i: int, tracer):
         """One stream: the controller's report on rank 0, a mesh rank's report elsewhere."""

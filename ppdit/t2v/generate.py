@@ -20,6 +20,7 @@ from ppdit.checkpoint.text import encode_prompts, text_length
 from ppdit.model import torch_dtype
 from ppdit.parallel.layout import Layout
 from ppdit.parallel.runner import LayoutPlan, loop_plan, run_local
+from ppdit.parallel.share import check_plans
 from ppdit.runtime.comm.wire import START_S
 from ppdit.runtime.device import cpu_share, process_placement
 from ppdit.runtime.observe.timing import timed
@@ -56,10 +57,8 @@ class Prepared:
 
 def prepare(spec: GenerateSpec | Prepared, *, device: str | None = None) -> Prepared:
     """Check the folder, the request, its layout and whether each rank's weights fit its
-    ``device`` (``runtime.fit``) before loading weights, once, and build the plan
+    ``device`` (``parallel.share``) before loading weights, once, and build the plan
     (``ValueError`` naming the rule it breaks)."""
-    from ppdit.runtime.rounds import check_weights_fit
-
     if isinstance(spec, Prepared):
         return spec
     folder = WanFolder(check_folder(spec.checkpoint))
@@ -67,7 +66,7 @@ def prepare(spec: GenerateSpec | Prepared, *, device: str | None = None) -> Prep
     check_image(spec, folder.path)
     plan = plan_for(spec, shape_of(spec, folder))
     loop_plan(plan)  # the pipeline loop's own rules too
-    check_weights_fit({"generate": plan}, spec.ranks, {"device": device})
+    check_plans({"generate": plan}, spec.ranks, {"device": device})
     if spec.vae_ranks > 1:  # a split decode that cannot work, refused before the denoising
         from ppdit.parallel.vae_patch.decode import check_split
 

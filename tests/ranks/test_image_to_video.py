@@ -8,7 +8,8 @@ Ulysses' token slices):
 * I2V-A14B (two experts reading the image's latent video and mask beside the noise: 36
   channels in, 16 out): equal to ``WanImageToVideoPipeline``;
 * Wan 2.1 I2V (the same, one transformer whose cross-attention also reads the picture's CLIP
-  tokens, whole on every rank): equal to ``WanImageToVideoPipeline``; TP refused in one line.
+  tokens, whole on every rank, their projections split by heads under TP): equal to
+  ``WanImageToVideoPipeline``.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ LAYOUTS = [("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2), ("ring", 2),
     *(("i2v", lay, n) for lay, n in [("step", 2), ("cfg", 2), ("ulysses=2", 2), ("tp", 2),
                                      ("step=2,ulysses=2", 4)]),
     *(("i2v21", lay, n) for lay, n in [("step", 2), ("layer", 2), ("cfg", 2), ("ulysses=2", 2),
-                                       ("ring", 2)])])
+                                       ("ring", 2), ("tp", 2)])])
 def test_layouts_equal_one_device(pools, references, mode, layout, ranks):
     """Each layout's latent against one device's: the per-token timesteps sharded with their
     tokens (Ulysses, ring), held whole where the tokens are (layer, TP, step, CFG)."""
@@ -189,8 +190,7 @@ def test_a_picture_that_does_not_fit_is_refused_in_one_line(ti2v, i2v, i2v21, tm
              (spec_for(folder, image=image, num_frames=9, height=32, width=32), "48x32"),
              (spec_for(folder, image=str(tmp_path / "none.png"), **SIZE), "is not a file"),
              (spec_for(folders["unipc"], image=image), "text-to-video folder"),
-             (spec_for(i2v[0], **SIZE), "give it the first frame"),
-             (spec_for(i2v21[0], "tp", 2, image=image, **SIZE), "TP does not shard")]
+             (spec_for(i2v[0], **SIZE), "give it the first frame")]
     for spec, words in cases:
         with pytest.raises(ValueError, match=words) as err:
             prepare(spec)

@@ -15,8 +15,8 @@ from ppdit.checkpoint.source import ModelSource
 from ppdit.checkpoint.tiny import build_tiny_pipeline
 from ppdit.model import Experts
 from ppdit.parallel.runner import loop_plan
+from ppdit.parallel.share import weight_bytes
 from ppdit.parallel.step_split.plan import expert_stages
-from ppdit.runtime.fit import weight_bytes
 from ppdit.sampler import SamplingConfig, expert_steps
 from ppdit.t2v.generate import generate, prepare
 from tests.support.pipelines import MOE_SHAPE, spec_for, wan_pipeline

@@ -117,7 +117,8 @@ def test_tp_ranks_on_one_gpu_hold_one_model_between_them(wan14b):
     """Four TP ranks each read a quarter of every block's split layers: the four shares sum to
     one 14B model (plus the unsplit parts four times) and fit 80 GB; four step-split ranks
     hold four whole copies (115 GB) and are refused with the GB named."""
-    from ppdit.runtime.fit import check_fits, weight_bytes
+    from ppdit.parallel.share import check_weights as check_fits
+    from ppdit.parallel.share import weight_bytes
 
     source = ModelSource(folder=str(wan14b), dtype="bf16")
     whole, share = weight_bytes(source), weight_bytes(source, split={"tp": 4})
@@ -135,10 +136,10 @@ def test_tp_ranks_on_one_gpu_hold_one_model_between_them(wan14b):
 
 
 def test_the_fit_rule_splits_what_tensor_parallel_splits():
-    """``rank_bytes``'s TP rule (runtime/ cannot import parallel/) counts exactly the
+    """``rank_bytes``'s TP rule (``tensor.parallelize.tp_splits``) counts exactly the
     parameters ``parallelize_wan`` leaves a rank; FSDP keeps ceil(rows / fsdp) of a block."""
+    from ppdit.parallel.share import rank_bytes
     from ppdit.parallel.tensor.parallelize import expected_tp_param_count
-    from ppdit.runtime.fit import rank_bytes
 
     model = build_model("tiny", device="meta")  # fp32: 4 bytes a parameter
     buffers = sum(b.numel() * 4 for b in model.buffers())

@@ -73,8 +73,9 @@ def test_the_cpu_can_be_asked_for_and_staging_forced(gpus, monkeypatch):
 def test_weights_that_cannot_fit_are_refused_with_the_sizes():
     """14B in bf16 is 28.6 GB: two ranks fit on one 80 GB GPU, three do not."""
     from ppdit.checkpoint.source import ModelSource
+    from ppdit.parallel.share import check_weights as check_fits
+    from ppdit.parallel.share import weight_bytes
     from ppdit.runtime.device import PlacementDecision
-    from ppdit.runtime.fit import check_fits, weight_bytes
 
     big = ModelSource("wan2.1-14b", dtype="bf16")
     assert weight_bytes(big) / 1e9 == pytest.approx(28.6, rel=0.01)
@@ -90,8 +91,8 @@ def test_ranks_that_would_build_more_than_the_hosts_ram_are_refused():
     """Each whole-model GPU rank builds its weights on the host first (issue 50): four 14B
     bf16 ranks hold 115 GB of host RAM at once, more than a 64 GB host, though each GPU fits."""
     from ppdit.checkpoint.source import ModelSource
+    from ppdit.parallel.share import check_weights as check_fits
     from ppdit.runtime.device import PlacementDecision
-    from ppdit.runtime.fit import check_fits
 
     big, four = ModelSource("wan2.1-14b", dtype="bf16"), PlacementDecision(
         "cuda", "nccl", 4, False, "a GPU each")

@@ -16,8 +16,8 @@ GEMM efficiency, not latency, and changes the bits.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
+from ppdit.runtime.comm.wire import PLAIN, Wire
 from ppdit.sampler import guide
 
 
@@ -26,15 +26,13 @@ class CFGHalves:
     the same way (``sampler.predict_velocity``): this branch's half of the forward, whatever
     that forward is (whole, TP, sequence-parallel), the velocities exchanged, one guided ``v``."""
 
-    def __init__(self, half: int, group=None, staged: bool = False):
+    def __init__(self, half: int, group=None, wire: Wire = PLAIN):
         if half not in (0, 1):
             raise ValueError(f"half={half} must be 0 (conditional) or 1 (unconditional)")
-        self.half, self.group, self.staged = half, group, staged
+        self.half, self.group, self.wire = half, group, wire
 
     def __call__(self, forward, latent: torch.Tensor, timestep: torch.Tensor, cond,
                  guidance_scale: float) -> torch.Tensor:
         mine = forward(latent, timestep, cond.null_text if self.half else cond.text)
-        wire = mine.detach().to("cpu") if self.staged else mine.contiguous()  # gloo: host only
-        both = [torch.empty_like(wire) for _ in range(2)]
-        dist.all_gather(both, wire, group=self.group)  # rank order = half order: [cond, uncond]
-        return guide(*(b.to(mine.device) for b in both), guidance_scale)
+        both = self.wire.all_gather(mine.unsqueeze(0), self.group)  # [cond, uncond]: rank order
+        return guide(both[0], both[1], guidance_scale)

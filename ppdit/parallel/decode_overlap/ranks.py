@@ -15,6 +15,7 @@ import torch
 
 from ppdit.cuda_graph import StepGraph
 from ppdit.parallel.decode_overlap.plan import DECODER_RANK, GENERATOR_RANK, OverlapPlan
+from ppdit.parallel.share import check_plans
 from ppdit.runtime.comm.mesh import build_lanes
 from ppdit.runtime.comm.wire import FrameReceiver, FrameSender, FrameSpec
 from ppdit.runtime.observe.trace import Tracer
@@ -28,6 +29,8 @@ CREDIT = FrameSpec((1,), torch.int64, meta_slots=1)  # payload unused; meta = de
 
 class OverlapRunner(Runner):
     """Rank 1 generates, rank 0 decodes; each plan's rounds run both sides in step."""
+
+    check = staticmethod(check_plans)
 
     @staticmethod
     def prepare(rank: int, world_size: int, plans: Sequence[OverlapPlan]):

@@ -32,6 +32,7 @@ from ppdit.parallel.layer_split.schedule import (
     input_message,
 )
 from ppdit.parallel.layer_split.torch_baseline import run_torch_gpipe
+from ppdit.parallel.share import check_plans
 from ppdit.presets import get_preset
 from ppdit.runtime.comm.mesh import Lanes, build_lanes
 from ppdit.runtime.comm.wire import FrameSender, FrameSpec
@@ -230,6 +231,8 @@ def update_request(den: Denoiser, plan: LayerSplitPlan, state: StepState, veloci
 class LayerStageRunner(Runner):
     """Every plan of a side-by-side job on one rank; a job's plans are (plan, engine) pairs,
     engine "ppdit" (this file's executor) or "torch" (``torch.distributed.pipelining``)."""
+
+    check = staticmethod(check_plans)
 
     @staticmethod
     def prepare(rank: int, world_size: int, plans: Sequence[tuple[LayerSplitPlan, str]]):

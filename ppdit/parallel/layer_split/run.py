@@ -83,7 +83,7 @@ def layer_split_reference(model, plan: LayerSplitPlan) -> dict[int, torch.Tensor
             x = torch.stack([states[q.request].latent[0] for q in samples])
             t = den.timesteps[step].expand(len(samples))
             with torch.no_grad():
-                v = den.forward(x, t, micro_text(den, plan, samples))
+                v = den.forwards[0](x, t, micro_text(den, plan, samples))
             velocity.update({(q.request, q.half): row
                              for q, row in zip(samples, v.split(1), strict=True)})
         states = [update_request(den, plan, s, velocity) for s in states]

@@ -9,8 +9,8 @@ needs every token but only H_r of the heads (``heads``: ``head_split``, H/P when
 Each is one ``all_to_all_single``: a functional collective (it traces, and its wait is deferred
 to first use, which lets V's all-to-all run while Q and K are computed), over a flat buffer when
 the heads split unevenly (chunk j: S_r x B x H_j x hd elements; any degree runs, nothing
-padded). ``staged`` (ranks sharing a GPU over gloo): it runs on a host copy, back on the device
-when waited for.
+padded). Issued on the rank's ``wire``, which stages it on a host copy when ranks share a GPU
+over gloo; the result is back on the device when waited for.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch.distributed._functional_collectives as funcol
 
 from ppdit.parallel.partition import even_sizes
 from ppdit.parallel.sequence.topology import Hierarchy
+from ppdit.runtime.comm.wire import PLAIN, Wire
 
 
 @dataclass
@@ -52,7 +53,7 @@ def head_split(heads: int, degree: int) -> tuple[int, ...]:
 
 
 def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
-                 counter: A2ACounter | None = None, staged: bool = False,
+                 counter: A2ACounter | None = None, wire: Wire = PLAIN,
                  hier: Hierarchy | None = None) -> _LazyPermute:
     """(B, S_r, H, hd) local tokens, all heads -> (B, S, H_r, hd) all tokens, my heads, once
     ``wait()``-ed. ``hier``: the two-phase all-to-all over nodes (``topology``), waited for here."""
@@ -62,17 +63,15 @@ def seq_to_heads(x: torch.Tensor, split: Sequence[int], group, rank: int,
     if counter is not None:
         counter.add(s_r * b * (h - heads[rank]) * hd * x.element_size())
     if h % p:  # uneven heads: one flat buffer, chunk j = my tokens x rank j's heads
-        wire = _flat_head_chunks(x, heads)
-        wire = wire.to("cpu") if staged else wire
-        out = funcol.all_to_all_single(wire, [n * b * heads[rank] * hd for n in split],
-                                       [s_r * b * n * hd for n in heads], group)
+        out = wire.all_to_all(_flat_head_chunks(x, heads), [n * b * heads[rank] * hd
+                                                            for n in split],
+                              [s_r * b * n * hd for n in heads], group)
         return _LazyPermute(out, (1, 0, 2, 3), x.device, shape=(sum(split), b, heads[rank], hd))
     chunks = head_chunks(x, p)
-    wire = chunks.to("cpu") if staged else chunks
     if hier is not None:  # rank i sends split[i] rows to every rank
-        out = hier.all_to_all(wire.contiguous(), [[n] * p for n in split])
+        out = hier.all_to_all(wire.carry(chunks), [[n] * p for n in split])
         return _LazyPermute(out, (1, 0, 2, 3), x.device, ready=True)
-    out = funcol.all_to_all_single(wire.contiguous(), list(split), [s_r] * p, group)
+    out = wire.all_to_all(chunks, split, [s_r] * p, group)
     # (S, B, H/P, hd) -> (B, S, H/P, hd) once waited
     return _LazyPermute(out, (1, 0, 2, 3), x.device)
 
@@ -92,7 +91,7 @@ def head_chunks(x: torch.Tensor, p: int) -> torch.Tensor:
 
 
 def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,
-                 counter: A2ACounter | None = None, staged: bool = False,
+                 counter: A2ACounter | None = None, wire: Wire = PLAIN,
                  hier: Hierarchy | None = None, heads: Sequence[int] | None = None
                  ) -> torch.Tensor:
     """(B, S, H_r, hd) all tokens, my heads -> (B, S_r, H, hd) my tokens, all heads
@@ -102,18 +101,17 @@ def heads_to_seq(y: torch.Tensor, split: Sequence[int], group, rank: int,
     rows = y.permute(1, 0, 2, 3).contiguous()  # (S, B, H_r, hd): chunk j = rank j's tokens
     if counter is not None:
         counter.add((s - s_r) * b * hp * hd * y.element_size())
-    wire = rows.to("cpu") if staged else rows
     if heads is not None and len(set(heads)) > 1:
-        out = funcol.wait_tensor(funcol.all_to_all_single(
-            wire.reshape(-1), [s_r * b * n * hd for n in heads], [n * b * hp * hd for n in split],
+        out = funcol.wait_tensor(wire.all_to_all(
+            rows.reshape(-1), [s_r * b * n * hd for n in heads], [n * b * hp * hd for n in split],
             group)).to(y.device)
         parts = out.split([s_r * b * n * hd for n in heads])
         whole = torch.cat([t.view(s_r, b, n, hd) for t, n in zip(parts, heads, strict=True)], 2)
         return whole.permute(1, 0, 2, 3)
     if hier is not None:  # rank i sends split[j] rows to rank j
-        out = hier.all_to_all(wire, [list(split)] * p)
+        out = hier.all_to_all(wire.carry(rows), [list(split)] * p)
     else:
-        out = funcol.wait_tensor(funcol.all_to_all_single(wire, [s_r] * p, list(split), group))
+        out = funcol.wait_tensor(wire.all_to_all(rows, [s_r] * p, split, group))
     out = out.to(y.device)
     # (P * S_r, B, H/P, hd): chunk j = my tokens, heads of rank j
     return out.view(p, s_r, b, hp, hd).permute(2, 1, 0, 3, 4).reshape(b, s_r, p * hp, hd)

@@ -17,7 +17,6 @@ from dataclasses import replace
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 
 from ppdit.attention import attend, attention_out, install, project_qk, project_v
@@ -32,6 +31,7 @@ from ppdit.parallel.sequence.comms import (
 )
 from ppdit.parallel.sequence.topology import Hierarchy
 from ppdit.parallel.sequence.vmajor import VMajor, v_all_to_all
+from ppdit.runtime.comm.wire import PLAIN, Wire
 from ppdit.runtime.observe.trace import Tracer
 
 # Each rank multiplies its token slice (fewer GEMM rows) and attends with its heads; the sums
@@ -44,10 +44,10 @@ class UlyssesAttnProcessor:
     """Self-attention on a token slice, through a head split and back."""
 
     def __init__(self, group, split: tuple[int, ...], rank: int, v_first: bool,
-                 counter: A2ACounter, tracer: Tracer | None = None, staged: bool = False,
+                 counter: A2ACounter, tracer: Tracer | None = None, wire: Wire = PLAIN,
                  hier: Hierarchy | None = None, vmajor: VMajor | None = None, layer: int = 0):
         self.group, self.split, self.rank, self.v_first = group, split, rank, v_first
-        self.counter, self.tracer, self.staged, self.hier = counter, tracer, staged, hier
+        self.counter, self.tracer, self.wire, self.hier = counter, tracer, wire, hier
         self.vmajor, self.layer = vmajor, layer
 
     def _span(self, kind: str, name: str):
@@ -56,7 +56,7 @@ class UlyssesAttnProcessor:
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  rotary_emb=None):
         a2a = dict(split=self.split, group=self.group, rank=self.rank, counter=self.counter,
-                   staged=self.staged, hier=self.hier)
+                   wire=self.wire, hier=self.hier)
         in_flight = ExitStack()  # V's all-to-all, from issue to arrival: drawn beside the compute
         v_last = not self.v_first and self.vmajor is None
         if self.vmajor is not None:  # only V's changed rows travel (vmajor.py): no V-first
@@ -86,15 +86,13 @@ class UlyssesAttnProcessor:
 
     def _v_major(self, v: torch.Tensor) -> torch.Tensor:
         """V through the selective all-to-all: (B, S, H/P, hd), on V's device."""
-        chunks = head_chunks(v, len(self.split))
-        wire = chunks.to("cpu") if self.staged else chunks
-        rows = v_all_to_all(wire.contiguous(), self.split, self.rank, self.group, self.vmajor,
-                            self.layer)
+        rows = v_all_to_all(self.wire.carry(head_chunks(v, len(self.split))), self.split,
+                            self.rank, self.group, self.vmajor, self.layer)
         return rows.to(v.device).permute(1, 0, 2, 3)
 
 
 def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
-                    tracer: Tracer | None = None, staged: bool = False,
+                    tracer: Tracer | None = None, wire: Wire = PLAIN,
                     hier: Hierarchy | None = None, vmajor: VMajor | None = None
                     ) -> A2ACounter:
     """Route every block's self-attention through Ulysses; returns the all-to-all counter.
@@ -106,12 +104,12 @@ def install_ulysses(model, group, split: tuple[int, ...], *, v_first: bool,
     counter = A2ACounter()
     rank = dist.get_rank(group)
     install(model, lambda i: UlyssesAttnProcessor(group, split, rank, v_first, counter, tracer,
-                                                  staged, hier, vmajor, layer=i))
+                                                  wire, hier, vmajor, layer=i))
     return counter
 
 
 def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor,
-               group, split: tuple[int, ...], staged: bool = False, cache=None) -> torch.Tensor:
+               group, split: tuple[int, ...], wire: Wire = PLAIN, cache=None) -> torch.Tensor:
     """The velocity (B, C, F, H, W) with the blocks run on this rank's token slice; every rank
     returns the whole result (the slices are gathered before unpatchify). ``cache``: a
     ``cache.BlockCache`` deciding over the sequence ranks."""
@@ -124,22 +122,13 @@ def sp_forward(model, latent: torch.Tensor, timestep: torch.Tensor, text: torch.
     local = replace(ctx, rotary_emb=(cos[:, mine], sin[:, mine]))  # my tokens' positions
     run = run_blocks if cache is None else cache.run
     tokens = project_out(model, run(model, hidden[:, mine].contiguous(), local), local)
-    return unpatchify(model, gather_tokens(tokens, split, group, staged), ctx.grid)
-
-
-# torch 2.13 renamed funcol's all_gather_tensor (the old name warns on every call); older
-# releases only have the old name.
-_ALL_GATHER = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+    return unpatchify(model, gather_tokens(tokens, split, group, wire), ctx.grid)
 
 
 def gather_tokens(tokens: torch.Tensor, split: tuple[int, ...], group,
-                  staged: bool = False) -> torch.Tensor:
+                  wire: Wire = PLAIN) -> torch.Tensor:
     """All ranks' (B, S_r, C') slices -> (B, S, C') everywhere (padded to the longest slice)."""
-    longest = max(split)
-    pad = longest - tokens.shape[1]
-    padded = F.pad(tokens, (0, 0, 0, pad)) if pad else tokens
-    wire = padded.to("cpu") if staged else padded  # gloo moves host memory only
-    every = funcol.wait_tensor(_ALL_GATHER(wire.contiguous(), 0, group))
-    every = every.to(tokens.device)
+    pad = max(split) - tokens.shape[1]
+    every = wire.all_gather(F.pad(tokens, (0, 0, 0, pad)) if pad else tokens, group)
     parts = every.chunk(len(split))
     return torch.cat([p[:, :n] for p, n in zip(parts, split, strict=True)], dim=1)

@@ -29,10 +29,10 @@ class USPAttnProcessor(RingAttnProcessor):
     """Wan's self-attention on a token slice: ring attention inside Ulysses' all-to-alls."""
 
     def __init__(self, ulysses_group, ulysses_split: tuple[int, ...], ulysses_rank: int,
-                 ring: Ring, counter: A2ACounter, staged: bool = False):
+                 ring: Ring, counter: A2ACounter):
         super().__init__(ring)
         self.a2a = dict(split=ulysses_split, group=ulysses_group, rank=ulysses_rank,
-                        counter=counter, staged=staged)
+                        counter=counter, wire=ring.wire)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """To the head split over the Ulysses group, around the ring, back to my tokens."""
@@ -55,6 +55,6 @@ def install_usp(model, mesh: RankMesh, split: tuple[int, ...], wire: Wire, *,
     ring = Ring(ring_group, blocks, dist.get_rank(ring_group), wire, tracer)
     counter = A2ACounter()
     processor = USPAttnProcessor(mesh.group("ulysses"), by_group[mesh.coords["ring"]],
-                                 mesh.coords["ulysses"], ring, counter, wire.staged)
+                                 mesh.coords["ulysses"], ring, counter)
     install(model, lambda i: processor)
     return counter, ring

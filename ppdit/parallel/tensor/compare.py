@@ -19,10 +19,12 @@ import torch.distributed as dist
 
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.model import forward_by_stages, prologue, torch_dtype
+from ppdit.parallel.share import check_plans
 from ppdit.parallel.tensor.comms import CollectiveCounter, TraceReport, trace_report
 from ppdit.parallel.tensor.dtensor import parallelize_wan_dtensor
 from ppdit.parallel.tensor.parallelize import compile_blocks, local_param_count, parallelize_wan
 from ppdit.runtime.comm.mesh import world_group
+from ppdit.runtime.comm.wire import Wire
 from ppdit.runtime.compile_cache import use_project_compile_cache
 from ppdit.runtime.device import Placement
 from ppdit.runtime.observe.timing import timed
@@ -105,17 +107,15 @@ def example_inputs(preset: str, shape: tuple[int, ...]) -> tuple[torch.Tensor, .
                                                                        batch=shape[0])
 
 
-def build_variant(variant: TPVariant, spec: TPCompare, group: dist.ProcessGroup,
-                  placement: Placement):
-    """The model for ``variant`` on this rank, not yet compiled."""
-    model = spec.source.dit(placement.device)
+def build_variant(variant: TPVariant, spec: TPCompare, group: dist.ProcessGroup, wire: Wire):
+    """The model for ``variant`` on this rank (on the wire's device), not yet compiled."""
+    model = spec.source.dit(wire.device)
     if variant.style == "single":
         return model
     if variant.style == "dtensor":
-        return parallelize_wan_dtensor(model, tp_group=group, device_type=placement.device.type,
-                                       staged=placement.staged)
-    return parallelize_wan(model, tp_group=group, collectives=variant.style,
-                           staged=placement.staged)
+        return parallelize_wan_dtensor(model, tp_group=group, device_type=wire.device.type,
+                                       wire=wire)
+    return parallelize_wan(model, tp_group=group, collectives=variant.style, wire=wire)
 
 
 class TPCompareRunner(Runner):
@@ -125,6 +125,8 @@ class TPCompareRunner(Runner):
     check it against the single-device forward, counting collectives -> trace graph breaks
     (``torch._dynamo.explain`` resets Dynamo, which would throw away compiled code, so it runs
     before any compile) -> per variant, compile and warm up -> timed rounds."""
+
+    check = staticmethod(check_plans)
 
     def __init__(self, ctx: RankContext, plans: tuple[tuple[TPCompare, TPVariant], ...]):
         super().__init__(ctx, plans)
@@ -138,7 +140,7 @@ class TPCompareRunner(Runner):
             self.reference = forward_by_stages(spec.source.dit(dev), *self.inputs)
             self.group = world_group(ctx.rank, ctx.world_size)  # every rank one TP group
             for _, v in plans:
-                model = build_variant(v, spec, self.group, ctx.placement)
+                model = build_variant(v, spec, self.group, ctx.wire)
                 with CollectiveCounter() as counter:
                     out = forward_by_stages(model, *self.inputs)
                 self.models.append(model)

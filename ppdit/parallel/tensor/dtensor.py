@@ -22,26 +22,29 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from ppdit.parallel.layout import check_tp_degree
 from ppdit.parallel.tensor.layers import DistributedRMSNorm
 from ppdit.parallel.tensor.parallelize import _check_plain_wan, _localize_heads
+from ppdit.runtime.comm.wire import PLAIN, Wire
 
 
-def block_plan() -> dict:
+def block_plan(image: bool = False) -> dict:
     """The per-block ``parallelize_plan``: module paths -> ColwiseParallel / RowwiseParallel."""
     plan: dict = {}
     for attn in ("attn1", "attn2"):
         plan.update({f"{attn}.to_q": ColwiseParallel(), f"{attn}.to_k": ColwiseParallel(),
                      f"{attn}.to_v": ColwiseParallel(), f"{attn}.to_out.0": RowwiseParallel()})
     plan.update({"ffn.net.0.proj": ColwiseParallel(), "ffn.net.2": RowwiseParallel()})
+    if image:  # Wan 2.1 I2V's projections of the CLIP tokens
+        plan.update({"attn2.add_k_proj": ColwiseParallel(), "attn2.add_v_proj": ColwiseParallel()})
     return plan
 
 
 def parallelize_wan_dtensor(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup,
-                            device_type: str = "cpu", staged: bool = False
+                            device_type: str = "cpu", wire: Wire = PLAIN
                             ) -> WanTransformer3DModel:
     """Shard every block over ``tp_group`` with DTensor's ``parallelize_module``, in place.
 
     ``src_data_rank=None``: every rank already holds the same full weights (same seed), so each
     cuts its own shard locally instead of receiving it from rank 0."""
-    if staged:
+    if wire.staged:
         raise ValueError("DTensor issues its own collectives on the tensors it holds, and gloo "
                          "cannot move CUDA tensors: the DTensor variant needs a GPU per rank "
                          "(NCCL) or CPU ranks, not ranks sharing a GPU")
@@ -52,9 +55,12 @@ def parallelize_wan_dtensor(model: WanTransformer3DModel, *, tp_group: dist.Proc
     _check_plain_wan(model)
     mesh = DeviceMesh.from_group(tp_group, device_type=device_type)
     for block in model.blocks:
-        parallelize_module(block, mesh, block_plan(), src_data_rank=None)
+        image = block.attn2.add_k_proj is not None
+        parallelize_module(block, mesh, block_plan(image), src_data_rank=None)
         for attn in (block.attn1, block.attn2):
-            attn.norm_q = DistributedRMSNorm(attn.norm_q, rank=rank, tp=tp, group=tp_group)
-            attn.norm_k = DistributedRMSNorm(attn.norm_k, rank=rank, tp=tp, group=tp_group)
+            norms = ("norm_q", "norm_k") + (("norm_added_k",) if attn.add_k_proj else ())
+            for name in norms:
+                setattr(attn, name, DistributedRMSNorm(getattr(attn, name), rank=rank, tp=tp,
+                                                       group=tp_group))
             _localize_heads(attn, tp)
     return model

@@ -41,45 +41,28 @@ import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
 from torch import nn
 
+from ppdit.runtime.comm.wire import PLAIN, Wire
 from ppdit.runtime.observe.trace import collective_tracer
 
 COLLECTIVES = ("funcol", "c10d", "c10d_async")
 
 
 def all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
-                   staged: bool = False) -> torch.Tensor:
-    """Sum ``x`` over ``group`` and return the result, using one of ``COLLECTIVES``.
+                   wire: Wire = PLAIN) -> torch.Tensor:
+    """Sum ``x`` over ``group`` and return the result, issued as one of ``COLLECTIVES`` on the
+    rank's ``wire`` (staged there when ranks share a GPU over gloo).
 
-    ``staged`` (ranks sharing a GPU over gloo, which moves only host memory): the sum runs
-    eagerly on a host copy with c10d. Inside ``collectives_into(tracer)`` an eager call records
-    a ``collective`` span ending when the sum is there: funcol's wait moves into it from the next
-    op that reads the result, so the step's arithmetic and order are unchanged."""
+    Inside ``collectives_into(tracer)`` an eager call records a ``collective`` span ending when
+    the sum is there: funcol's wait moves into it from the next op that reads the result, so
+    the step's arithmetic and order are unchanged."""
+    if collectives not in COLLECTIVES:
+        raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
     tracer = None if torch.compiler.is_compiling() else collective_tracer()
     if tracer is not None:  # eager, and a timeline asked: time it to its result (a wait)
         with tracer.span("collective", "all-reduce", gpu=True):
-            out = _all_reduce_sum(x, group, collectives, staged)
-            return funcol.wait_tensor(out) if collectives == "funcol" and not staged else out
-    return _all_reduce_sum(x, group, collectives, staged)
-
-
-def _all_reduce_sum(x: torch.Tensor, group: dist.ProcessGroup, collectives: str,
-                    staged: bool) -> torch.Tensor:
-    if staged:
-        host = x.detach().to("cpu")
-        dist.all_reduce(host, group=group)
-        return host.to(x.device)
-    if collectives == "funcol":
-        return funcol.all_reduce(x, "sum", group)
-    if collectives == "c10d":
-        dist.all_reduce(x, group=group)  # in place: x is a fresh intermediate nobody else holds
-        return x
-    if collectives == "c10d_async":
-        # Waiting at once overlaps nothing: this style is here to show what a Work handle
-        # does to a compiled graph, as code that overlaps by hand would hold one.
-        work = dist.all_reduce(x, group=group, async_op=True)
-        work.wait()
-        return x
-    raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
+            out = wire.all_reduce(x, group, collectives)
+            return funcol.wait_tensor(out) if collectives == "funcol" and not wire.staged else out
+    return wire.all_reduce(x, group, collectives)
 
 
 def _shard(t: torch.Tensor, dim: int, rank: int, tp: int) -> torch.Tensor:
@@ -110,7 +93,7 @@ class RowParallelLinear(nn.Module):
     replicated and added *after* the all-reduce: before, it would be counted ``tp`` times."""
 
     def __init__(self, full: nn.Linear, *, rank: int, tp: int, group: dist.ProcessGroup,
-                 collectives: str = "funcol", staged: bool = False):
+                 collectives: str = "funcol", wire: Wire = PLAIN):
         super().__init__()
         if collectives not in COLLECTIVES:
             raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
@@ -118,11 +101,11 @@ class RowParallelLinear(nn.Module):
         self.weight = nn.Parameter(_shard(full.weight.data, 1, rank, tp), requires_grad=False)
         self.bias = (None if full.bias is None else
                      nn.Parameter(full.bias.data.clone(), requires_grad=False))
-        self.group, self.collectives, self.staged = group, collectives, staged
+        self.group, self.collectives, self.wire = group, collectives, wire
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         partial = F.linear(x, self.weight)  # (..., out): this rank's term of the sum
-        out = all_reduce_sum(partial, self.group, self.collectives, self.staged)
+        out = all_reduce_sum(partial, self.group, self.collectives, self.wire)
         return out if self.bias is None else out + self.bias
 
     def extra_repr(self) -> str:
@@ -143,18 +126,18 @@ class DistributedRMSNorm(nn.Module):
     these small all-reduces per block (q and k of both attentions) beside its three big ones."""
 
     def __init__(self, full: nn.RMSNorm, *, rank: int, tp: int, group: dist.ProcessGroup,
-                 collectives: str = "funcol", staged: bool = False):
+                 collectives: str = "funcol", wire: Wire = PLAIN):
         super().__init__()
         (self.full_dim,) = full.normalized_shape
         self.eps = full.eps if full.eps is not None else torch.finfo(torch.float32).eps
         self.weight = (None if full.weight is None else
                        nn.Parameter(_shard(full.weight.data, 0, rank, tp), requires_grad=False))
-        self.group, self.collectives, self.staged = group, collectives, staged
+        self.group, self.collectives, self.wire = group, collectives, wire
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.float()  # like torch's rms_norm: accumulate in fp32 even for bf16 activations
         ss = xf.pow(2).sum(dim=-1, keepdim=True)  # (..., 1) local sum of squares
-        ss = all_reduce_sum(ss, self.group, self.collectives, self.staged)
+        ss = all_reduce_sum(ss, self.group, self.collectives, self.wire)
         y = xf * torch.rsqrt(ss / self.full_dim + self.eps)
         if self.weight is not None:
             y = y * self.weight

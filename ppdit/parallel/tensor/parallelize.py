@@ -12,6 +12,8 @@
       attn2  to_q               column-parallel     (image tokens h)
              to_k, to_v         column-parallel     (text tokens, (B,L,D))
              norm_q, norm_k     DistributedRMSNorm  all-reduce (B,S,1) and (B,L,1)
+             add_k_proj, add_v_proj, norm_added_k   as to_k, to_v, norm_k (Wan 2.1 I2V's
+                                CLIP tokens: each rank projects all of them for its heads)
              to_out[0]          row-parallel        all-reduce (B,S,D)
       norm3, modulation         replicated
       ffn    net[0].proj        column-parallel     F/tp hidden features, GELU on the slice
@@ -37,6 +39,7 @@ from ppdit.parallel.tensor.layers import (
     DistributedRMSNorm,
     RowParallelLinear,
 )
+from ppdit.runtime.comm.wire import PLAIN, Wire
 
 # Why TP output is close to, not bitwise equal to, one device: a row-parallel layer computes
 # sum_r (x_r W_r^T) with one GEMM per rank and adds the tp partial sums in the all-reduce, and
@@ -56,11 +59,12 @@ TP_TOL_BY_DTYPE = {"fp32": TP_TOL, "bf16": {"rtol": 2e-2, "atol": 2e-2},
 
 
 def parallelize_wan(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup,
-                    collectives: str = "funcol", staged: bool = False) -> WanTransformer3DModel:
+                    collectives: str = "funcol", wire: Wire = PLAIN) -> WanTransformer3DModel:
     """Shard every block of ``model`` over ``tp_group`` (Megatron column/row split) in place,
     and return it (unchanged by a group of one rank). Every rank must hold the same full
     weights before (one seed); after, each keeps only its shards. ``collectives``: how the
-    all-reduces are issued (``layers.py``); ``staged``: on host copies (gloo on a shared GPU)."""
+    all-reduces are issued (``layers.py``); ``wire``: the rank's (it stages them on host copies
+    when ranks share a GPU over gloo)."""
     if collectives not in COLLECTIVES:
         raise ValueError(f"collectives={collectives!r} is not one of {COLLECTIVES}")
     tp, rank = dist.get_world_size(tp_group), dist.get_rank(tp_group)
@@ -69,7 +73,7 @@ def parallelize_wan(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup
         return model
     _check_plain_wan(model)
     kw = dict(rank=rank, tp=tp)
-    red = dict(kw, group=tp_group, collectives=collectives, staged=staged)
+    red = dict(kw, group=tp_group, collectives=collectives, wire=wire)
     for block in model.blocks:
         for attn in (block.attn1, block.attn2):
             attn.to_q = ColumnParallelLinear(attn.to_q, **kw)
@@ -78,6 +82,10 @@ def parallelize_wan(model: WanTransformer3DModel, *, tp_group: dist.ProcessGroup
             attn.norm_q = DistributedRMSNorm(attn.norm_q, **red)
             attn.norm_k = DistributedRMSNorm(attn.norm_k, **red)
             attn.to_out[0] = RowParallelLinear(attn.to_out[0], **red)
+            if attn.add_k_proj is not None:  # Wan 2.1 I2V: the image's keys and values
+                attn.add_k_proj = ColumnParallelLinear(attn.add_k_proj, **kw)
+                attn.add_v_proj = ColumnParallelLinear(attn.add_v_proj, **kw)
+                attn.norm_added_k = DistributedRMSNorm(attn.norm_added_k, **red)
             _localize_heads(attn, tp)
         block.ffn.net[0].proj = ColumnParallelLinear(block.ffn.net[0].proj, **kw)
         block.ffn.net[2] = RowParallelLinear(block.ffn.net[2], **red)
@@ -92,7 +100,7 @@ def _localize_heads(attn: nn.Module, tp: int) -> None:
 
 
 def _check_plain_wan(model: WanTransformer3DModel) -> None:
-    """The split assumes an unsharded text-to-video Wan with separate q/k/v projections."""
+    """The split assumes an unsharded Wan with separate q/k/v projections."""
     swapped = [m for b in model.blocks for m in (b.attn1.to_q, b.ffn.net[2])
                if type(m) is not nn.Linear]
     if swapped or any(hasattr(p, "placements") for p in model.parameters()):  # DTensor params
@@ -104,25 +112,24 @@ def _check_plain_wan(model: WanTransformer3DModel) -> None:
             if getattr(attn, "fused_projections", False):
                 raise ValueError(f"blocks[{i}].{name} has fused projections; call "
                                  "model.unfuse_qkv_projections() before parallelize_wan")
-            if attn.add_k_proj is not None:
-                raise ValueError("image-conditioned (I2V) Wan blocks are not supported by "
-                                 "parallelize_wan")
+
+
+SPLIT = {"to_q", "to_k", "to_v", "norm_q", "norm_k", "proj", "add_k_proj", "add_v_proj",
+         "norm_added_k"}  # column-parallel layers and the q/k norms: all of their tensors
+
+
+def tp_splits(name: str) -> bool:
+    """Whether TP keeps 1/tp of the tensor ``name`` on each rank: the column-parallel layers'
+    weights and biases, the q/k norms' weights, and the row-parallel layers' weights (their
+    biases are added once, after the all-reduce, so every rank keeps them whole)."""
+    parts = name.split(".")
+    return parts[0] == "blocks" and (parts[-2] in SPLIT or parts[-3:] in (
+        ["to_out", "0", "weight"], ["net", "2", "weight"]))
 
 
 def sharded_param_names(model: nn.Module) -> list[str]:
-    """Names of the parameters that TP splits 1/tp per rank (weights of the 14 split layers
-    per block, column biases, q/k norm weights); every other parameter is replicated."""
-    split = {"to_q", "to_k", "to_v", "norm_q", "norm_k", "proj"}
-    out = []
-    for name, _ in model.named_parameters():
-        parts = name.split(".")
-        if parts[0] != "blocks":
-            continue
-        layer, kind = parts[-2], parts[-1]
-        if layer in split or (kind == "weight" and parts[-3:-1] in (["to_out", "0"],
-                                                                    ["net", "2"])):
-            out.append(name)
-    return out
+    """Names of the parameters that TP splits 1/tp per rank; every other one is replicated."""
+    return [name for name, _ in model.named_parameters() if tp_splits(name)]
 
 
 def expected_tp_param_count(model: nn.Module, tp: int) -> int:
@@ -143,8 +150,7 @@ def compile_blocks(model: nn.Module, **compile_kwargs) -> nn.Module:
     Per block rather than the whole forward: the blocks are alike, so after the first one
     compiles the others reuse its code or Inductor's cached kernels, and a compile costs
     seconds, not a minute. ``fullgraph=True`` turns any graph break into an error."""
-    staged = [m for m in model.modules() if getattr(m, "staged", False)]
-    if staged:
+    if any(getattr(m, "wire", PLAIN).staged for m in model.modules()):
         raise ValueError("compile_blocks: the model's collectives are staged through host "
                          "buffers (ranks sharing a GPU over gloo); a compiled graph cannot "
                          "hold those copies. Run it eagerly, or give each rank a GPU (NCCL)")

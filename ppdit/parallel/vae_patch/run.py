@@ -19,6 +19,7 @@ import torch
 from diffusers import AutoencoderKLWan
 
 from ppdit.checkpoint.source import ModelSource
+from ppdit.parallel.share import check_plans
 from ppdit.parallel.vae_patch.decode import GATHER, decode_patch_parallel
 from ppdit.parallel.vae_patch.halo import RowGroup
 from ppdit.runtime.comm.mesh import Mesh
@@ -63,9 +64,11 @@ class RankPeaks:
 class PatchRunner(Runner):
     """Every plan of a side-by-side job on one rank: its row group, its decodes."""
 
+    check = staticmethod(check_plans)
+
     @staticmethod
     def prepare(rank: int, world_size: int, plans: tuple) -> AutoencoderKLWan:
-        """Before the process group exists: the plans' one VAE (``check_one_model``)."""
+        """Before the process group exists: the plans' one VAE (``check_plans``)."""
         return plans[0].source.vae()
 
     def __init__(self, ctx: RankContext, plans: Sequence[PatchPlan]):

@@ -16,7 +16,9 @@ Every operation goes through the rank's ``Wire`` (``ctx.wire``): plain gloo / NC
 queueing per peer as NCCL would (``runtime.comm.nccl_rules``); a rule test
 (``tests/unit/test_wire_rule.py``) allows bare ``dist.send``-style calls only in the baselines.
 Staged (``runtime.device``), bytes travel through a (pinned) host buffer. Every entry point
-checks that its tensors live on the rank's device.
+checks that its tensors live on the rank's device. The layouts' collectives go through the wire
+too (``Wire.all_reduce``, ``all_to_all``, ``all_gather``), so staging is the wire's business:
+the algorithms never see it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from functools import cached_property
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 
 from ppdit.runtime.comm.nccl_rules import NcclRules, P2PDeadlock
 
@@ -39,6 +42,9 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int
           torch.int16, torch.int8, torch.uint8, torch.bool)
 DEFAULT_TIMEOUT_S = 60.0
 WORK_SLACK = 3.0  # a bound from the work allows 3x the predicted time (noise, contention)
+# torch 2.13 renamed funcol's all_gather_tensor (the old name warns on every call); older
+# releases only have the old name.
+_ALL_GATHER = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
 _ABORTED: list[str] = []  # why this process's communicators are unusable (see wait_for)
 
 
@@ -96,6 +102,36 @@ class Wire:
         """Where a message's bytes live while the backend moves them: the host when staged."""
         return torch.device("cpu") if self.staged else torch.device(self.device)
 
+    def carry(self, tensor: torch.Tensor) -> torch.Tensor:
+        """What a collective moves: ``tensor``, or its host copy when staged (gloo moves host
+        memory only); contiguous (gloo fails on a strided one). The one place the copy is made."""
+        return (tensor.detach().to("cpu") if self.staged else tensor).contiguous()
+
+    def all_to_all(self, tensor: torch.Tensor, out_sizes: Sequence[int],
+                   in_sizes: Sequence[int], group) -> torch.Tensor:
+        """``funcol.all_to_all_single`` along dim 0: waited for at its first use (so work can
+        run while it travels); on the host when staged (``.to(device)`` after the wait)."""
+        return funcol.all_to_all_single(self.carry(tensor), list(out_sizes), list(in_sizes),
+                                        group)
+
+    def all_gather(self, tensor: torch.Tensor, group) -> torch.Tensor:
+        """Every rank's ``tensor`` stacked along dim 0 (rank order), back on its device."""
+        return funcol.wait_tensor(_ALL_GATHER(self.carry(tensor), 0, group)).to(tensor.device)
+
+    def all_reduce(self, tensor: torch.Tensor, group, style: str = "funcol") -> torch.Tensor:
+        """The sum over ``group`` as ``style`` issues it (``tensor.layers.COLLECTIVES``); staged,
+        eagerly on a host copy with c10d, back on the device."""
+        if self.staged:
+            host = self.carry(tensor)
+            dist.all_reduce(host, group=group)
+            return host.to(tensor.device)
+        if style == "funcol":
+            return funcol.all_reduce(tensor, "sum", group)
+        work = dist.all_reduce(tensor, group=group, async_op=style == "c10d_async")
+        if work is not None:  # a Work handle waited at once: it overlaps nothing, but shows
+            work.wait()  # what holding one does to a compiled graph
+        return tensor  # in place: a fresh intermediate nobody else holds
+
     def send(self, tensor: torch.Tensor, dst: int, group=None):
         """``dist.isend``, or the same under NCCL's rules."""
         if self.rules is not None:
@@ -119,6 +155,9 @@ class Wire:
         way = {"send": dist.isend, "recv": dist.irecv}
         return dist.batch_isend_irecv([dist.P2POp(way[kind], t, peer, group)
                                        for kind, t, peer in ops])
+
+
+PLAIN = Wire()  # a CPU rank's: nothing staged, no rules (the default of the collectives' users)
 
 
 def wait_for(work, timeout_s: float, what: str) -> None:
