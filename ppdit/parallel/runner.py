@@ -137,7 +137,7 @@ class LayoutRunner(StackRunner):
         with self.stacks[i].round(tracer) as stack, timed(self.ctx.placement) as clock:
             latents = run_requests(plan, stack, self.dens[i], tracer,
                                    lambda step: self._step_done(plan, step, clock))
-        return {"latents": latents, **stack.counts(),
+        return {"latents": latents, **stack.counts(), "seconds": clock.seconds,
                 "cache_log": [] if cache is None else list(cache.log)}
 
     def _step_done(self, plan: LayoutPlan, step: int, clock) -> None:
@@ -170,6 +170,7 @@ class LayoutResult(Rounds):
     load_peak_bytes: list[int] = field(default_factory=list)
     # a step cache's (request, step, branch, computed) decisions, by rank (``ppdit.cache``)
     cache_logs: list[list[tuple]] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)  # rank 0's time of each round (timed)
 
     @property
     def latents(self) -> dict[int, torch.Tensor]:
@@ -186,7 +187,8 @@ class LayoutResult(Rounds):
                    first["a2a_bytes"], runs.traces, first["ring_bytes"], first["hier"],
                    first["vmajor"], [runs.held[r] for r in ranks],
                    [last[r]["load_peak_bytes"] for r in ranks],
-                   [last[r]["cache_log"] for r in ranks])
+                   [last[r]["cache_log"] for r in ranks],
+                   [out["seconds"] for out in runs.outputs[ranks[0]]])
 
 
 def run_layouts(plans: dict[str, LayoutPlan], rounds: int = 1,
