@@ -13,6 +13,7 @@ N max(M, P) + (min(M, P) - 1) / V in all. The bubble is 1 - N M / (that time).""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ppdit.checkpoint.source import ModelSource
@@ -38,6 +39,18 @@ def uneven_speedup(num_items: int, stage_steps: list[int]) -> float:
     stage, M n / (n + (M - 1) max). 26 + 14 steps, M = 8: 1.44x, not 2 x 8 / 9 = 1.78x."""
     n = sum(stage_steps)
     return num_items * n / (n + (num_items - 1) * max(stage_steps))
+
+
+def replicated_speedup(num_items: int, num_gpus: int, stage_steps: list[int]) -> float:
+    """Throughput over one device of ``num_gpus`` GPUs holding G / P copies of one P-stage
+    pipeline (``[n]``: a whole model per GPU, plain replicas), the M requests dealt evenly:
+    each copy runs ceil(M / copies) of them, so M n / (n + (ceil(M / copies) - 1) max).
+    Wan 2.2, 8 requests on 2 GPUs: two whole copies 2.00x, its expert cut 26 + 14 1.44x."""
+    if num_gpus % len(stage_steps):
+        raise ValueError(f"{num_gpus} GPUs do not hold whole copies of a "
+                         f"{len(stage_steps)}-stage pipeline (GPUs % stages must be 0)")
+    per_copy = math.ceil(num_items / (num_gpus // len(stage_steps)))
+    return num_items / per_copy * uneven_speedup(per_copy, stage_steps)
 
 
 def cached_time_share(skipped: float, num_blocks: int, block_share: float = 1.0) -> float:

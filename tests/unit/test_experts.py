@@ -92,3 +92,16 @@ def test_the_memory_prediction_shards_both_experts_under_fsdp():
     assert two == pytest.approx(2 * one - 2 * block_gb, rel=1e-6)
     assert predict("wan2.2-a14b", "H100 SXM", Layout(step=2)).weights_gb == pytest.approx(
         predict("wan2.1-14b", "H100 SXM", Layout()).weights_gb)
+
+
+def test_copies_of_a_pipeline_against_whole_replicas():
+    """Lesson 02's baseline in lesson 17's numbers: two whole copies of A14B give 2x one device
+    on 8 requests, its expert cut on the same 2 GPUs 1.44x; copies of the cut on 8 GPUs."""
+    from ppdit.analysis.bubbles import replicated_speedup, uneven_speedup
+
+    assert replicated_speedup(8, 2, [40]) == 2.0
+    assert replicated_speedup(8, 2, [26, 14]) == uneven_speedup(8, [26, 14])
+    assert replicated_speedup(32, 8, [26, 14]) == pytest.approx(4 * uneven_speedup(8, [26, 14]))
+    assert replicated_speedup(9, 2, [40]) == pytest.approx(9 / 5)  # the odd request out
+    with pytest.raises(ValueError, match="GPUs % stages"):
+        replicated_speedup(8, 6, [13, 13, 7, 7])
