@@ -6,6 +6,7 @@ checker can try plans that real ranks would never be given (``run_ranks_in_order
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import os
@@ -73,10 +74,6 @@ class LoopbackMailbox:
                                "was never sent (on real ranks: a hang until the timeout)")
         return queue.popleft()
 
-    def unread(self) -> dict[tuple[int, int], int]:
-        """Messages sent but never received, by (source, destination)."""
-        return {pair: len(q) for pair, q in self.queues.items() if q}
-
 
 def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequence[Any]],
                        modules: Sequence[ModuleType]) -> list[Any]:
@@ -102,9 +99,9 @@ def run_ranks_in_order(worker: Callable[..., Any], args_by_rank: Sequence[Sequen
             except Exception as err:
                 err.add_note(f"(raised on rank {rank} of {world}, run in order in one process)")
                 raise
-    if mailbox.unread():
-        raise AssertionError(f"messages sent but never received, by (from, to): "
-                             f"{mailbox.unread()}: sender and receiver disagree on the protocol")
+    if unread := {pair: len(q) for pair, q in mailbox.queues.items() if q}:
+        raise AssertionError(f"messages sent but never received, by (from, to): {unread}: "
+                             "sender and receiver disagree on the protocol")
     return results
 
 
@@ -143,34 +140,76 @@ def one_thread():
 
 # -- a learner's own work: what a checker that draws its expectations from ppdit must refuse ---
 
+_PPDIT = os.path.dirname(os.path.dirname(__file__)) + os.sep  # ppdit's files ...
+_TEACHING = os.path.dirname(__file__) + os.sep  # ... bar this folder, the labs' own toolkit
+# Ways to reach a module or code by a string built at run time, which no scan of import
+# statements can read: refused as names (``exec``), attributes (``sys.modules``) and imports.
+_DYNAMIC = frozenset({"importlib", "__import__", "import_module", "modules", "exec", "eval",
+                      "compile", "runpy", "pkgutil", "builtins", "__builtins__", "globals",
+                      "vars", "getattr", "__dict__", "__globals__", "settrace", "setprofile"})
 
-def _foreign(name: str, banned: Sequence[str]) -> bool:
-    """Whether a dotted name lies in ppdit (bar ``ppdit.teaching``, the labs' own toolkit) or
-    in one of the ``banned`` modules (a checker, whose reference a learner could import)."""
+
+def _foreign(name: str, banned: Sequence[str], path: str = "") -> bool:
+    """Whether a dotted module name (or its file) lies in ppdit, bar ``ppdit.teaching`` (the
+    labs' own toolkit), or in one of the ``banned`` modules (a checker, holding a reference)."""
     dotted = name + "."
-    return (any(dotted.startswith(root + ".") for root in ("ppdit", *banned))
-            and not dotted.startswith("ppdit.teaching."))
+    return ((dotted.startswith(tuple(f"{root}." for root in ("ppdit", *banned)))
+             or path.startswith(_PPDIT))
+            and not (dotted.startswith("ppdit.teaching.") or path.startswith(_TEACHING)))
+
+
+def _borrowed(node: ast.AST, banned: Sequence[str]) -> str | None:
+    """The name a node of a learner's source gives that it may not: a module of ppdit's or a
+    checker's (an import's, or a ``from``'s), or a way to reach code by a string (``_DYNAMIC``)."""
+    name = next((getattr(node, key) for key in ("id", "attr", "module", "name")
+                 if isinstance(getattr(node, key, None), str)), "")
+    return name if _foreign(name, banned) or name.split(".")[0] in _DYNAMIC else None
+
+
+def _guarded(fn: Callable, rule: str, banned: Sequence[str], found: list[str]) -> Callable:
+    """``fn`` under a profile hook that notes the first call into ppdit's or a banned module's
+    code: however ``fn`` got there (a name built at run time, a reference kept from load time),
+    the code that runs has their file and module. Raised as ``fn`` returns: no ``except``
+    in the learner's code can swallow it."""
+    def hook(frame, event, _):
+        code, name = frame.f_code, frame.f_globals.get("__name__", "")
+        if event == "call" and not found and _foreign(name, banned, code.co_filename):
+            found.append(f"{name}.{code.co_qualname} ({code.co_filename})")
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        before = sys.getprofile()
+        sys.setprofile(hook)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sys.setprofile(before)
+            if found:
+                raise AssertionError(f"your {fn.__name__} ran {found[0]}: {rule}")
+    return guarded
 
 
 def check_own_work(impl: ModuleType, lab: str, banned: Sequence[str] = ()) -> None:
     """A learner's file may not use ppdit's code, nor ``banned`` modules: the checker compares
-    it with them. Two looks: every import statement in the source, wherever it sits (inside a
-    function too), and every global of the loaded module (an import under another spelling)."""
-    rule = f"{lab} asks for your own work: it may not use ppdit's own code or the checker's"
+    it with them. Three looks: the source (imports anywhere, and the names that import by a
+    string: ``importlib``, ``__import__``, ``sys.modules``, ``exec``...), the loaded module's
+    globals (an import under another spelling), and every call into ppdit's code that the
+    file's functions make, however they reached it: they are replaced by ``_guarded`` ones."""
+    rule = (f"{lab} asks for your own work: it may not use ppdit's own code or the checker's, "
+            "nor reach code by a name built at run time (importlib, __import__, sys.modules, "
+            "exec, eval, getattr...)")
     for node in ast.walk(ast.parse(inspect.getsource(impl))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-        else:
-            continue
-        for name in (n for n in names if _foreign(n, banned)):
-            raise AssertionError(f"line {node.lineno} of your lab file imports {name}: {rule}")
-    for name, value in vars(impl).items():
+        if name := _borrowed(node, banned):
+            raise AssertionError(f"line {node.lineno} of your lab file uses {name} "
+                                 f"(`{ast.unparse(node)[:60]}`): {rule}")
+    found: list[str] = []
+    for name, value in list(vars(impl).items()):
         origin = value.__name__ if isinstance(value, ModuleType) else getattr(
             value, "__module__", None)
         if isinstance(origin, str) and _foreign(origin, banned):
             raise AssertionError(f"your lab file's global {name!r} comes from {origin}: {rule}")
+        if inspect.isfunction(value):  # the file's own, or one from a helper file of its
+            setattr(impl, name, _guarded(value, rule, banned, found))
 
 
 class _TooManyLines(BaseException):
@@ -180,8 +219,9 @@ class _TooManyLines(BaseException):
 @contextmanager
 def counting_lines(budget: int, refusal: str):
     """Count the Python lines (and calls) the block runs, in every frame, with ``sys.settrace``;
-    past ``budget`` stop it with ``AssertionError(refusal)``: a closed form runs a handful
-    whatever its sizes, a clock or a search one or more per event. The tracer before is kept."""
+    past ``budget`` stop it and raise ``AssertionError(refusal)`` as it ends (also if the
+    learner's code caught the stop and went on): a closed form runs a handful whatever its
+    sizes, a clock or a search one or more per event. The tracer before is kept."""
     lines = [0]
     def tracer(frame, event, arg):
         lines[0] += event in ("call", "line")
@@ -193,7 +233,7 @@ def counting_lines(budget: int, refusal: str):
     sys.settrace(tracer)
     try:
         yield
-    except _TooManyLines:
-        raise AssertionError(refusal) from None
     finally:
         sys.settrace(before)
+        if lines[0] > budget:
+            raise AssertionError(refusal) from None
