@@ -3,7 +3,8 @@
 Numbers alone do not make an all-to-all: all-gathering every rank's whole slice and keeping
 one's heads gives the same numbers for P times the bytes. So the checker also counts what each
 rank sends in each of the learner's functions (``SentBytes``) and holds it to what the
-all-to-all needs.
+all-to-all needs. And the functions must be the learner's own (``labkit.check_own_work``): ppdit's
+swaps would pass every comparison.
 """
 
 from __future__ import annotations
@@ -178,9 +179,10 @@ def a2a_worker(ctx, impl_path: str, split: tuple[int, ...], seeds: tuple[int, ..
     """On every rank: run the student's swaps and attention on this rank's slices."""
     import torch.distributed as dist
 
-    from ppdit.teaching.labkit import load_module
+    from ppdit.teaching.labkit import check_own_work, load_module
 
     impl, r, group = load_module(impl_path), ctx.rank, dist.group.WORLD
+    check_own_work(impl, "lab 05")  # guards the functions this rank runs, too
     q, k, v, y = (_full(seed, sum(split)) for seed in seeds)
     out, sent = {}, {}
     with SentBytes() as count:
@@ -218,10 +220,12 @@ def check(impl, pool=None) -> None:
     """3 real gloo ranks: swaps bit for bit, attention to ``ATTN_TOL`` against one device, and
     every function sending what its all-to-alls need (``check_bytes``), no more, no less; on
     ``SPLIT``, then on a token count and values drawn at this run. ``pool``: live ranks to
-    reuse (the test suite's); a student's run starts fresh ones."""
+    reuse (the test suite's); a student's run starts fresh ones. ppdit's own swaps
+    (``ppdit.parallel.sequence.comms``) would pass all of it, so the file may not use them."""
     from ppdit.parallel.sequence.comms import even_split
-    from ppdit.teaching.labkit import hidden_cases
+    from ppdit.teaching.labkit import check_own_work, hidden_cases
 
+    check_own_work(impl, "lab 05")  # here, before any rank starts: a refusal costs nothing
     try:
         _check_split(impl, SPLIT, tuple(range(4)), pool)
     except AssertionError as err:

@@ -21,6 +21,7 @@ CHECKERS = dict(CASES)
 RANKS = {"lab01_split_steps": 2, "lab02_handoff": 2, "lab04_tp_linear": 2, "lab05_ulysses": 3}
 # (lab, broken variant, what the checker must say about it)
 BROKEN = [
+    ("lab01_split_steps", "lab01_imports_ppdit", "lab 01 asks for your own work"),
     ("lab02_handoff", "lab02_trusts_its_plan", "wrong-step bug not caught"),
     ("lab02_handoff", "lab02_restarts_at_zero", "differs from one device"),
     ("lab03_bubble", "lab03_latency_free_makespan", "your makespan"),
@@ -30,6 +31,9 @@ BROKEN = [
     ("lab04_tp_linear", "lab04_async_allreduce", "graph break"),
     ("lab05_ulysses", "lab05_no_permute", "not the right numbers"),
     ("lab05_ulysses", "lab05_allgather_then_slice", "bytes"),
+    ("lab05_ulysses", "lab05_wraps_ppdit_comms", r"uses ppdit\.parallel\.sequence.*own work"),
+    ("lab05_ulysses", "lab05_unpickles_ppdit_comms",
+     r"your seq_to_heads ran ppdit\.parallel.*own work"),
     ("lab06_hang", "lab06_acks_on_frames_comm", "hangs under NCCL's rules"),
     ("lab06_hang", "lab06_no_flow_control", "window"),
     ("lab06_hang", "lab06_receives_on_demand", "must be posted ahead"),
