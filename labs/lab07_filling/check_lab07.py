@@ -12,16 +12,20 @@ send window, which matters once a hop outlasts a stage (the handout's Going furt
 
 A replay that matches the checker's could pass every comparison without deriving anything, so
 the learner's answers must also be their own (``labkit.check_own_work``: no ppdit code, not this
-checker's ``simulate``) and closed forms (``check_closed_form``: a call at R = 100 000 within a
-budget of Python lines that a clock or a search overruns). Beside the cases listed below, each
-run draws hidden ones (``check_hidden``), so that fitting the visible cases is not enough.
+checker's ``simulate``) and closed forms (``check_closed_form``: probes drawn at each run, R in
+the thousands to 100 000 and fractions from 0.999 to 0.9999, each within a budget of Python lines
+that a clock or a search overruns and each equal to the replay's value, so that a size guard
+answering nonsense past the visible cases fails too). Beside the cases listed below, each run
+draws hidden ones (``check_hidden``), so that fitting the visible cases is not enough.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,6 +34,9 @@ from ppdit.teaching.labkit import check_own_work, counting_lines, hidden_cases
 HERE = Path(__file__).parent
 REL = 1e-9  # float sums of stage and hop times: equal up to rounding
 NS_REL = 1e-6  # a trace counts whole nanoseconds
+# A ratio this close below its target reaches it: 9 / 10 and 0.9 differ by one rounding, while
+# at a fraction of 0.9999 the ratios of R and R - 1 requests differ by about 1e-9.
+REACH_REL = 1e-12
 STAGES = range(1, 7)
 REQUESTS = (*range(1, 10), 16, 33)
 STAGE_TIMES = (1.0, 2.5, 0.3)
@@ -37,8 +44,9 @@ STAGE_TIMES = (1.0, 2.5, 0.3)
 # link, and as long as the stage itself (the longest this lab's rules allow)
 HOP_SHARES = (0.0, 0.004, 0.25, 1.0)
 FRACTIONS = (0.05, 0.3, 0.5, 0.6, 2 / 3, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99)
-# A closed form runs a handful of lines whatever R is; a clock at R = 100 000 places 600 000
-# tasks, and a search for the fewest requests at 0.9999 of the rate tries some 70 000 of them.
+# A closed form runs a handful of lines whatever R is; a clock at the probes' R (1 000 to
+# 100 000) places thousands of tasks or more, and a search for the fewest requests at 0.999 to
+# 0.9999 of the rate tries thousands of them.
 CLOSED_FORM_LINES = 1_000
 HIDDEN = 40  # cases drawn at check time, beside the visible ones
 
@@ -122,11 +130,12 @@ def check_fill(impl) -> None:
             "(fill, stream, drain)")
 
 
-def check_steady(impl) -> None:
-    """Part 2's limit: a full pipeline's rate, hops included."""
+def check_steady(impl, cases=None) -> None:
+    """Part 2's limit: a full pipeline's rate, hops included (``cases``: (P, stage_s, hop_s))."""
     # many stages and long hops first: a wrong answer shows plainest there
-    for share, p, stage_s in itertools.product(HOP_SHARES[::-1], STAGES[::-1], STAGE_TIMES):
-        hop_s = share * stage_s
+    for p, stage_s, hop_s in cases or (
+            (p, stage_s, share * stage_s) for share, p, stage_s
+            in itertools.product(HOP_SHARES[::-1], STAGES[::-1], STAGE_TIMES)):
         mine, sim = impl.steady_throughput(p, stage_s, hop_s), _sim_steady(p, stage_s, hop_s)
         assert mine == pytest.approx(sim, rel=REL), (
             f"P={p}, stage_s={stage_s}, hop_s={hop_s:g}: your steady throughput is "
@@ -143,9 +152,9 @@ def check_hops(impl, cases=None) -> None:
             f"{sim:.6g} s")
 
 
-def check_throughput(impl) -> None:
+def check_throughput(impl, cases=None) -> None:
     """Part 2: requests per second over the whole run."""
-    for case, name in itertools.chain(_cases(hops=False), _cases(hops=True)):
+    for case, name in cases or itertools.chain(_cases(hops=False), _cases(hops=True)):
         mine, sim = impl.throughput(*case), case[0] / _sim_makespan(*case)
         assert mine == pytest.approx(sim, rel=REL), (
             f"{name}: your throughput is {mine:.6g}/s, the simulated run's {sim:.6g}/s "
@@ -164,10 +173,10 @@ def check_in_flight(impl, cases=None) -> None:
 
 def _reaches(num_requests: int, num_stages: int, fraction: float) -> tuple[bool, float]:
     """Whether R requests without hops reach ``fraction`` of the steady rate, on the clock
-    (a ratio within REL of the target counts: 9 / 10 must reach 0.9)."""
+    (a ratio within REACH_REL of the target counts: 9 / 10 must reach 0.9)."""
     ratio = (num_requests / _sim_makespan(num_requests, num_stages, 1.0, 0.0)
              / _sim_steady(num_stages, 1.0, 0.0))
-    return ratio >= fraction * (1 - REL), ratio
+    return ratio >= fraction * (1 - REACH_REL), ratio
 
 
 def check_requests_for(impl, cases=None) -> None:
@@ -208,12 +217,23 @@ def _closed(impl, name: str, *args):
 
 
 def check_closed_form(impl) -> None:
-    """Every part's cost must not grow with R (or with how close ``fraction`` is to 1)."""
-    big = (100_000, 6, 1.0, 0.25)
-    for name in ("makespan", "throughput", "in_flight"):
-        _closed(impl, name, *big)
-    _closed(impl, "steady_throughput", *big[1:])
-    _closed(impl, "requests_for", 0.9999, 8)
+    """Every part's cost must not grow with R (or with how close ``fraction`` is to 1), and
+    its value must be the replay's: on a probe drawn at this run, R log-uniform in [1 000,
+    100 000] and the fraction in [0.999, 0.9999], so that no guard on the size can single the
+    probe out."""
+    budgeted = SimpleNamespace(**{name: functools.partial(_closed, impl, name) for name in (
+        "makespan", "throughput", "in_flight", "steady_throughput", "requests_for")})
+    with hidden_cases() as rng:
+        stage_s = round(rng.uniform(0.05, 5.0), 3)
+        big = (round(10 ** rng.uniform(3, 5)), rng.randint(2, 6), stage_s,
+               round(rng.random() * stage_s, 3))
+        probe = [(big, "probe R={}, P={}, stage_s={}, hop_s={}".format(*big))]
+        check_hops(budgeted, probe)  # each check calls yours first: an overrun costs no replay
+        check_throughput(budgeted, probe)
+        check_in_flight(budgeted, probe)
+        check_steady(budgeted, [big[1:]])
+        check_requests_for(budgeted, [(round(1 - 10 ** -rng.uniform(3, 4), 6),
+                                       rng.randint(2, 8))])
 
 
 def check_hidden(impl) -> None:

@@ -1,0 +1,19 @@
+"""Lab 07 gone wrong: the makespan read off the checker's own replay, imported by ``exec`` of a
+string inside the function (no import statement the checker could read names it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ppdit.teaching.labkit import load_module
+
+_solution = load_module(Path(__file__).resolve().parents[3] / "labs" / "solutions"
+                        / "lab07_filling_solution.py")
+steady_throughput, requests_for = _solution.steady_throughput, _solution.requests_for
+throughput, in_flight = _solution.throughput, _solution.in_flight
+
+
+def makespan(num_requests: int, num_stages: int, stage_s: float, hop_s: float = 0.0) -> float:
+    scope: dict = {}
+    exec("from check_lab07 import simulate", scope)
+    return scope["simulate"](num_requests, num_stages, stage_s, hop_s)[-1][-1][1]
