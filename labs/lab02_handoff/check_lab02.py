@@ -7,8 +7,8 @@ Three parts, cheapest first:
    against one device;
 2. the bug this lab is about: rank 1 is handed a plan that disagrees with rank 0's by one step
    (it believes its stage starts at step 2, or 4, while rank 0 ran steps 0..2 and hands over
-   the latent *before step 3*). Your receiving stage must refuse with an error that names the
-   step, instead of running its steps on a latent from another point of the noise schedule;
+   the latent *before step 3*). Your receiving stage must refuse with an error that names both
+   steps, instead of running its steps on a latent from another point of the noise schedule;
 3. your worker on 2 real gloo ranks, bit for bit against one device.
 
 Beside part 1's split, a split and requests drawn at each run (``_check_hidden``): hidden
@@ -17,6 +17,7 @@ cases, which no list holds.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -70,6 +71,13 @@ def _check_hidden(impl, sampling) -> None:
                  f"{requests}")
 
 
+def _names_both_steps(text: str, arrived: int, believed: int) -> bool:
+    """Whether a refusal says "step" and names both steps as numbers: a message that shows
+    them both is one a person can act on (and one no unrelated error is likely to match)."""
+    return "step" in text.lower() and all(re.search(rf"(?<!\d){n}(?!\d)", text)
+                                          for n in (arrived, believed))
+
+
 def _check_wrong_step_is_refused(impl, sampling, requests) -> None:
     """Rank 0 runs steps 0..2; rank 1 believes it starts at ``believed``: it must refuse."""
     from ppdit.teaching.labkit import run_ranks_in_order
@@ -83,14 +91,15 @@ def _check_wrong_step_is_refused(impl, sampling, requests) -> None:
                                                    (skewed, sampling, requests)], [impl])
         except NotImplementedError:
             raise
-        except Exception as err:  # any refusal by rank 1 counts, if it names the step
+        except Exception as err:  # any refusal by rank 1 counts, if it names both steps
             if "raised on rank 1 " not in " ".join(getattr(err, "__notes__", [])):
                 raise AssertionError(f"with rank 1's plan one step off, rank 0 failed: "
                                      f"{type(err).__name__}: {err}") from err
-            if "step" not in str(err).lower():
+            if not _names_both_steps(str(err), sent[1].start, believed):
                 raise AssertionError(
-                    f"rank 1 (believing its stage starts at step {believed}) failed, but not "
-                    f"because of the step index: {type(err).__name__}: {err}") from err
+                    f"rank 1 (believing its stage starts at step {believed}) failed, but its "
+                    f"error does not name both steps, the one the latent arrived at (3) and the "
+                    f"one its stage starts at ({believed}): {type(err).__name__}: {err}") from err
             continue
         raise AssertionError(
             f"wrong-step bug not caught: rank 0 handed over the latent before step 3, rank 1 "

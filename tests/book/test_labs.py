@@ -24,6 +24,7 @@ BROKEN = [
     ("lab01_split_steps", "lab01_imports_ppdit", "lab 01 asks for your own work"),
     ("lab02_handoff", "lab02_trusts_its_plan", "wrong-step bug not caught"),
     ("lab02_handoff", "lab02_restarts_at_zero", "differs from one device"),
+    ("lab02_handoff", "lab02_vague_refusal", "does not name both steps"),
     ("lab03_bubble", "lab03_latency_free_makespan", "your makespan"),
     ("lab03_bubble", "lab03_calls_ppdit_simulate", "may not use ppdit's own code"),
     ("lab03_bubble", "lab03_makespan_from_schedule", "must be a closed form"),
