@@ -65,8 +65,8 @@ def parser() -> argparse.ArgumentParser:
                                        "step, for a real model and GPU (nothing runs)")
     plan.add_argument("--model", default="wan2.1-14b", help="wan2.1-1.3b or wan2.1-14b")
     plan.add_argument("--gpu", default="H100 SXM", help="a GPU of the hardware table")
-    plan.add_argument("--layout", default="ulysses=4,fsdp=4",
-                      help="a layout as for generate (e.g. cfg=2,ulysses=4,fsdp=8)")
+    plan.add_argument("--layout", default="ulysses=4,fsdp",
+                      help="a layout as for generate (e.g. cfg=2,ulysses=4,fsdp)")
     plan.add_argument("--link", default=None, help="one link (default: every link of the GPU)")
     step = sub.add_parser("step-split", help="step-split PP with pipeline filling (lesson 01)")
     step.add_argument("--out", type=Path, default=Path("out/step_split"), help="artifact folder")

@@ -226,11 +226,11 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     weights_gb = max(totals(ops).weights for ops in stages) * DTYPE_BYTES[dtype] / 1e9
     held = 1 if layout.step > 1 else p.experts  # Wan 2.2: a stage holds one expert
     weights_gb *= held
-    if layout.fsdp > 1:  # held: the root, 1/P of each held expert's blocks, two blocks gathered
+    if layout.fsdp:  # held: the root, 1/P of each held expert's blocks, two blocks gathered
         # (running, prefetched); every block's other shards arrive once a forward
         block = totals(block_ops(p, shape, **kw)).weights * DTYPE_BYTES[dtype]
-        gather = p.num_layers * block * (layout.fsdp - 1) / layout.fsdp
-        weights_gb += (held * p.num_layers * block * (1 / layout.fsdp - 1) + 2 * block) / 1e9
+        gather = p.num_layers * block * (layout.shards - 1) / layout.shards
+        weights_gb += (held * p.num_layers * block * (1 / layout.shards - 1) + 2 * block) / 1e9
         comm_s += m * gather / bw
         comm_bytes += m * gather
     if layout.step > 1:

@@ -91,7 +91,7 @@ class LayoutMemory:
 
 # what the memory model covers, over 2 ranks each (the names are what the table prints)
 MEASURED_LAYOUTS = (Layout(), Layout(step=2), Layout(layer=2), Layout(tp=2),
-                    Layout(ulysses=2), Layout(ring=2), Layout(cfg=2), Layout(ulysses=2, fsdp=2))
+                    Layout(ulysses=2), Layout(ring=2), Layout(cfg=2), Layout(ulysses=2, fsdp=True))
 
 
 def measure_layouts(preset: str = "small", *, num_steps: int = 2, fsdp: bool = True,
@@ -109,10 +109,10 @@ def measure_layouts(preset: str = "small", *, num_steps: int = 2, fsdp: bool = T
         elif m.layer > 1:
             plans[m.name] = LayerSplitPlan((Request(0, 0),), m.layer, 2, wrap=False, warmup=0,
                                            **kw)
-        elif m.fsdp == 1 or fsdp:
+        elif not m.fsdp or fsdp:
             plans[m.name] = LayoutPlan(m, **kw)
     sharded = {n: p for n, p in plans.items()
-               if isinstance(p, LayoutPlan) and p.layout.fsdp > 1}
+               if isinstance(p, LayoutPlan) and p.layout.fsdp}
     got = measure_memory({n: p for n, p in plans.items() if n not in sharded}, **launch_kwargs)
     if sharded:
         got |= measure_memory(sharded, **launch_kwargs)

@@ -219,10 +219,10 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
     mb = micro_batches or halves * r
     pred = predict(p, "H100 SXM", layout, latent_shape=shape, dtype=dtype, cfg=cfg)
     weights, gathered = pred.weights_gb * 1e9, 0.0
-    if layout.fsdp > 1:  # predict counts 2 gathered blocks as held; here they are the run's
+    if layout.fsdp:  # predict counts 2 gathered blocks as held; here they are the run's
         block = totals(block_ops(p, shape, dtype=dtype)).weights * DTYPE_BYTES[dtype]
         weights -= 2 * block
-        gathered = (2 + 1 / layout.fsdp) * block
+        gathered = (2 + 1 / layout.shards) * block
     text_rows = halves * r * p.text_len * p.text_dim * DTYPE_BYTES[dtype]
     return MemoryBreakdown(
         layout=layout.name, weights=weights, gathered=gathered,

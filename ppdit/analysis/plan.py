@@ -1,6 +1,6 @@
 """``ppdit plan``: what a layout needs per GPU and how fast it can be, before anything runs.
 
-A layout (``parallel.layout``, e.g. ``cfg=2,ulysses=4,fsdp=8``), checked by the rules ``ppdit
+A layout (``parallel.layout``, e.g. ``cfg=2,ulysses=4,fsdp``), checked by the rules ``ppdit
 generate`` applies, is bounded by ``hardware.predict`` next to one GPU: the weights per GPU, a
 step's lower bound, the bytes on the link. That table counts weights only; ``memory_report``
 adds the whole per-GPU memory (``memory_model``: activations, handoff buffers, solver state,

@@ -89,7 +89,7 @@ class ForwardOptions:
                 len(self.cache.mag_ratios) != sampling.num_steps:
             raise ValueError(f"MagCache's mag_ratios hold {len(self.cache.mag_ratios)} values: "
                              f"give one per step (num_steps={sampling.num_steps})")
-        if self.cache is not None and (layout.layer > 1 or layout.fsdp > 1
+        if self.cache is not None and (layout.layer > 1 or layout.fsdp
                                        or self.v_major is not None):
             # layer split runs no whole forward to skip; FSDP's gathers and V-Major's copies
             # run per block, and ranks skipping different blocks would wait on each other
@@ -136,7 +136,7 @@ class ForwardStack:
             whole = self.plan.source.dit(device, experts=list(held(base)))
             return like(whole, {k: parallelize_wan(m, tp_group=group, **kw)  # each expert held
                                 for k, m in held(whole).items()})
-        if f.fsdp > 1:
+        if f.fsdp:
             if self.wire.staged:
                 raise ValueError("FSDP gathers weights with the rank's own backend: ranks "
                                  "sharing a GPU over gloo (staged) cannot; give each rank its "
@@ -207,7 +207,7 @@ class ForwardStack:
     def draws_compute(self) -> bool:
         """The forward draws its own compute spans (sequence attention, FSDP's blocks): a loop
         then draws none per step, or a trace would count the busy time twice."""
-        return self.layout.sp > 1 or self.layout.fsdp > 1
+        return self.layout.sp > 1 or self.layout.fsdp
 
     @contextmanager
     def round(self, tracer: Tracer | None):
@@ -215,7 +215,7 @@ class ForwardStack:
         it, a model other plans share has diffusers' attention back (only routing plans
         change it, so only they undo it)."""
         self.install(tracer)
-        fsdp = self.layout.fsdp > 1 and tracer is not None
+        fsdp = self.layout.fsdp and tracer is not None
         gathers = [h for m in self.models() for h in trace_gathers(m, tracer)] if fsdp else []
         try:
             yield self
@@ -253,7 +253,7 @@ class StackRunner(Runner):
         """Every plan reads its shards of a folder (TP, FSDP): no rank builds the whole model
         (Wan 2.2's experts are built whole, then split: the shard readers know one transformer)."""
         return all(p.source.folder is not None and p.source.boundary_ratio is None
-                   and (p.layout.forward.tp > 1 or p.layout.forward.fsdp > 1) for p in plans)
+                   and (p.layout.forward.tp > 1 or p.layout.forward.fsdp) for p in plans)
 
     @staticmethod
     def experts_of(rank: int, plans: tuple) -> list[int] | None:
@@ -268,7 +268,7 @@ class StackRunner(Runner):
         return None
 
     def __init__(self, ctx: RankContext, plans: tuple):
-        if any(p.layout.fsdp > 1 for p in plans) and len({p.layout for p in plans}) > 1:
+        if any(p.layout.fsdp for p in plans) and len({p.layout for p in plans}) > 1:
             raise ValueError("FSDP shards the rank's one model in place: every plan of a job "
                              f"must ask for it on the same layout, got "
                              f"{[str(p.layout) for p in plans]}")

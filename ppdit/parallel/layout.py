@@ -7,9 +7,12 @@ and the one rule for which axes compose. Each field is the degree of one axis (1
     ring     ring attention (K/V blocks around a ring: any head count)
     ulysses  Ulysses sequence parallelism (all-to-alls to a head split: any degree, whole heads)
     tp       tensor parallelism (the weights split, all-reduces in every block)
-    fsdp     the blocks' weights sharded (FSDP2) over the ranks of one forward
+and one flag::
 
-The ranks are the product of the others (``fsdp`` shards over them). Two kinds of axis, which
+    fsdp     the blocks' weights sharded (FSDP2) over the ranks of one forward (cfg x ring x
+             ulysses: the group is derived, as torchtitan derives its ``dp_shard_cp``)
+
+The ranks are the product of the degrees. Two kinds of axis, which
 the one runner (``parallel.runner``) follows: the *forward* axes (tp, ring, ulysses, fsdp, cfg)
 transform one forward, every rank of which ends a step with the same latent, so they compose
 with each other and with a pipeline, in one fixed order (TP, sequence axes, FSDP, CFG); the
@@ -26,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-AXES = ("cfg", "step", "layer", "ring", "ulysses", "tp", "fsdp")
+AXES = ("cfg", "step", "layer", "ring", "ulysses", "tp")  # degrees; ``fsdp`` is a flag
 PIPELINE_AXES = ("step", "layer")
 SEQUENCE = ("ring", "ulysses")  # one forward's tokens split over these ranks
 FORWARD = ("cfg", "ring", "ulysses", "tp")  # every rank of one forward (FSDP shards over them)
@@ -36,7 +39,7 @@ SHORTHANDS = ("single", "step", "layer", "tp", "sp", "ring", "usp", "pp_tp", "cf
 
 @dataclass(frozen=True)
 class Layout:
-    """The degree of every axis; the ranks are their product."""
+    """The degree of every axis (the ranks are their product), and whether FSDP shards."""
 
     cfg: int = 1
     step: int = 1
@@ -44,19 +47,29 @@ class Layout:
     ring: int = 1
     ulysses: int = 1
     tp: int = 1
-    fsdp: int = 1
+    fsdp: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if f.name == "fsdp" and not isinstance(value, bool):
+                raise ValueError(f"layout fsdp={value!r} is a flag (True or False): it shards "
+                                 "over the cfg x ring x ulysses ranks of one forward")
+            if f.name != "fsdp" and (not isinstance(value, int) or isinstance(value, bool)
+                                     or value < 1):
                 raise ValueError(f"layout {f.name}={value!r} must be an integer >= 1")
         _check_composition(self)
 
     @property
     def ranks(self) -> int:
-        """World size: the product of the degrees (fsdp shards over them, adding none)."""
-        return math.prod(getattr(self, name) for name in AXES[:-1])
+        """World size: the product of the degrees."""
+        return math.prod(getattr(self, name) for name in AXES)
+
+    @property
+    def shards(self) -> int:
+        """Ranks that hold a shard of each block's weights: cfg x ring x ulysses with
+        ``fsdp``, else 1 (every rank holds its whole share)."""
+        return self.cfg * self.sp if self.fsdp else 1
 
     @property
     def pipeline(self) -> str | None:
@@ -79,11 +92,13 @@ class Layout:
         return replace(self, step=1, layer=1)
 
     def split(self) -> dict[str, int]:
-        """The axes with a degree above 1."""
-        return {name: getattr(self, name) for name in AXES if getattr(self, name) > 1}
+        """The axes with a degree above 1 (``fsdp``: the ranks it shards over)."""
+        return {name: getattr(self, name) for name in AXES if getattr(self, name) > 1} | (
+            {"fsdp": self.shards} if self.fsdp else {})
 
     def __str__(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.split().items()) or "single"
+        degrees = [f"{a}={getattr(self, a)}" for a in AXES if getattr(self, a) > 1]
+        return ",".join(degrees + (["fsdp"] if self.fsdp else [])) or "single"
 
     @property
     def name(self) -> str:
@@ -93,7 +108,7 @@ class Layout:
                  if getattr(self, a) > 1]
         if self.pipeline:
             parts.append(f"{self.pipeline}-split P={self.stages}")
-        return " x ".join(parts + (["FSDP"] if self.fsdp > 1 else [])) or "1 GPU"
+        return " x ".join(parts + (["FSDP"] if self.fsdp else [])) or "1 GPU"
 
     def mesh(self, dp: int = 1, first_rank: int = 0, ranks_per_node: int | None = None):
         """The rank grid of this layout (``dp`` replicas of it), with every group its axes
@@ -102,7 +117,7 @@ class Layout:
 
         pipe = self.pipeline or "step"
         axes = (("dp", dp), (pipe, self.stages), *((a, getattr(self, a)) for a in FORWARD))
-        joint = (SEQUENCE,) + ((FORWARD,) if self.fsdp > 1 else ())
+        joint = (SEQUENCE,) + ((FORWARD,) if self.fsdp else ())
         return Mesh(axes, first_rank, self.pipeline, joint,
                     None if ranks_per_node is None else (SEQUENCE, ranks_per_node))
 
@@ -122,32 +137,33 @@ def _check_composition(m: Layout) -> None:
         raise ValueError(f"layout {m}: tp and the sequence axes (ulysses, ring) do not compose "
                          "here: both split each attention (by heads, by tokens); use one or "
                          "the other in each forward")
-    lockstep = m.cfg * m.sp
-    if m.fsdp > 1 and lockstep == 1:
-        raise ValueError(f"layout {m}: fsdp={m.fsdp} alone: every rank would compute the same "
-                         "video. Shard beside the axes that split the work, e.g. cfg=2,fsdp=2 "
-                         f"(a guidance half each) or ulysses={m.fsdp},fsdp={m.fsdp}")
-    if m.fsdp > 1 and (m.tp > 1 or m.fsdp != lockstep):
+    if m.fsdp and (m.cfg * m.sp == 1 or m.tp > 1):
         raise ValueError(f"layout {m}: fsdp shards the weights over the ranks that run one "
                          "forward block by block in lockstep (the all-gathers need it): the "
-                         f"sequence axes and the guidance halves, cfg x ring x ulysses = "
-                         f"{lockstep} here, so fsdp must equal it, with no tp (its weights are "
-                         "split already), e.g. cfg=2,fsdp=2 or ulysses=2,fsdp=2")
+                         "sequence axes and the guidance halves, e.g. cfg=2,fsdp or "
+                         "ulysses=2,fsdp; not alone (every rank would compute the same video) "
+                         "nor with tp (its weights are split already)")
 
 
 def parse_layout(text: str, ranks: int | None = None) -> Layout:
-    """``"cfg=2,ulysses=2"`` or a shorthand name with ``ranks`` (``"sp"``, 4 -> ulysses=4).
-
-    A composed value fixes the ranks itself: a ``ranks`` given beside it must agree."""
+    """``"cfg=2,ulysses=2,fsdp"`` or a shorthand name with ``ranks`` (``"sp"``, 4 ->
+    ulysses=4). A composed value fixes the ranks itself: a ``ranks`` given beside it must agree."""
     text = text.strip()
-    if "=" not in text:
+    if "=" not in text and "fsdp" not in text.split(","):
         return _shorthand(text, ranks)
-    degrees = {}
+    degrees: dict = {}
     for part in text.split(","):
-        name, _, value = part.partition("=")
+        name, eq, value = part.partition("=")
         name = name.strip()
+        if name == "fsdp":
+            if eq:
+                raise ValueError(f"layout fsdp is a flag, not a degree: it shards over the "
+                                 f"cfg x ring x ulysses ranks; write 'fsdp' (in {text!r})")
+            degrees["fsdp"] = True
+            continue
         if name not in AXES:
-            raise ValueError(f"layout axis {name!r} is not one of {AXES} (in {text!r})")
+            raise ValueError(f"layout axis {name!r} is not one of {(*AXES, 'fsdp')} "
+                             f"(in {text!r})")
         if name in degrees:
             raise ValueError(f"layout axis {name!r} is given twice (in {text!r})")
         try:

@@ -12,7 +12,7 @@ is the same three moves whatever the axes (torchtitan's ``parallelize`` then the
 
 The single device is the same plan with every degree 1 (``run_local``), what ``ppdit generate``
 compares every layout with. A new forward axis is a step in ``ForwardStack``; a new loop, a
-branch in ``loop_plan`` and ``run_plan``: no runner per combination.
+row of ``LOOPS``: no runner per combination.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ppdit.checkpoint.solver import step_experts
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.forward import ForwardOptions, ForwardStack, StackRunner
 from ppdit.parallel.layer_split.run import run_layer_split
-from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+from ppdit.parallel.layer_split.schedule import plan_from as layer_split_plan
 from ppdit.parallel.layout import Layout
-from ppdit.parallel.step_split.plan import StepSplitPlan, expert_stages, split_steps
+from ppdit.parallel.step_split.plan import plan_from as step_split_plan
 from ppdit.parallel.step_split.run import run_step_split
 from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, work_bound
 from ppdit.runtime.observe.timing import timed
@@ -66,34 +65,29 @@ class LayoutPlan(ForwardOptions, ModelPlan):
         return self.layout.mesh(ranks_per_node=self.ranks_per_node)
 
 
+def _run_one(plan: LayoutPlan, rounds: int = 1, **launch_kwargs):
+    out = run_layouts({"plan": plan}, rounds, **launch_kwargs)
+    return None if out is None else out["plan"]
+
+
+# The loop each pipeline axis picks: its folder's plan from a LayoutPlan, and how to run it.
+# A new pipeline axis is one row here (and its folder).
+LOOPS = {None: (lambda plan: plan, _run_one),
+         "step": (step_split_plan, run_step_split),
+         "layer": (layer_split_plan, run_layer_split)}
+
+
 def loop_plan(plan: LayoutPlan):
     """The plan of the loop the pipeline axis picks: a ``StepSplitPlan`` whose stages run the
     forward axes, a ``LayerSplitPlan``, or ``plan`` itself (no pipeline)."""
-    m = plan.layout
-    common = dict(sampling=plan.sampling, source=plan.source, latent_shape=plan.latent_shape,
-                  solver=plan.solver, prompts=plan.prompts, report_steps=plan.report_steps)
-    if m.layer > 1:  # the guided halves as micro-batches of one sample: batch-1 forwards
-        return LayerSplitPlan(plan.requests, m.layer, 2 if plan.sampling.uses_cfg else 1, **common)
-    if m.step > 1:
-        options = {f: getattr(plan, f) for f in ForwardOptions.__dataclass_fields__}
-        stages = tuple(split_steps(plan.sampling.num_steps, m.step)
-                       if plan.sampling.boundary is None  # Wan 2.2: one expert per stage
-                       else expert_stages(step_experts(plan), m.step))
-        return StepSplitPlan(plan.requests, stages, cfg=plan.cfg, stage=m.forward, **common,
-                             **options)
-    return plan
+    return LOOPS[plan.layout.pipeline][0](plan)
 
 
 def run_plan(plan: LayoutPlan, rounds: int = 1, **launch_kwargs):
     """Launch ``plan.world_size`` ranks and run the plan in its loop; the loop's result (its
     ``latents`` by request id, its ``traces``), ``None`` on torchrun ranks other than 0."""
-    loop = loop_plan(plan)
-    if isinstance(loop, StepSplitPlan):
-        return run_step_split(loop, rounds, **launch_kwargs)
-    if isinstance(loop, LayerSplitPlan):
-        return run_layer_split(loop, rounds, **launch_kwargs)
-    out = run_layouts({"plan": plan}, rounds, **launch_kwargs)
-    return None if out is None else out["plan"]
+    make, run = LOOPS[plan.layout.pipeline]
+    return run(make(plan), rounds, **launch_kwargs)
 
 
 def run_requests(plan: LayoutPlan, stack: ForwardStack, den: Denoiser,

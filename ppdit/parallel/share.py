@@ -50,13 +50,6 @@ def weight_bytes(source, part: str = "dit", split: dict[str, int] | None = None)
     return rank_bytes(experts[0], (split or {}) if source.folder is not None else {})
 
 
-def split_of(plan) -> dict[str, int]:
-    """A plan's layout degrees (``Layout.split()``; a layer-split plan: its stages)."""
-    if hasattr(plan, "layout"):
-        return plan.layout.split()
-    return {"layer": plan.num_stages} if hasattr(plan, "num_stages") else {}
-
-
 def check_weights(source, world_size: int, decision, part: str = "dit",
                   split: dict[str, int] | None = None, **capacities) -> None:
     """``runtime.fit.check_fits`` on one rank's share of ``source``'s weights, described."""
@@ -78,8 +71,8 @@ def check_plans(plans: Mapping[str, Any], world_size: int, launch_kwargs: dict) 
     plan = next((_plan(p) for p in plans.values() if getattr(_plan(p), "source", None)), None)
     if plan is not None:
         local, decision = launch_placement(world_size, launch_kwargs)
-        check_weights(plan.source, local, decision, getattr(plan, "weights", "dit"),
-                      split_of(plan))
+        split = plan.layout.split() if hasattr(plan, "layout") else {}
+        check_weights(plan.source, local, decision, getattr(plan, "weights", "dit"), split)
 
 
 def _plan(plan: Any) -> Any:

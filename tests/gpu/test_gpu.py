@@ -172,7 +172,7 @@ def bf16_folder(tmp_path_factory):
     return build_tiny_pipeline(tmp_path_factory.mktemp("bf16"), seed=3, stored=torch.bfloat16)
 
 
-@pytest.mark.parametrize("layout", ["ulysses=2,fsdp=2", "cfg=2,fsdp=2"])
+@pytest.mark.parametrize("layout", ["ulysses=2,fsdp", "cfg=2,fsdp"])
 def test_fsdp_from_a_bf16_folder_on_cuda(pool2, bf16_folder, layout):
     """tests/ranks/test_t2v.py's FSDP-from-bf16 check on CUDA ranks: with a GPU each (NCCL),
     equal to one GPU within ``BF16_TOL``, as on the CPU; ranks sharing one GPU are refused

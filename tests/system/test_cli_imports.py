@@ -13,7 +13,7 @@ HEAVY = ("torch", "diffusers", "transformers")
 
 
 @pytest.mark.parametrize("argv", [
-    ["plan", "--model", "wan2.1-14b", "--gpu", "RTX 4090", "--layout", "ulysses=4,fsdp=4"],
+    ["plan", "--model", "wan2.1-14b", "--gpu", "RTX 4090", "--layout", "ulysses=4,fsdp"],
     ["plan", "--layout", "step=2,ulysses=2"],
     ["--help"],
 ])

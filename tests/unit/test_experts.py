@@ -85,7 +85,7 @@ def test_the_memory_prediction_shards_both_experts_under_fsdp():
     from ppdit.parallel.layout import Layout
     from ppdit.presets import get_preset
 
-    lay = Layout(ulysses=4, fsdp=4)
+    lay = Layout(ulysses=4, fsdp=True)
     one, two = (predict(m, "H100 SXM", lay).weights_gb for m in ("wan2.1-14b", "wan2.2-a14b"))
     p = get_preset("wan2.1-14b")
     block_gb = totals(block_ops(p, p.latent_shape, ulysses=4, sp=4)).weights * 2 / 1e9

@@ -124,7 +124,7 @@ def test_tp_ranks_on_one_gpu_hold_one_model_between_them(wan14b):
     whole, share = weight_bytes(source), weight_bytes(source, split={"tp": 4})
     assert whole / 1e9 == pytest.approx(28.6, rel=0.01)
     assert whole / 4 < share < 1.1 * whole / 4  # + 0.4 GB unsplit: embedders, head, norms
-    for fits in (Layout(tp=4), Layout(cfg=2, ulysses=2, fsdp=4), Layout(layer=4)):
+    for fits in (Layout(tp=4), Layout(cfg=2, ulysses=2, fsdp=True), Layout(layer=4)):
         check_fits(source, 4, SHARED, capacity=80e9, host=512e9, split=fits.split())
     with pytest.raises(ValueError, match=r"4 rank\(s\) on one GPU would hold 4 x 28\.6 GB of "
                        r"wan14b weights = 115 GB, more than its 80 GB \(each holds the whole "

@@ -37,7 +37,7 @@ def test_fp32_block_peak_is_the_ffn_and_tp_shrinks_it():
 def test_terms_follow_the_layout():
     one = rank_memory_model("wan2.1-14b")
     sp = rank_memory_model("wan2.1-14b", Layout(ulysses=4))
-    fsdp = rank_memory_model("wan2.1-14b", Layout(ulysses=4, fsdp=4))
+    fsdp = rank_memory_model("wan2.1-14b", Layout(ulysses=4, fsdp=True))
     assert sp.activations < one.activations / 2 and sp.weights == one.weights
     assert fsdp.weights < one.weights / 3 and fsdp.gathered > 0
     step = rank_memory_model("wan2.1-14b", Layout(step=2), solver="unipc")
@@ -51,7 +51,7 @@ def test_terms_follow_the_layout():
 
 
 def test_plan_prints_the_real_size_table(capsys):
-    assert cli.main(["plan", "--layout", "ulysses=4,fsdp=4", "--link", "NVLink 4"]) == 0
+    assert cli.main(["plan", "--layout", "ulysses=4,fsdp", "--link", "NVLink 4"]) == 0
     out = capsys.readouterr().out
     for model, res in [("wan2.1-1.3b", "480p"), ("wan2.1-1.3b", "720p"),
                        ("wan2.1-14b", "480p"), ("wan2.1-14b", "720p"), ("wan2.2-ti2v-5b", "720p")]:

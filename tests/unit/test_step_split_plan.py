@@ -128,9 +128,9 @@ def test_v_major_is_refused_under_a_pipeline_axis():
 def test_fsdp_beside_another_layout_is_refused_by_every_stack_runner():
     """FSDP shards the rank's one model in place: a job whose plans differ in layout would hand
     the sharded model to the others (checked before any group is made)."""
-    fsdp = LayoutPlan(Layout(ulysses=2, fsdp=2))
+    fsdp = LayoutPlan(Layout(ulysses=2, fsdp=True))
     with pytest.raises(ValueError, match="FSDP shards the rank's one model in place"):
         StackRunner(None, (fsdp, LayoutPlan(Layout(ulysses=2))))
     with pytest.raises(ValueError, match="FSDP shards the rank's one model in place"):
-        StackRunner(None, (make_plan(2, 1, stage=Layout(ulysses=2, fsdp=2)),
+        StackRunner(None, (make_plan(2, 1, stage=Layout(ulysses=2, fsdp=True)),
                            make_plan(2, 1, stage=Layout(ulysses=2))))

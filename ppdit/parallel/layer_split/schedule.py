@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ppdit.checkpoint.source import ModelPlan, ModelSource
-from ppdit.parallel.layout import check_layer_stages
+from ppdit.parallel.layout import Layout, check_layer_stages
 from ppdit.parallel.partition import balanced_sizes, even_sizes, to_ranges
 from ppdit.sampler import Conditioning, Request, SamplingConfig
 
@@ -69,12 +69,17 @@ class LayerSplitPlan(ModelPlan):
     timeout_s: float = 120.0
     report_steps: bool = False  # the last rank emits ("step", i) events (a progress bar)
 
+    @property
+    def layout(self) -> Layout:
+        """The layout this plan runs: ``layer=P``."""
+        return Layout(layer=self.num_stages)
+
     def __post_init__(self) -> None:
         p, v, m = self.num_stages, self.virtual, self.micro_batches
         n = self.preset.num_layers
-        self.check_workload()
         if p < 1 or v < 1:
             raise ValueError(f"num_stages={p} and virtual={v} must be >= 1")
+        self.check_workload()
         check_layer_stages(self.preset, p)
         if p * v > n:
             raise ValueError(f"virtual={v} x num_stages={p} = {p * v} chunks but "
@@ -290,3 +295,12 @@ def sim_bubble(spans: Sequence[SimSpan], num_stages: int) -> float:
     start, end = min(s.start for s in spans), max(s.end for s in spans)
     busy = sum(s.end - s.start for s in spans)
     return 1 - busy / (num_stages * (end - start))
+
+
+def plan_from(plan) -> LayerSplitPlan:
+    """A ``runner.LayoutPlan`` with ``layer > 1`` as this loop's plan: the guided halves as
+    micro-batches of one sample (batch-1 forwards)."""
+    return LayerSplitPlan(plan.requests, plan.layout.layer, 2 if plan.sampling.uses_cfg else 1,
+                          sampling=plan.sampling, source=plan.source,
+                          latent_shape=plan.latent_shape, solver=plan.solver,
+                          prompts=plan.prompts, report_steps=plan.report_steps)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ppdit.checkpoint.solver import SchedulerSolver
+from ppdit.checkpoint.solver import SchedulerSolver, step_experts
 from ppdit.checkpoint.source import ModelPlan, ModelSource
 from ppdit.parallel.forward import ForwardOptions
 from ppdit.parallel.layout import Layout, check_step_stages
@@ -203,3 +203,16 @@ def make_plan(num_stages: int, num_requests: int = 1, *, sampling: SamplingConfi
     stages = split_steps(sampling.num_steps, num_stages, weights)
     requests = tuple(Request(i, first_seed + i) for i in range(num_requests))
     return StepSplitPlan(requests, tuple(stages), sampling, **kwargs)
+
+
+def plan_from(plan) -> StepSplitPlan:
+    """A ``runner.LayoutPlan`` with ``step > 1`` as this loop's plan: its stages run the
+    forward axes; Wan 2.2's stages are cut at the expert boundary (one expert each)."""
+    steps, m = plan.sampling.num_steps, plan.layout
+    stages = tuple(split_steps(steps, m.step) if plan.sampling.boundary is None
+                   else expert_stages(step_experts(plan), m.step))
+    options = {f: getattr(plan, f) for f in ForwardOptions.__dataclass_fields__}
+    return StepSplitPlan(plan.requests, stages, cfg=plan.cfg, stage=m.forward, **options,
+                         sampling=plan.sampling, source=plan.source,
+                         latent_shape=plan.latent_shape, solver=plan.solver,
+                         prompts=plan.prompts, report_steps=plan.report_steps)
