@@ -76,6 +76,15 @@ def layer_split_bubble(num_micro: int, num_stages: int, virtual: int = 1, steps:
     return 1 - steps * num_micro / t
 
 
+def pipefusion_bubble(num_patches: int, num_stages: int, steps: int, warmup: int = 0) -> float:
+    """Idle share of PipeFusion, each step flushed (the next step's patch needs the whole
+    updated latent on the last stage first): a warm-up step runs whole through the P stages
+    (P stage-times for 1 of work a stage), a displaced one as M patches of 1/M each (M + P - 1
+    patch-times): 1 - N / (W P + (N - W)(M + P - 1) / M)."""
+    m, p = num_patches, num_stages
+    return 1 - steps / (warmup * p + (steps - warmup) * (m + p - 1) / m)
+
+
 def measured_bubble(trace, num_stages: int | None = None) -> float:
     """1 - busy / (P x window) from real compute spans: the bubble a run actually had. The
     window runs from the first compute start to the last compute end over all ranks, so

@@ -167,7 +167,7 @@ class ModelPlan:
                              f"boundary_ratio={self.source.boundary_ratio}: a two-expert folder "
                              "samples with its boundary (checkpoint.solver.folder_sampling), "
                              "one transformer without")
-        if two and (layout is None or layout.layer > 1
+        if two and (layout is None or layout.splits_blocks
                     or getattr(self, "v_major", None) is not None):  # 0.0 is a threshold
             raise ValueError(f"layout {layout}: two experts run on every layout but layer split "
                              "(its stages hold blocks, not steps) and V-Major (its copies are "

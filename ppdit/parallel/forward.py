@@ -89,7 +89,7 @@ class ForwardOptions:
                 len(self.cache.mag_ratios) != sampling.num_steps:
             raise ValueError(f"MagCache's mag_ratios hold {len(self.cache.mag_ratios)} values: "
                              f"give one per step (num_steps={sampling.num_steps})")
-        if self.cache is not None and (layout.layer > 1 or layout.fsdp
+        if self.cache is not None and (layout.splits_blocks or layout.fsdp
                                        or self.v_major is not None):
             # layer split runs no whole forward to skip; FSDP's gathers and V-Major's copies
             # run per block, and ranks skipping different blocks would wait on each other

@@ -4,6 +4,8 @@ and the one rule for which axes compose. Each field is the degree of one axis (1
     cfg      the conditional and unconditional halves of a guided step on 2 branches
     step     step split: pipeline stages that each run a run of the steps
     layer    layer split: pipeline stages that each hold a run of the blocks
+    pipefusion  layer split's stages fed token patches that attend to the other patches' K/V
+             of the previous step (xDiT's PipeFusion: lossy after its exact warm-up steps)
     ring     ring attention (K/V blocks around a ring: any head count)
     ulysses  Ulysses sequence parallelism (all-to-alls to a head split: any degree, whole heads)
     tp       tensor parallelism (the weights split, all-reduces in every block)
@@ -29,8 +31,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
-AXES = ("cfg", "step", "layer", "ring", "ulysses", "tp")  # degrees; ``fsdp`` is a flag
-PIPELINE_AXES = ("step", "layer")
+AXES = ("cfg", "step", "layer", "pipefusion", "ring", "ulysses", "tp")  # ``fsdp``: a flag
+PIPELINE_AXES = ("step", "layer", "pipefusion")
+BLOCK_AXES = ("layer", "pipefusion")  # pipelines whose stages hold blocks: they stand alone
 SEQUENCE = ("ring", "ulysses")  # one forward's tokens split over these ranks
 FORWARD = ("cfg", "ring", "ulysses", "tp")  # every rank of one forward (FSDP shards over them)
 # the names ``parse_layout`` expands, given the ranks (pp_tp: stages of 2 TP ranks)
@@ -44,6 +47,7 @@ class Layout:
     cfg: int = 1
     step: int = 1
     layer: int = 1
+    pipefusion: int = 1
     ring: int = 1
     ulysses: int = 1
     tp: int = 1
@@ -73,13 +77,18 @@ class Layout:
 
     @property
     def pipeline(self) -> str | None:
-        """The pipeline axis, "step" or "layer", or None."""
+        """The pipeline axis, "step", "layer" or "pipefusion", or None."""
         return next((a for a in PIPELINE_AXES if getattr(self, a) > 1), None)
 
     @property
     def stages(self) -> int:
         """Pipeline stages (1 without a pipeline)."""
-        return self.step * self.layer
+        return self.step * self.layer * self.pipefusion
+
+    @property
+    def splits_blocks(self) -> bool:
+        """A pipeline whose stages hold runs of the blocks (layer split, PipeFusion)."""
+        return self.pipeline in BLOCK_AXES
 
     @property
     def sp(self) -> int:
@@ -89,7 +98,7 @@ class Layout:
     @property
     def forward(self) -> Layout:
         """The forward axes alone: what each stage's ranks run (no pipeline)."""
-        return replace(self, step=1, layer=1)
+        return replace(self, step=1, layer=1, pipefusion=1)
 
     def split(self) -> dict[str, int]:
         """The axes with a degree above 1 (``fsdp``: the ranks it shards over)."""
@@ -107,7 +116,8 @@ class Layout:
         parts = [f"{label[a]}={getattr(self, a)}" for a in ("cfg", "ulysses", "ring", "tp")
                  if getattr(self, a) > 1]
         if self.pipeline:
-            parts.append(f"{self.pipeline}-split P={self.stages}")
+            parts.append("PipeFusion" if self.pipefusion > 1 else f"{self.pipeline}-split"
+                         f" P={self.stages}")
         return " x ".join(parts + (["FSDP"] if self.fsdp else [])) or "1 GPU"
 
     def mesh(self, dp: int = 1, first_rank: int = 0, ranks_per_node: int | None = None):
@@ -126,11 +136,12 @@ def _check_composition(m: Layout) -> None:
     """The one composition rule: ``ValueError`` naming what does not compose, and why."""
     if m.cfg > 2:
         raise ValueError(f"layout cfg={m.cfg} must be 1 or 2 (a guided step has two halves)")
-    if m.step > 1 and m.layer > 1:
-        raise ValueError(f"layout {m}: step and layer split do not compose (one pipeline axis: "
-                         "a stage runs either whole steps or a run of the blocks)")
-    if m.layer > 1 and m.split().keys() - {"layer"}:
-        raise ValueError(f"layout {m}: layer split stands alone (its stages hold runs of the "
+    if sum(getattr(m, a) > 1 for a in PIPELINE_AXES) > 1:
+        raise ValueError(f"layout {m}: {', '.join(PIPELINE_AXES)} do not compose (one pipeline "
+                         "axis: a stage runs either whole steps or a run of the blocks)")
+    if m.splits_blocks and m.split().keys() - {m.pipeline}:
+        what = {"layer": "layer split", "pipefusion": "pipefusion"}[m.pipeline]
+        raise ValueError(f"layout {m}: {what} stands alone (its stages hold runs of the "
                          "blocks and hand hidden states on; the forward axes act on whole "
                          "forwards): use step split to compose a pipeline with them")
     if m.tp > 1 and m.sp > 1:
@@ -248,8 +259,8 @@ def check_model(layout: Layout, preset, *, num_steps: int, latent_shape: tuple[i
     values."""
     if layout.tp > 1:
         check_tp_degree(preset, layout.tp)
-    if layout.layer > 1:
-        check_layer_stages(preset, layout.layer)
+    if layout.splits_blocks:
+        check_layer_stages(preset, layout.stages)
     check_step_stages(num_steps, layout.step)
     tokens = preset.num_tokens(latent_shape)
     if layout.sp > tokens:

@@ -24,11 +24,13 @@ def expert_sizes(experts: Sequence[int], parts: int) -> list[int]:
     return even_sizes(n0, k) + even_sizes(n - n0, parts - k)
 
 
-def balanced_sizes(costs: Sequence[float], parts: int) -> list[int]:
+def balanced_sizes(costs: Sequence[float], parts: int,
+                   extra: Sequence[float] | None = None) -> list[int]:
     """Sizes of the contiguous split of ``costs`` into ``parts`` non-empty pieces that minimises
-    the most expensive piece (what bounds a pipeline's throughput). Exact, by dynamic
-    programming over prefix sums: best[k][i] = cheapest bottleneck for the first i items on k
-    parts. O(parts * n^2), trivial for steps and blocks."""
+    the most expensive piece (what bounds a pipeline's throughput); ``extra[k]``: what part k
+    costs besides its items (a rank that also decodes). Exact, by dynamic programming over
+    prefix sums: best[k][i] = cheapest bottleneck for the first i items on k parts. O(parts *
+    n^2), trivial for steps and blocks."""
     n = len(costs)
     if not 1 <= parts <= n:
         raise ValueError(f"cannot split {n} items into {parts} non-empty parts")
@@ -42,7 +44,7 @@ def balanced_sizes(costs: Sequence[float], parts: int) -> list[int]:
     for k in range(1, parts + 1):
         for i in range(k, n - (parts - k) + 1):
             for j in range(k - 1, i):
-                cost = max(best[k - 1][j], prefix[i] - prefix[j])
+                cost = max(best[k - 1][j], prefix[i] - prefix[j] + (extra[k - 1] if extra else 0))
                 if cost < best[k][i] - 1e-12:
                     best[k][i], cut[k][i] = cost, j
     sizes, i = [], n
@@ -51,6 +53,17 @@ def balanced_sizes(costs: Sequence[float], parts: int) -> list[int]:
         sizes.append(i - j)
         i = j
     return sizes[::-1]
+
+
+def rebalanced_sizes(sizes: Sequence[int], rank_s: Sequence[float],
+                     block_s: Sequence[float]) -> list[int]:
+    """Blocks per rank recomputed from one measured round (StreamDiffusionV2's rebalancing,
+    solved exactly): rank r ran ``sizes[r]`` blocks in ``block_s[r]`` seconds of its
+    ``rank_s[r]``; each of those blocks costs its share of ``block_s[r]`` wherever it moves,
+    and the rest of a rank's time (the decode rank 0 also does) stays with the rank."""
+    costs = [t / n for t, n in zip(block_s, sizes, strict=True) for _ in range(n)]
+    return balanced_sizes(costs, len(sizes),
+                          [r - b for r, b in zip(rank_s, block_s, strict=True)])
 
 
 def to_ranges(sizes: Sequence[int]) -> list[range]:

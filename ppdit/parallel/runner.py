@@ -9,6 +9,7 @@ is the same three moves whatever the axes (torchtitan's ``parallelize`` then the
         none    every request through ``Denoiser.run`` (``LayoutRunner``, below)
         step    the step-split stage loop (``step_split``: a stage's ranks run the forward axes)
         layer   the layer-split schedule (``layer_split``: it stands alone)
+        pipefusion  the same schedule over token patches (``pipefusion``: lossy, alone)
 
 The single device is the same plan with every degree 1 (``run_local``), what ``ppdit generate``
 compares every layout with. A new forward axis is a step in ``ForwardStack``; a new loop, a
@@ -27,6 +28,7 @@ from ppdit.parallel.forward import ForwardOptions, ForwardStack, StackRunner
 from ppdit.parallel.layer_split.run import run_layer_split
 from ppdit.parallel.layer_split.schedule import plan_from as layer_split_plan
 from ppdit.parallel.layout import Layout
+from ppdit.parallel.pipefusion.plan import plan_from as pipefusion_plan
 from ppdit.parallel.step_split.plan import plan_from as step_split_plan
 from ppdit.parallel.step_split.run import run_step_split
 from ppdit.runtime.comm.wire import DEFAULT_TIMEOUT_S, work_bound
@@ -49,6 +51,8 @@ class LayoutPlan(ForwardOptions, ModelPlan):
     cfg: str = "batched"  # the two halves where cfg=1: one batch, or "split" (WanPipeline's)
     prompts: tuple[Conditioning, ...] | None = None  # one per request; None: seeded stand-ins
     report_steps: bool = False  # one rank emits ("step", i) events (a progress bar)
+    patches: int = 4  # PipeFusion: token patches per step (``parallel.pipefusion``)
+    warmup_steps: int = 1  # PipeFusion: the first steps run whole (exact)
 
     def __post_init__(self) -> None:
         self.check_workload()
@@ -74,7 +78,8 @@ def _run_one(plan: LayoutPlan, rounds: int = 1, **launch_kwargs):
 # A new pipeline axis is one row here (and its folder).
 LOOPS = {None: (lambda plan: plan, _run_one),
          "step": (step_split_plan, run_step_split),
-         "layer": (layer_split_plan, run_layer_split)}
+         "layer": (layer_split_plan, run_layer_split),
+         "pipefusion": (pipefusion_plan, run_layer_split)}
 
 
 def loop_plan(plan: LayoutPlan):

@@ -129,7 +129,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 # Issue 53 (from 729db59: library 86,329, kit 62,308): Wan 2.1 I2V under TP, the image's
 # cross-attention in the roofline, one rule for what a rank holds (parallel/share.py), the
 # collectives on the wire; paid by ...
-LIBRARY_TOKENS = 86_140
+# Issue 54: PipeFusion, +1,170 (its processor, patches in layer split's schedule, a row of the
+# loop table, block splits from measured time), to be paid by the TP styles' comparison leaving
+# the library for the kit (a lesson's measurement, not a layout).
+LIBRARY_TOKENS = 87_310
 KIT_TOKENS = 63_000
 LIBRARY_LAYERS = (0, 1, 2, 3)
 
@@ -193,7 +196,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_each_layout_is_a_folder():
     for layout in ("step_split", "layer_split", "tensor", "sequence", "cfg", "decode_overlap",
-                   "fsdp", "vae_patch"):
+                   "fsdp", "vae_patch", "pipefusion"):
         assert (ROOT / "parallel" / layout / "__init__.py").exists(), layout
     flat = sorted(p.name for p in (ROOT / "parallel").glob("*.py"))
     # the spine (a layout, its forward axes, the one runner) and the helpers every layout shares

@@ -20,13 +20,15 @@ KINDS = ("hidden", "latent")
 
 
 def message_spec(plan: LayerSplitPlan, msg: Message, dim: int) -> FrameSpec:
-    """The frame of a message: hidden (n, S, D) in the model's dtype (half the bytes in bf16),
-    or latents (n, C, F, H, W) in fp32 (the sampler's state); n = the micro-batch's size."""
+    """The frame of a message: hidden (n, S, D) in the model's dtype (half the bytes in bf16;
+    PipeFusion: a patch's S), or latents (n, C, F, H, W) in fp32 (the sampler's state); n = the
+    micro-batch's size."""
     n = len(plan.micro_samples(msg.micro))
-    _, c, f, h, w = plan.shape
     if msg.kind == "hidden":
-        return FrameSpec((n, f * (h // 2) * (w // 2), dim), torch_dtype(plan.dtype), meta_slots=4)
-    return FrameSpec((n, c, f, h, w), torch.float32, meta_slots=4)
+        patch = plan.patch(msg.step, msg.micro)
+        return FrameSpec((n, patch.stop - patch.start, dim), torch_dtype(plan.dtype),
+                         meta_slots=4)
+    return FrameSpec((n, *plan.shape[1:]), torch.float32, meta_slots=4)
 
 
 def encode(msg: Message) -> list[int]:

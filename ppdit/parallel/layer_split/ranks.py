@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
 from ppdit.checkpoint.partial import fill_from_folder, meta_transformer
 from ppdit.checkpoint.solver import plan_denoiser
-from ppdit.model import condition, embed_patches, epilogue, run_blocks
+from ppdit.model import condition, embed_patches, epilogue, project_out, run_blocks, unpatchify
 from ppdit.parallel.layer_split.comms import Mailbox, encode, message_spec
 from ppdit.parallel.layer_split.schedule import (
     LayerSplitPlan,
@@ -32,6 +33,7 @@ from ppdit.parallel.layer_split.schedule import (
     input_message,
 )
 from ppdit.parallel.layer_split.torch_baseline import run_torch_gpipe
+from ppdit.parallel.pipefusion.displaced import install_displaced
 from ppdit.parallel.share import check_plans
 from ppdit.presets import get_preset
 from ppdit.runtime.comm.mesh import Lanes, build_lanes
@@ -111,6 +113,11 @@ class _Rank:
         self.velocity: dict[tuple[int, int], torch.Tensor] = {}
         self.tracker = WrapTracker(plan)
         self.local: dict[Message, torch.Tensor] = {}
+        self.cursor = None  # PipeFusion: this stage's blocks attend over displaced patches
+        if plan.patches > 1:
+            self.cursor = install_displaced(model, plan.chunks()[self.rank][0])
+            self.cursor.tokens = plan.tokens
+        self.pieces: list[torch.Tensor] = []  # PipeFusion's last stage: a step's patches out
 
     def run(self) -> dict[int, torch.Tensor]:
         """All tasks of this rank, in order; the last rank returns the final latents."""
@@ -135,13 +142,34 @@ class _Rank:
                 x = micro_input(self.den, plan, plan.micro_samples(task.micro), x,
                                 x.new_zeros(x.shape[0]))[0]
             h = embed_patches(self.model, x.to(self.dtype)) if first else x
-            h = run_blocks(self.model, h, ctx, blocks)
-            out = epilogue(self.model, h, ctx) if last else h
+            if self.cursor is None:
+                out = run_blocks(self.model, h, ctx, blocks)
+                out = epilogue(self.model, out, ctx) if last else out
+            else:
+                out = self.run_patch(task, h[:, plan.patch(task.step, task.micro)]
+                                     if first else h, ctx, blocks, last)
         if last:
             self.finish(task, out)
         else:
             dst, chunk = plan.next_hop(self.rank, task.chunk)
             self.send(dst, Message("hidden", task.step, task.micro, chunk), out)
+
+    def run_patch(self, task: Task, h: torch.Tensor, ctx, blocks: range, last: bool):
+        """PipeFusion: the patch's tokens through this stage's blocks (their rope rows; the
+        processors told which rows); the last stage keeps each patch's projected tokens and
+        returns the velocity once the step's last patch is in (else None)."""
+        patch = self.plan.patch(task.step, task.micro)
+        self.cursor.patch = patch
+        cos, sin = ctx.rotary_emb
+        mine = replace(ctx, rotary_emb=(cos[:, patch], sin[:, patch]))
+        h = run_blocks(self.model, h.contiguous(), mine, blocks)
+        if not last:
+            return h
+        self.pieces.append(project_out(self.model, h, mine))
+        if len(self.pieces) < self.plan.micros(task.step):
+            return None
+        tokens, self.pieces = torch.cat(self.pieces, dim=1), []
+        return unpatchify(self.model, tokens, ctx.grid)
 
     def receive(self, task: Task) -> torch.Tensor:
         """The task's input: noise at step 0 on the first stage, else a message."""
@@ -184,10 +212,12 @@ class _Rank:
             del self.conds[key]
         return ctx
 
-    def finish(self, task: Task, velocity: torch.Tensor) -> None:
-        """Last stage: keep the velocities, update finished requests, wrap latents to rank 0."""
+    def finish(self, task: Task, velocity: torch.Tensor | None) -> None:
+        """Last stage: keep the velocities (None: a patch short of its step's last), update
+        finished requests, wrap latents to rank 0."""
         plan = self.plan
-        for s, v in zip(plan.micro_samples(task.micro), velocity.split(1), strict=True):
+        for s, v in zip(plan.micro_samples(task.micro),
+                        () if velocity is None else velocity.split(1), strict=False):
             self.velocity[(s.request, s.half)] = v
         ready, release = self.tracker.done(task)
         for r in ready:

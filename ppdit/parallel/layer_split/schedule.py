@@ -68,11 +68,16 @@ class LayerSplitPlan(ModelPlan):
     warmup: int = 1
     timeout_s: float = 120.0
     report_steps: bool = False  # the last rank emits ("step", i) events (a progress bar)
+    # PipeFusion (``parallel.pipefusion``): the micro-batches are this many token patches of
+    # every sample, each attending to the others' K/V of the step before; its first
+    # ``warmup_steps`` run whole (one micro-batch: exact), filling every block's K/V
+    patches: int = 1
+    warmup_steps: int = 0
 
     @property
     def layout(self) -> Layout:
-        """The layout this plan runs: ``layer=P``."""
-        return Layout(layer=self.num_stages)
+        """The layout this plan runs: ``layer=P`` (``pipefusion=P`` with patches)."""
+        return Layout(**{"pipefusion" if self.patches > 1 else "layer": self.num_stages})
 
     def __post_init__(self) -> None:
         p, v, m = self.num_stages, self.virtual, self.micro_batches
@@ -87,7 +92,7 @@ class LayerSplitPlan(ModelPlan):
                              "block (V*P <= blocks)")
         if not self.requests:
             raise ValueError("a plan needs at least one request")
-        if not 1 <= m <= len(self.samples()):
+        if self.patches == 1 and not 1 <= m <= len(self.samples()):
             raise ValueError(f"micro_batches={m} must be between 1 and the number of samples "
                              f"({len(self.samples())}: requests x CFG halves)")
         if self.sampling.guidance_steps is not None and self.sampling.uses_cfg:
@@ -95,6 +100,10 @@ class LayerSplitPlan(ModelPlan):
         if self.block_costs is not None and (len(self.block_costs) != n
                                              or min(self.block_costs) <= 0):
             raise ValueError(f"block_costs must hold {n} positive costs")
+        if self.patches > 1 and (m != self.patches or v != 1 or self.patches > self.tokens):
+            raise ValueError(f"PipeFusion's micro-batches are its patches: micro_batches={m} "
+                             f"must equal patches={self.patches}, with virtual=1 (got {v}) and "
+                             f"at most one patch per token ({self.tokens} tokens)")
 
     # -- shapes -----------------------------------------------------------------------------
 
@@ -109,13 +118,32 @@ class LayerSplitPlan(ModelPlan):
         """Ranks the plan needs: one per stage."""
         return self.num_stages
 
+    @property
+    def tokens(self) -> int:
+        """Tokens of one sample's sequence."""
+        return self.preset.num_tokens(self.shape)
+
+    def micros(self, step: int) -> int:
+        """Micro-batches of ``step``: PipeFusion's warm-up steps run whole (one)."""
+        return 1 if self.patches > 1 and step < self.warmup_steps else self.micro_batches
+
+    def patch(self, step: int, micro: int) -> slice:
+        """The tokens micro-batch ``micro`` of ``step`` runs: all of them, or a patch."""
+        if self.micros(step) == 1 or self.patches == 1:
+            return slice(0, self.tokens)
+        sizes = even_sizes(self.tokens, self.patches)
+        return slice(sum(sizes[:micro]), sum(sizes[:micro + 1]))
+
     def samples(self) -> list[Sample]:
         """All rows of a step: each request, with its unconditional twin right after it (CFG)."""
         halves = 2 if self.sampling.uses_cfg else 1
         return [Sample(i, h) for i in range(len(self.requests)) for h in range(halves)]
 
     def micro_samples(self, micro: int) -> list[Sample]:
-        """The samples of micro-batch ``micro`` (contiguous, sizes as even as possible)."""
+        """The samples of micro-batch ``micro`` (contiguous, sizes as even as possible; every
+        sample with patches: a micro-batch is a patch of each)."""
+        if self.patches > 1:
+            return self.samples()
         sizes = even_sizes(len(self.samples()), self.micro_batches)
         return self.samples()[sum(sizes[:micro]):sum(sizes[:micro + 1])]
 
@@ -150,7 +178,7 @@ class LayerSplitPlan(ModelPlan):
         """Rank ``rank``'s tasks in execution order (the same formula on every rank):
         step-major, then chunk, then micro-batch — breadth first over the micro-batches."""
         return [Task(step, m, c) for step in range(self.sampling.num_steps)
-                for c in range(self.virtual) for m in range(self.micro_batches)]
+                for c in range(self.virtual) for m in range(self.micros(step))]
 
 
 class WrapTracker:
@@ -171,28 +199,31 @@ class WrapTracker:
     def done(self, task: Task) -> tuple[list[int], list[int]]:
         """(requests ready for their Euler update, micro-batches of step+1 to send now)."""
         plan, step = self.plan, task.step
-        halves = 2 if plan.sampling.uses_cfg else 1
+        # a request is done when every micro-batch holding one of its halves is (PipeFusion:
+        # each half in every patch)
+        pieces = (2 if plan.sampling.uses_cfg else 1) * (plan.micros(step)
+                                                          if plan.patches > 1 else 1)
         ready = []
         for s in plan.micro_samples(task.micro):
             key = (step, s.request)
             self.halves_seen[key] = self.halves_seen.get(key, 0) + 1
-            if self.halves_seen[key] == halves:
+            if self.halves_seen[key] == pieces:
                 ready.append(s.request)
                 self.updated.add(key)
         self.done_micro.add((step, task.micro))
         if step + 1 >= plan.sampling.num_steps:
             return ready, []
-        if not plan.wrap and len([d for d in self.done_micro if d[0] == step]) < plan.micro_batches:
+        if not plan.wrap and len([d for d in self.done_micro if d[0] == step]) < plan.micros(step):
             return ready, []
-        release = []
-        while self.released < plan.micro_batches:
+        release, ahead = [], plan.micros(step + 1)
+        while self.released < ahead:
             m = self.released
             if all((step, r) in self.updated for r in plan.micro_requests(m)):
                 release.append(m)
                 self.released += 1
             else:
                 break
-        if self.released == plan.micro_batches:
+        if self.released == ahead:
             self.released = 0  # next step starts over
         return ready, release
 
