@@ -203,7 +203,7 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
     bw = LINKS.get(link, float("inf"))  # one GPU: nothing crosses a link
     kw = dict(dtype=dtype, attention=attention, tp=layout.tp, sp=layout.sp,
               ulysses=layout.ulysses)
-    if layout.layer > 1:  # it stands alone: no TP, no sequence axes
+    if layout.splits_blocks:  # it stands alone: no TP, no sequence axes
         sizes = even_sizes(p.num_layers, pp)
         stages = [model_ops(p, shape, num_blocks=n, prologue=s == 0,
                             epilogue=s == pp - 1, **kw) for s, n in enumerate(sizes)]
@@ -240,7 +240,7 @@ def predict(model: str, gpu: str, layout: Layout = ONE_GPU, *, link: str | None 
         flop_s, mem_s = flop_s * share, mem_s * share
         comm_s = comm_s * share + handoff_bytes / bw / num_steps
         comm_bytes = comm_bytes * share + handoff_bytes / num_steps
-    elif layout.layer > 1:
+    elif layout.splits_blocks:  # PipeFusion bounded as layer split: its patches' fill aside
         latency = sum(slot) + (m - 1) * slot[busiest]
     else:
         latency = flop_s + mem_s + comm_s

@@ -127,12 +127,22 @@ def handoff_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], d
     frames = 0.0
     if layout.step > 1:
         frames = RECEIVE_FRAMES * (1 + SOLVER_SLOTS[solver]) * step_handoff_bytes(shape)
-    elif layout.layer > 1:
+    elif layout.splits_blocks:
         h = layer_handoff_bytes(preset, shape, batch=1, dtype=dtype)  # it stands alone: no TP
-        frames = max(RECEIVE_FRAMES + (micro_batches if layout.layer > 2 else 0),
+        frames = max(RECEIVE_FRAMES + (micro_batches if layout.stages > 2 else 0),
                      micro_batches) * h
     halves = 2 * math.prod(shape) * DTYPE_BYTES[dtype] * requests if layout.cfg > 1 else 0.0
     return frames + halves
+
+
+def stale_kv_bytes(preset: ModelPreset, layout: Layout, shape: tuple[int, ...], dtype: str,
+                   b: int) -> float:
+    """PipeFusion: every block a stage holds keeps K and V of the whole sequence across steps
+    (``parallel.pipefusion``): 2 x blocks x b x S x D."""
+    if layout.pipefusion == 1:
+        return 0.0
+    blocks = math.ceil(preset.num_layers / layout.pipefusion)
+    return 2 * blocks * b * preset.num_tokens(shape) * preset.dim * DTYPE_BYTES[dtype]
 
 
 def vae_peak_bytes(latent_shape: tuple[int, ...], config: dict | None = None) -> float:
@@ -215,7 +225,7 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
     # samples in one forward: both halves batched, or one (split, CFG-parallel, or layer
     # split's micro-batches of one sample)
     batched = 2 if cfg and cfg_mode == "batched" and layout.cfg == 1 else 1
-    b = 1 if layout.layer > 1 else batched * r
+    b = 1 if layout.layer > 1 else batched * r  # PipeFusion: every half in each patch
     mb = micro_batches or halves * r
     pred = predict(p, "H100 SXM", layout, latent_shape=shape, dtype=dtype, cfg=cfg)
     weights, gathered = pred.weights_gb * 1e9, 0.0
@@ -228,7 +238,8 @@ def rank_memory_model(preset: str | ModelPreset, layout: Layout = ONE_GPU, *,
         layout=layout.name, weights=weights, gathered=gathered,
         activations=activation_bytes(p, layout, shape, dtype, b),
         latents=(2 * r + (b if b > 1 else 0)) * latent,
-        handoff=handoff_bytes(p, layout, shape, dtype, solver, r, mb),
+        handoff=handoff_bytes(p, layout, shape, dtype, solver, r, mb) + stale_kv_bytes(
+            p, layout, shape, dtype, b),
         solver=SOLVER_SLOTS[solver] * r * latent,
         text_embeddings=text_rows * (2 if b > 1 else 1),
         vae_peak=vae_peak_bytes((1, *shape[1:]), VAE_CONFIGS.get(p.vae)),
