@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from ppdit.analysis.trace_stats import busy_fractions, handoff_latencies, summary
+from ppdit.checkpoint.solver import plan_denoiser
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import build_model
-from ppdit.parallel.step_split.plan import make_plan
+from ppdit.parallel.step_split.plan import StepSplitPlan, make_plan
 from ppdit.parallel.step_split.run import (
-    grouped_reference,
     run_step_split,
     run_step_splits,
     stream_batch_reference,
@@ -182,3 +182,14 @@ def test_each_round_reports_every_ranks_peak_memory(pools):
     assert sorted(peaks) == [0, 1] and all(v > 0 for v in peaks.values())
     plain = run_step_splits(plans, rounds=1, pool=pools(2))["p2"]
     assert peak_memory(plain.trace) == {}  # not asked for on the CPU: not measured
+
+
+def grouped_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, torch.Tensor]:
+    """Each ``micro_batch`` group batched through all steps on one device (== "filled" bitwise)."""
+    den = plan_denoiser(model, plan)
+    out: dict[int, torch.Tensor] = {}
+    for group in [g for rep in range(plan.replicas) for g in plan.groups(rep)]:
+        states = [den.initial_state(r, plan.shape) for r in group]
+        for s in den.run(states, group, range(plan.sampling.num_steps)):
+            out[s.request_id] = s.latent
+    return out

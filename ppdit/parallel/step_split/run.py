@@ -75,14 +75,3 @@ def stream_batch_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[
                                lambda st, dst=states: dst.__setitem__(st.request_id, st))
         out.update({rid: st.latent for rid, st in states.items()})
     return dict(sorted(out.items()))
-
-
-def grouped_reference(model: torch.nn.Module, plan: StepSplitPlan) -> dict[int, torch.Tensor]:
-    """Each ``micro_batch`` group batched through all steps on one device (== "filled" bitwise)."""
-    den = plan_denoiser(model, plan)
-    out: dict[int, torch.Tensor] = {}
-    for group in [g for rep in range(plan.replicas) for g in plan.groups(rep)]:
-        states = [den.initial_state(r, plan.shape) for r in group]
-        for s in den.run(states, group, range(plan.sampling.num_steps)):
-            out[s.request_id] = s.latent
-    return out
