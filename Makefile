@@ -71,6 +71,7 @@ bench:
 	$(PY) benchmarks/launch.py
 	$(PY) benchmarks/step_split.py
 	$(PY) benchmarks/layer_split.py
+	$(PY) benchmarks/pipefusion.py
 	$(PY) benchmarks/tensor_parallel.py
 	$(PY) benchmarks/vae.py
 	$(PY) benchmarks/bringup.py

@@ -199,8 +199,10 @@ class _Rank:
 
     def conditioning(self, task: Task):
         """Rope, timestep modulation and projected text for a micro-batch at a step: computed
-        here (cheap) rather than received; cached while this rank's chunks still need it."""
-        key = (task.step, task.micro)
+        here (cheap) rather than received; cached while this rank's chunks (PipeFusion: the
+        step's patches) still need it."""
+        patched = self.plan.patches > 1  # every patch of a step: the same samples
+        key = (task.step, -1 if patched else task.micro)
         if key not in self.conds:
             samples = self.plan.micro_samples(task.micro)
             text = micro_text(self.den, self.plan, samples).to(self.dtype)
@@ -208,7 +210,8 @@ class _Rank:
                             self.den.timesteps[task.step].expand(len(samples)))[1]
             self.conds[key] = condition(self.model, (len(samples), *self.plan.shape[1:]), t, text)
         ctx = self.conds[key]
-        if task.chunk == self.plan.virtual - 1:
+        if task.chunk == self.plan.virtual - 1 and (
+                not patched or task.micro == self.plan.micros(task.step) - 1):
             del self.conds[key]
         return ctx
 
