@@ -66,15 +66,23 @@ def _psnr(videos, exact) -> float:
     return math.inf if mse == 0 else 10 * math.log10(len(videos) / mse)
 
 
+QUALITY = f"{'PSNR dB':>8}{'colour':>8}{'direction':>11}"
+
+
+def quality(row) -> str:
+    """A row's PSNR and detector accuracies, as the ablation tables print them."""
+    speed = "-" if row.speedup is None else row.speedup.describe()
+    return (f"{speed:<44}{row.psnr_db:>8.1f}{row.colour_accuracy:>8.0%}"
+            f"{row.direction_accuracy:>11.0%}")
+
+
 def table(rows: list[CachingRow]) -> str:
     """The ablation as a text table (what the benchmark and the lesson print)."""
     out = [f"{'threshold':>10}{'skipped':>9}  {'time / exact (median, 90% interval)':<44}"
-           f"{'PSNR dB':>8}{'colour':>8}{'direction':>11}"]
+           + QUALITY]
     for r in rows:
         name = "exact" if r.threshold is None else f"{r.threshold:g}"
-        speed = "-" if r.speedup is None else r.speedup.describe()
-        out.append(f"{name:>10}{r.skipped:>9.0%}  {speed:<44}{r.psnr_db:>8.1f}"
-                   f"{r.colour_accuracy:>8.0%}{r.direction_accuracy:>11.0%}")
+        out.append(f"{name:>10}{r.skipped:>9.0%}  {quality(r)}")
     return "\n".join(out)
 
 

@@ -14,7 +14,7 @@ from ppdit.parallel.runner import loop_plan
 from ppdit.runtime.rounds import ratios
 from ppdit.teaching.verdict import Verdict, change
 from ppdit.toy import detect, evaluate
-from ppdit.toy.caching import _psnr
+from ppdit.toy.caching import QUALITY, _psnr, quality
 from ppdit.toy.vmajor import ablation_plans
 
 SETTINGS = ((0, 2), (1, 2), (2, 2), (4, 2), (0, 4), (1, 4), (2, 4), (4, 4))  # (W, M)
@@ -61,11 +61,8 @@ def run_pipefusion(n: int = 6, settings=SETTINGS, rounds: int = 1,
 
 def table(rows: list[PipeFusionRow]) -> str:
     """The ablation as a text table (what the benchmark and the lesson print)."""
-    out = [f"{'setting':>16}  {'time / layer split (median, 90% interval)':<46}"
-           f"{'PSNR dB':>8}{'colour':>8}{'direction':>11}"]
+    out = [f"{'setting':>16}  {'time / layer split (median, 90% interval)':<44}" + QUALITY]
     for r in rows:
         name = "layer=2 (exact)" if r.warmup is None else f"W={r.warmup}, M={r.patches}"
-        speed = "-" if r.speedup is None else r.speedup.describe()
-        out.append(f"{name:>16}  {speed:<46}{r.psnr_db:>8.1f}"
-                   f"{r.colour_accuracy:>8.0%}{r.direction_accuracy:>11.0%}")
+        out.append(f"{name:>16}  {quality(r)}")
     return "\n".join(out)
