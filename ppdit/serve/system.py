@@ -123,12 +123,14 @@ def run_bringups(cfgs: dict[str, BringupConfig], rounds: int = 1,
             for name, cfg in cfgs.items()}
 
 
-def reference_stream(cfg: BringupConfig, model=None) -> dict[tuple[int, int], torch.Tensor]:
-    """The chunks the system should deliver, generated on one device: (video, index) -> latent.
+def reference_stream(cfg: BringupConfig, model=None, device: str | torch.device = "cpu"
+                     ) -> dict[tuple[int, int], torch.Tensor]:
+    """The chunks the system should deliver, generated on one device (``model``'s, else a new
+    model built on ``device``): (video, index) -> latent.
 
     Follows the same schedule (a cut resets the context) with the same seeds and prompts.
     """
-    model = model or cfg.source.dit()
+    model = model or cfg.source.dit(device)
     gen = ChunkGenerator(model, cfg.stream())
     prompts = cfg.prompt_embeddings()
     out = {}

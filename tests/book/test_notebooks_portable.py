@@ -77,9 +77,11 @@ def test_notebooks_name_the_kernel_as_ipykernel_does():
 
 # A comparison in a lesson: of a rank's result with a reference computed in the kernel, or of
 # two values computed in one place. On a GPU box the ranks may compute on CUDA (the learner's
-# choice) while the kernel stays on the CPU, so the first kind goes through
-# ``ppdit.teaching.placement.same_placement`` (it refuses across devices) and the second says
-# why both sides share a placement (``# one placement: ...``).
+# choice) while the kernel stays on the CPU, so the first kind computes its reference with
+# ``ppdit.teaching.placement.on_ranks_device`` (on the ranks' kind of device; it refuses a result
+# from another, as ``same_placement`` does; tests/book/test_lessons_on_gpu_ranks.py runs each)
+# and the second says why both sides share a placement (``# one placement: ...``).
+GATES = ("on_ranks_device(", "same_placement(", "# one placement:")
 COMPARES = re.compile(r"torch\.equal\(|allclose\(|agreement\(|residue\(|\.abs\(\)\.max\(\)|"
                       r"max_abs_diff")
 
@@ -89,25 +91,34 @@ def unguarded_comparisons(path: Path) -> list[int]:
     cells = json.loads(path.read_text())["cells"]
     return [i for i, c in enumerate(cells) if c["cell_type"] == "code"
             and COMPARES.search(src := "".join(c["source"]))
-            and "same_placement(" not in src and "# one placement:" not in src]
+            and not any(gate in src for gate in GATES)]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_every_comparison_is_within_one_placement(path):
     assert unguarded_comparisons(path) == [], (
-        f"{path.name}: pass the kernel's reference through same_placement(), or say "
+        f"{path.name}: compute the kernel's reference with on_ranks_device(), or say "
         "`# one placement: <why>` where both sides were computed in one place")
 
 
 def test_the_comparison_scan_finds_an_unguarded_check(tmp_path):
     nb = {"cells": [{"cell_type": "code", "source": ["torch.equal(res.latents[0], generate(m))"]},
-                    {"cell_type": "code", "source": ["torch.equal(a, same_placement(b))"]}]}
+                    {"cell_type": "code", "source": ["torch.equal(a, same_placement(b))"]},
+                    {"cell_type": "code", "source": ["torch.equal(a, on_ranks_device(f))"]}]}
     (tmp_path / "x.ipynb").write_text(json.dumps(nb))
     assert unguarded_comparisons(tmp_path / "x.ipynb") == [0]
 
 
+# How a number measured on a GPU is quoted: with its run's label (ppdit.analysis.gpu_runs).
+GPU_QUOTE = re.compile(r"(NVIDIA H\d00|H\d00 80GB), torch ")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_the_first_output_says_where_the_ranks_compute(path):
-    outputs = [o for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
-               for o in c.get("outputs", [])]
-    assert outputs and "".join(outputs[0].get("text", "")).startswith("Ranks compute on the CPU")
+    """...and where the lesson's numbers come from: a lesson that quotes GPU runs (05, 08, 09,
+    10) must not open by giving every number to the CPU (issue 52)."""
+    texts = ["".join(o.get("text", "")) for c in json.loads(path.read_text())["cells"]
+             if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert texts and texts[0].startswith("Ranks compute on the CPU")
+    if any(GPU_QUOTE.search(t) for t in texts[1:]):
+        assert "live timing" in texts[0] and "gpu_runs/" in texts[0], texts[0]

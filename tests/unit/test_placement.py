@@ -191,3 +191,21 @@ def test_a_rank_result_is_never_compared_with_a_reference_from_another_device(gp
     monkeypatch.setenv(DEVICE_ENV, "cpu")
     refs = {0: torch.zeros(2)}
     assert same_placement(refs) is refs
+
+
+def test_a_reference_is_computed_on_the_device_the_ranks_use(gpus, monkeypatch):
+    """``on_ranks_device`` hands ``compute`` the ranks' kind of device: on the CPU the value
+    comes back untouched (the committed outputs' bits); with GPU ranks a compute that ignores
+    the device and stays on the CPU is refused. (Every lesson's references on fake CUDA:
+    tests/book/test_lessons_on_gpu_ranks.py.)"""
+    from ppdit.teaching.placement import PlacementMismatch, on_ranks_device
+
+    gpus(2)
+    monkeypatch.setenv(DEVICE_ENV, "cpu")
+    given, x = [], torch.ones(3)
+    assert on_ranks_device(lambda device: given.append(device) or {"x": [x]})["x"][0] is x
+    monkeypatch.setenv(DEVICE_ENV, "cuda")
+    with pytest.raises(PlacementMismatch, match="ranks compute on cuda but this reference "
+                                                "was computed on cpu"):
+        on_ranks_device(lambda device: given.append(device) or torch.zeros(2))
+    assert given == [torch.device("cpu"), torch.device("cuda")]
