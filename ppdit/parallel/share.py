@@ -23,9 +23,10 @@ from ppdit.runtime.rounds import launch_placement
 def rank_bytes(model, split: dict[str, int]) -> int:
     """The bytes the busiest rank keeps of ``model`` (whole, e.g. on the meta device) when it
     reads only its share under the layout degrees ``split`` (``Layout.split()``). Embedders
-    and head count whole (a layer-split end holds only its own: a few MB over)."""
-    tp, fsdp, blocks = split.get("tp", 1), split.get("fsdp", 1), len(model.blocks)
-    kept, total = math.ceil(blocks / split.get("layer", 1)) / blocks, 0.0  # a stage's blocks
+    and head count whole (a layer-split end holds only its own: a few MB over); a model with
+    no ``blocks`` (the lessons' dummy DiT) counts whole."""
+    tp, fsdp, blocks = split.get("tp", 1), split.get("fsdp", 1), len(getattr(model, "blocks", ()))
+    kept, total = math.ceil(blocks / split.get("layer", 1)) / max(blocks, 1), 0.0
     for name, t in (*model.named_parameters(), *model.named_buffers()):
         size = t.numel() * t.element_size()
         if name.startswith("blocks."):

@@ -209,3 +209,15 @@ def test_a_reference_is_computed_on_the_device_the_ranks_use(gpus, monkeypatch):
                                                 "was computed on cpu"):
         on_ranks_device(lambda device: given.append(device) or torch.zeros(2))
     assert given == [torch.device("cpu"), torch.device("cuda")]
+
+
+def test_a_model_without_blocks_counts_whole():
+    """The lessons' dummy DiT has no ``blocks``: its weights count whole under any layout
+    (lesson 01's step split checks the fit before its ranks start)."""
+    from ppdit.checkpoint.source import ModelSource
+    from ppdit.parallel.share import rank_bytes, weight_bytes
+
+    model = ModelSource("dummy").dit("meta")
+    whole = sum(t.numel() * t.element_size() for t in model.parameters())
+    assert rank_bytes(model, {"layer": 2, "tp": 2}) >= whole > 0
+    assert weight_bytes(ModelSource("dummy"), split={"step": 2}) >= whole
