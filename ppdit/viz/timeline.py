@@ -77,16 +77,22 @@ def _fits(name: str, width_ms: float, px_ms: float, dpi: float) -> bool:
 
 
 def _merge_compute(spans: list[Span]) -> list[tuple[str, str, int, int]]:
-    """(kind, label, start, end) blocks: runs of same-named compute spans become one block."""
+    """(kind, label, start, end) blocks: runs of same-named compute spans become one block,
+    unless a wait longer than a quarter of a span parts them (a rank idle between a micro-batch's
+    steps, e.g. PipeFusion's warm-up step and its first patch: two boxes, not one)."""
     out = []
     inner = [s for s in spans if s.kind in _INSIDE_COMPUTE]  # drawn over, not between, steps
     ordered = sorted((s for s in spans if s.kind not in _INSIDE_COMPUTE), key=lambda s: s.start_ns)
     for (kind, name), group in groupby(ordered, key=lambda s: (s.kind, s.name)):
         g = list(group)
-        if kind == "compute":
-            out.append((kind, name, g[0].start_ns, g[-1].end_ns))
-        else:
+        if kind != "compute":
             out += [(s.kind, s.name, s.start_ns, s.end_ns) for s in g]
+            continue
+        start = g[0].start_ns
+        for a, b in zip(g, [*g[1:], None], strict=True):
+            if b is None or b.start_ns - a.end_ns > (a.end_ns - a.start_ns) / 4:
+                out.append((kind, name, start, a.end_ns))
+                start = b.start_ns if b is not None else start
     return out + [(s.kind, s.name, s.start_ns, s.end_ns) for s in inner]
 
 

@@ -90,6 +90,14 @@ def test_plots_draw_merged_blocks():
     assert len(plot_busy(t).patches) == 4
 
 
+def test_a_wait_parts_two_runs_of_one_name():
+    """Back-to-back steps of one request draw as one box; a rank idle between two spans of
+    the same name (a micro-batch's next step, a patch after the warm-up) draws two."""
+    spans = [Span(0, "compute", "m0", a * MS, b * MS) for a, b in ((0, 10), (10, 20), (40, 50))]
+    ax = plot_timeline(merge([RankTrace(0, "h", 0, spans)]))
+    assert sorted(round(p.get_width()) for p in ax.patches) == [10, 20]
+
+
 def _span(kind: str, name: str, start_ms: float, end_ms: float, rank: int = 0) -> Span:
     return Span(rank, kind, name, int(start_ms * 1e6), int(end_ms * 1e6), {})
 
