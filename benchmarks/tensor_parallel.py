@@ -24,8 +24,8 @@ from pathlib import Path
 
 from record import Target, keep, show
 
+from ppdit.analysis.tp_styles import TPCompare, TPVariant, run_tp_compare, speedup
 from ppdit.checkpoint.source import ModelSource
-from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare, speedup
 from ppdit.runtime.rounds import ratios
 
 V = TPVariant

@@ -117,11 +117,11 @@ def nccl_world_of_one() -> None:
 
 
 def fsdp_bf16() -> None:
+    from ppdit.analysis.tp_styles import example_inputs
     from ppdit.checkpoint.source import ModelSource
     from ppdit.checkpoint.tiny import build_tiny_pipeline
     from ppdit.model import forward_by_stages
     from ppdit.parallel.fsdp.load import load_sharded
-    from ppdit.parallel.tensor.compare import example_inputs
 
     folder = build_tiny_pipeline(os.path.join(tempfile.mkdtemp(), "bf16"), stored=torch.bfloat16)
     src = ModelSource(folder=str(folder), dtype="bf16")

@@ -37,7 +37,7 @@ def attempt(call) -> object:
 
 
 def main() -> None:
-    from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
+    from ppdit.analysis.tp_styles import TPCompare, TPVariant, run_tp_compare
     from ppdit.runtime import launch
     from ppdit.runtime.processes.hello import hello
 

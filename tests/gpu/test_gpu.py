@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ppdit.analysis.tp_styles import TPCompare, TPVariant, run_tp_compare
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import build_model
 from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
@@ -24,7 +25,6 @@ from ppdit.parallel.layout import Layout
 from ppdit.parallel.runner import LayoutPlan, run_layouts
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_split, run_step_splits
-from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
 from ppdit.parallel.tensor.parallelize import TP_TOL_BY_DTYPE
 from ppdit.runtime import RankError, RankPool
 from ppdit.sampler import Request, SamplingConfig, generate

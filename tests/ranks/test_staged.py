@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ppdit.analysis.tp_styles import TPCompare, TPVariant, run_tp_compare
 from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_split
@@ -17,7 +18,6 @@ from ppdit.parallel.runner import LayoutPlan, run_plan
 from ppdit.parallel.sequence.ulysses import SP_TOL
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import run_step_split
-from ppdit.parallel.tensor.compare import TPCompare, TPVariant, run_tp_compare
 from ppdit.parallel.tensor.parallelize import TP_TOL
 from ppdit.runtime import RankError
 from ppdit.sampler import Request, SamplingConfig, generate

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ppdit.analysis.tp_styles import TPCompare, example_inputs, run_tp_compare
 from ppdit.model import forward_by_stages, num_params
 from ppdit.parallel.layout import Layout
 from ppdit.parallel.step_split.plan import make_plan
 from ppdit.parallel.step_split.run import StepSplitResult
-from ppdit.parallel.tensor.compare import TPCompare, example_inputs, run_tp_compare
 from ppdit.parallel.tensor.parallelize import TP_TOL, expected_tp_param_count
 from ppdit.runtime import launch
 from ppdit.runtime.compile_cache import use_project_compile_cache

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from ppdit.analysis.tp_styles import TPCompare, TPVariant, tp_compare_on_rank
 from ppdit.model import build_model
 from ppdit.parallel.step_split.plan import StepSplitPlan
 from ppdit.parallel.step_split.ranks import StepStageRunner
 from ppdit.parallel.tensor.comms import tp_comm_per_block
-from ppdit.parallel.tensor.compare import TPCompare, TPVariant, tp_compare_on_rank
 from ppdit.parallel.tensor.parallelize import parallelize_wan
 from ppdit.presets import get_preset
 from ppdit.runtime.comm.mesh import Mesh
