@@ -72,6 +72,7 @@ bench:
 	$(PY) benchmarks/step_split.py
 	$(PY) benchmarks/layer_split.py
 	$(PY) benchmarks/pipefusion.py
+	$(PY) benchmarks/rebalance.py
 	$(PY) benchmarks/tensor_parallel.py
 	$(PY) benchmarks/vae.py
 	$(PY) benchmarks/bringup.py

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from record import Target, keep, show
 
-from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
+from ppdit.analysis.layout_compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.sequence.comms import a2a_bytes_per_layer
 from ppdit.parallel.tensor.comms import tp_comm_per_block
 from ppdit.presets import get_preset

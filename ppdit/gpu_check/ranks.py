@@ -15,9 +15,9 @@ from __future__ import annotations
 import statistics
 import traceback
 
+from ppdit.analysis.layout_compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.checkpoint.source import ModelSource
 from ppdit.gpu_check.sections import first_line, sig
-from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.layer_split.run import run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
 from ppdit.parallel.step_split.plan import make_plan

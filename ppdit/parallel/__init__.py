@@ -21,6 +21,5 @@ rank does), ``run.py`` (launch it, merge results, the single-device reference), 
 * ``cfg/``             CFG-parallel: the two halves of a guided step on two ranks
 * ``decode_overlap/``  decode chunk k while chunk k + 1 is generated
 * ``vae_patch/``       the VAE decode split by rows over ranks: halos, per-rank causal caches
-* ``compare.py``       one forward, several layouts, side by side
 * ``partition.py``     contiguous balanced splits shared by the layouts
 """

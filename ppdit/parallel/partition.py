@@ -66,6 +66,12 @@ def rebalanced_sizes(sizes: Sequence[int], rank_s: Sequence[float],
                           [r - b for r, b in zip(rank_s, block_s, strict=True)])
 
 
+def forced_costs(sizes: Sequence[int]) -> tuple[float, ...]:
+    """Block costs whose exact split (``balanced_sizes``) is ``sizes``: each part's blocks cost
+    1 / its size, so every part totals 1 and any other contiguous split puts more on one."""
+    return tuple(1 / n for n in sizes for _ in range(n))
+
+
 def to_ranges(sizes: Sequence[int]) -> list[range]:
     """Consecutive ranges with the given sizes, starting at 0."""
     return [range(a, b) for a, b in itertools.pairwise(itertools.accumulate(sizes, initial=0))]

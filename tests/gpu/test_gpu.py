@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ppdit.analysis.layout_compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.analysis.tp_styles import TPCompare, TPVariant, run_tp_compare
 from ppdit.checkpoint.source import ModelSource
 from ppdit.model import build_model
-from ppdit.parallel.compare import RING, VARIANTS, LayoutCompare, run_compare
 from ppdit.parallel.decode_overlap.plan import OverlapPlan
 from ppdit.parallel.decode_overlap.run import overlap_reference, run_decode_overlap
 from ppdit.parallel.layer_split.run import layer_split_reference, run_layer_splits

@@ -56,3 +56,22 @@ def test_generate_runs_pipefusion_on_a_folder(pools, folders):
     ref = generate(replace(spec, layout=parse_layout("layer=2")))
     assert got.video.shape == ref.video.shape
     assert psnr(got.latent, ref.latent) > PSNR_FLOOR_DB
+
+
+def test_rank_0_decodes_previews_beside_its_blocks_and_the_result_stays(pools):
+    """StreamDiffusionV2's first rank also decodes: with ``decode_previews`` rank 0 decodes the
+    first frame of every latent that comes back to it (steps 1.., each micro-batch), and the
+    latents are those of the same plan without it, bit for bit. A forced split runs as told."""
+    from ppdit.parallel.layer_split.run import run_layer_splits
+    from ppdit.parallel.layer_split.schedule import LayerSplitPlan
+    from ppdit.parallel.partition import forced_costs
+    from ppdit.sampler import Request
+
+    plain = LayerSplitPlan(tuple(Request(i, i) for i in range(2)), 2, 2, sampling=STEPS)
+    plans = {"plain": plain, "previews": replace(plain, decode_previews=True,
+                                                 block_costs=forced_costs([1, 3]))}
+    res = run_layer_splits(plans, 1, echo=False, pool=pools(2))
+    decodes = [s for s in res["previews"].trace.spans if s.kind == "decode"]
+    assert {s.rank for s in decodes} == {0} and len(decodes) == 2 * (STEPS.num_steps - 1)
+    assert not any(s.kind == "decode" for s in res["plain"].trace.spans)
+    assert all(torch.equal(res["plain"].latents[i], res["previews"].latents[i]) for i in (0, 1))

@@ -134,8 +134,8 @@ def test_diffusers_context_parallel_ulysses_equals_ppdits(pools, preset, shape):
 def test_ring_runs_in_the_layout_comparison(pools):
     """``LayoutCompare`` times ring attention beside one device when asked (gpu-check's rows,
     ``benchmarks/sequence_parallel.py``); a comparison without 'one device' first is refused."""
+    from ppdit.analysis.layout_compare import RING, LayoutCompare, run_compare
     from ppdit.checkpoint.source import ModelSource
-    from ppdit.parallel.compare import RING, LayoutCompare, run_compare
 
     spec = LayoutCompare(source=ModelSource("tiny"), latent_shape=(1, 16, 2, 8, 8), forwards=1,
                          variants=("one device", RING))

@@ -97,3 +97,14 @@ def test_the_exact_split_is_never_slower_than_streamdiffusion_v2s_rule():
 
 def test_the_wan_presets_give_pipefusion_patches():
     assert get_preset("wan2.1-1.3b").num_tokens() >= 4
+
+
+@pytest.mark.parametrize("sizes", [[3, 5], [1, 7], [4, 4], [2, 3, 3], [1, 1, 6]])
+def test_forced_costs_give_the_split_they_were_made_from(sizes):
+    """A rebalanced split reaches a layer-split plan as block costs (``forced_costs``)."""
+    from ppdit.parallel.partition import forced_costs
+
+    assert balanced_sizes(list(forced_costs(sizes)), len(sizes)) == sizes
+    plan = LayerSplitPlan((Request(0, 0),), 2, 1, source=ModelSource("small"),
+                          block_costs=forced_costs([3, 5]))
+    assert [len(c[0]) for c in plan.chunks()] == [3, 5]

@@ -43,6 +43,7 @@ from ppdit.runtime.observe.trace import Tracer
 from ppdit.runtime.processes.rank import RankContext
 from ppdit.runtime.rounds import Runner
 from ppdit.sampler import Conditioning, Denoiser, StepState, batched, frame_timesteps, guide
+from ppdit.vae.decode import decode
 
 # -- What each rank holds --------------------------------------------------------------------------
 
@@ -96,8 +97,8 @@ class _Rank:
     """Executes ``plan.tasks(rank)`` with real compute and real messages."""
 
     def __init__(self, ctx: RankContext, plan: LayerSplitPlan, model, tracer: Tracer,
-                 lanes: Lanes | None = None):
-        self.ctx, self.plan, self.model, self.tracer = ctx, plan, model, tracer
+                 lanes: Lanes | None = None, vae=None):
+        self.ctx, self.plan, self.model, self.tracer, self.vae = ctx, plan, model, tracer, vae
         self.lanes = lanes  # one communicator per direction: see comms.Mailbox
         self.rank = ctx.rank
         self.dim = model.config.num_attention_heads * model.config.attention_head_dim
@@ -134,6 +135,9 @@ class _Rank:
         plan = self.plan
         first, last = plan.is_first(self.rank, task.chunk), plan.is_last(self.rank, task.chunk)
         x = self.receive(task)
+        if self.vae is not None and first and task.step > 0:  # the step's preview
+            with self.tracer.span("decode", f"m{task.micro}", step=task.step, micro=task.micro):
+                decode(self.vae, x[:1, :, :1])  # its first frame
         blocks = plan.chunks()[self.rank][task.chunk]
         with self.tracer.span("compute", f"m{task.micro}", step=task.step, micro=task.micro,
                               chunk=task.chunk), torch.no_grad():
@@ -276,6 +280,8 @@ class LayerStageRunner(Runner):
         super().__init__(ctx, plans)
         models = ctx.prepared or self.prepare(ctx.rank, ctx.world_size, plans)
         self.models = [None if m is None else m.to(ctx.device) for m in models]
+        self.vaes = [p.source.vae(ctx.device) if p.decode_previews and ctx.rank == 0 else None
+                     for p, _ in plans]
         self.lanes = build_lanes()  # every rank, every plan: group creation is collective
 
     def takes_part(self, i: int) -> bool:
@@ -284,6 +290,8 @@ class LayerStageRunner(Runner):
     def warm_up(self, i: int) -> None:
         plan = self.plans[i][0]
         _warm_up(self.ctx, plan, self.models[i])
+        if self.vaes[i] is not None:  # its first launches sync the device: before any receive
+            decode(self.vaes[i], torch.zeros(1, *plan.shape[1:2], 1, *plan.shape[3:]))
         if plan.warmup and self.plans[i][1] == "ppdit":
             self._warm_pairs(plan.num_stages)
 
@@ -301,7 +309,7 @@ class LayerStageRunner(Runner):
         plan, engine = self.plans[i]
         if engine == "torch":
             return run_torch_gpipe(self.ctx, plan, self.models[i], tracer)
-        return _Rank(self.ctx, plan, self.models[i], tracer, self.lanes).run()
+        return _Rank(self.ctx, plan, self.models[i], tracer, self.lanes, self.vaes[i]).run()
 
     def model_of(self, i: int):
         return self.models[i]

@@ -73,6 +73,9 @@ class LayerSplitPlan(ModelPlan):
     # ``warmup_steps`` run whole (one micro-batch: exact), filling every block's K/V
     patches: int = 1
     warmup_steps: int = 0
+    # StreamDiffusionV2's first rank: it also decodes the first frame of each latent that comes
+    # back to it (a preview), work beside its blocks that ``partition.rebalanced_sizes`` weighs
+    decode_previews: bool = False
 
     @property
     def layout(self) -> Layout:
