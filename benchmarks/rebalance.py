@@ -23,6 +23,8 @@ from dataclasses import replace
 
 from record import Target, keep, show
 
+from ppdit.analysis.bubbles import measured_bubble
+from ppdit.analysis.trace_stats import kind_totals
 from ppdit.checkpoint.source import ModelSource
 from ppdit.parallel.layer_split.run import run_layer_splits
 from ppdit.parallel.layer_split.schedule import LayerSplitPlan
@@ -31,24 +33,7 @@ from ppdit.runtime import ranks
 from ppdit.runtime.rounds import ratios
 from ppdit.sampler import Request, SamplingConfig
 
-BUSY = ("compute", "decode")
-
-
-def busy_s(trace, kinds=BUSY) -> list[float]:
-    """Seconds each rank spent in spans of ``kinds``."""
-    out = [0.0] * len(trace.ranks)
-    for s in trace.spans:
-        if s.kind in kinds:
-            out[s.rank] += (s.end_ns - s.start_ns) / 1e9
-    return out
-
-
-def bubble_share(trace) -> float:
-    """1 - busy / (P x window), the decodes counted busy; the window from the first busy span's
-    start to the last one's end."""
-    spans = [s for s in trace.spans if s.kind in BUSY]
-    window = (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e9
-    return 1 - sum(busy_s(trace)) / (len(trace.ranks) * window)
+BUSY = ("compute", "decode")  # rank 0's decodes are work, not bubble
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [len(c[0]) for c in even.chunks()]
     with ranks(2) as pool:
         seen = run_layer_splits({"even": even}, 3, echo=False, pool=pool)["even"]
-        rank_s, block_s = busy_s(seen.trace), busy_s(seen.trace, ("compute",))
+        spent = kind_totals(seen.trace).values()
+        rank_s = [k["compute"] + k.get("decode", 0.0) for k in spent]
+        block_s = [k["compute"] for k in spent]
         new = rebalanced_sizes(sizes, rank_s, block_s)
         plans = {"even": even, "rebalanced": replace(even, block_costs=forced_costs(new))}
         res = run_layer_splits(plans, 3 if a.quick else 7, echo=False, pool=pool)
@@ -71,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(f'{t * 1e3:.0f} ms' for t in per_block)} per rank")
     print(f"rebalanced from that round: {new} blocks")
     for name, r in res.items():
-        print(f"{name:>10}: bubble share {bubble_share(r.trace):.0%} (median round), window "
-              f"{statistics.median(r.makespans_s):.2f} s")
+        print(f"{name:>10}: bubble share {measured_bubble(r.trace, 2, BUSY):.0%} (median round), "
+              f"window {statistics.median(r.makespans_s):.2f} s")
     per_round = ratios(res["even"].makespans_s, res["rebalanced"].makespans_s)
     targets = show([Target("rebalanced / even split with rank 0 decoding, throughput",
                            per_round, 1.05, "higher")])

@@ -85,11 +85,12 @@ def pipefusion_bubble(num_patches: int, num_stages: int, steps: int, warmup: int
     return 1 - steps / (warmup * p + (steps - warmup) * (m + p - 1) / m)
 
 
-def measured_bubble(trace, num_stages: int | None = None) -> float:
+def measured_bubble(trace, num_stages: int | None = None, kinds=("compute",)) -> float:
     """1 - busy / (P x window) from real compute spans: the bubble a run actually had. The
     window runs from the first compute start to the last compute end over all ranks, so
-    start-up and teardown do not count, only the pipeline's own fill, drain and stalls."""
-    spans = trace.select("compute")
+    start-up and teardown do not count, only the pipeline's own fill, drain and stalls.
+    ``kinds``: the spans that count as busy (a rank that also decodes: "compute", "decode")."""
+    spans = [s for k in kinds for s in trace.select(k)]
     if not spans:
         raise ValueError("the trace has no compute spans")
     ranks = num_stages or len({s.rank for s in spans})

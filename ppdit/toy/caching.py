@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import torch
+
 from ppdit.cache import CacheConfig
 from ppdit.parallel.runner import run_layouts
 from ppdit.runtime.rounds import ratios
@@ -57,6 +59,14 @@ def run_caching(n: int = 6, thresholds=THRESHOLDS, steps: int = STEPS, rounds: i
                                _psnr(videos[key], videos["exact"]), scores["colour_accuracy"],
                                scores["direction_accuracy"]))
     return rows
+
+
+def psnr_db(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """PSNR in dB of one tensor against ``ref``, the peak being ``ref``'s range (latents of
+    random weights have no fixed range; inf: identical)."""
+    mse = torch.mean((x.double() - ref.double()) ** 2).item()
+    peak = (ref.max() - ref.min()).item()
+    return math.inf if mse == 0 else 10 * math.log10(peak ** 2 / mse)
 
 
 def _psnr(videos, exact) -> float:

@@ -3,7 +3,6 @@ with displaced patches it is close to it, by a PSNR floor; ``generate`` runs it 
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
@@ -13,6 +12,7 @@ from ppdit.parallel.layout import Layout, parse_layout
 from ppdit.parallel.runner import LayoutPlan, run_plan
 from ppdit.sampler import SamplingConfig
 from ppdit.t2v.generate import generate
+from ppdit.toy.caching import psnr_db as psnr
 from tests.support.pipelines import spec_for
 
 STEPS = SamplingConfig(num_steps=4)  # unguided: one sample a micro-batch in both loops
@@ -20,13 +20,6 @@ STEPS = SamplingConfig(num_steps=4)  # unguided: one sample a micro-batch in bot
 # stale K/V for the patches after each one moves a latent of size ~1 by ~1e-2 (max |diff|
 # 0.01 over 4 steps), a PSNR near 40 dB; the floor leaves room for other seeds and shapes.
 PSNR_FLOOR_DB = 25.0
-
-
-def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """Peak signal-to-noise ratio of ``x`` against ``ref``, the peak ``ref``'s range."""
-    mse = torch.mean((x.double() - ref.double()) ** 2).item()
-    peak = (ref.max() - ref.min()).item()
-    return math.inf if mse == 0 else 10 * math.log10(peak ** 2 / mse)
 
 
 @pytest.fixture(scope="module")

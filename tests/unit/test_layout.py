@@ -146,8 +146,10 @@ LIBRARY_TOKENS = 85_330
 # Issue 53: +1,650 for the TP styles' comparison moved here from the library
 # (parallel/tensor/compare.py -> analysis/tp_styles.py), unchanged: 65,274 at that commit.
 # Issue 54: +521 for the layouts' comparison moved here (parallel/compare.py ->
-# analysis/layout_compare.py), unchanged: 65,799.
-KIT_TOKENS = 65_810
+# analysis/layout_compare.py), unchanged: 65,799. +103 for one PSNR of a tensor
+# (toy.caching.psnr_db: lesson 03 and a test each had a copy) and busy kinds in
+# measured_bubble (the rebalance benchmark had its own copy): 65,902.
+KIT_TOKENS = 65_910
 LIBRARY_LAYERS = (0, 1, 2, 3)
 
 
